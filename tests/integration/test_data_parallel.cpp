@@ -340,6 +340,27 @@ TEST_F(DataParallelTest, LossScaleOverflowsDoNotDependOnTheRankCount) {
   EXPECT_GT(summary(dir_ / "r1")["skipped_steps"].get<int>(), 0);
 }
 
+// Dropout keys its masks by the global batch's row, so two ranks drop what one process drops
+// (drawn per replica, the losses parted from step 1, by 5e-4 relative and growing).
+TEST_F(DataParallelTest, DropoutDrawsOneProcesssMasksOnTwoRanks) {
+  const auto with_dropout = [&](const std::string& name, const std::string& extra) {
+    std::string text = slurp(mlp_config(name, extra));
+    const std::string relu = "{ type = \"relu\" },\n";
+    text.replace(text.find(relu), relu.size(),
+                 relu + "  { type = \"dropout\", name = \"drop\", p = 0.3 },\n");
+    return write_file(name, text);
+  };
+  const auto single = with_dropout("single.toml", "");
+  auto base =
+      run("train " + single.string() + " --set run.steps=12 --run-dir " + (dir_ / "r1").string());
+  ASSERT_EQ(base.exit_code, 0) << base.err;
+  const auto cfg = with_dropout("dp.toml", "[distributed]\ntype = \"mpi\"\n");
+  auto r = run_ranks(
+      2, "train " + cfg.string() + " --set run.steps=12 --run-dir " + (dir_ / "r2").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_same_losses(dir_ / "r1", dir_ / "r2", 1e-5);
+}
+
 // A 2-rank run resumed from its checkpoint continues bit for bit; its checkpoint also resumes in
 // one process (the file is a one-rank run's), sharded or not.
 TEST_F(DataParallelTest, CheckpointsResumeOnTwoRanksBitExactAndOnOneRank) {

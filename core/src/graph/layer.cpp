@@ -35,10 +35,12 @@ void Layer::set_operand_scaling(sdk::PrecisionPolicy* policy) {
   if (operand_scaler_ != nullptr) operand_scaler_->set_policy(policy);
 }
 
-void Layer::begin_micro_batch(std::int64_t index, std::int64_t step, std::int64_t draw) {
+void Layer::begin_micro_batch(std::int64_t index, std::int64_t step, std::int64_t draw,
+                              std::int64_t first_row) {
   step_ = step;
   micro_batch_ = index;
   draw_ = draw;
+  first_row_ = first_row;
   if (operand_scaler_ != nullptr) operand_scaler_->begin_micro_batch(index);
 }
 

@@ -173,10 +173,17 @@ void feed_micro_batch(Trainer::State& s, std::int64_t k) {
                 });
 }
 
-// This process's replica: each rank's random ops draw their own masks (dropout keyed by rank 0's
-// would repeat them).
+// This process's replica: each rank's stochastic rounding draws its own bits, and its dropout the
+// masks of the global batch's rows it computes (rank_share: from replica · rank_batch).
 std::int64_t replica_of(const Trainer::State& s) {
   return s.c.communicator ? s.c.communicator->rank() : 0;
+}
+
+// Opens micro-batch k of the step for this replica's rows (Model::begin_micro_batch).
+void open_micro_batch(Trainer::State& s, std::int64_t k) {
+  const std::int64_t replica = replica_of(s);
+  s.model->begin_micro_batch(k, s.e.run.accumulate, s.position.step, replica,
+                             replica * s.rank_batch);
 }
 
 // Forward, loss and backward of micro-batch k (into the step's FP32 gradients); recorded once and
@@ -186,10 +193,8 @@ void forward_backward(Trainer::State& s, const StepRequest& request, std::int64_
   auto& model = *s.model;
   const std::int64_t bs = s.rank_batch;
   const std::int64_t micro = s.e.run.accumulate;
-  const auto open_micro_batch = [&] {
-    model.begin_micro_batch(k, micro, s.position.step, replica_of(s));
-  };
-  open_micro_batch();
+  const auto open_this_micro_batch = [&] { open_micro_batch(s, k); };
+  open_this_micro_batch();
   StepObserver* observer = s.opt.observer;
   const bool eager = request.statistics || model.has_gradient_ready_hook() || observer != nullptr;
   const Extent extent = Extent::batch_of(bs);
@@ -222,7 +227,7 @@ void forward_backward(Trainer::State& s, const StepRequest& request, std::int64_
         }
         model.backward(bs, backward_visit);
       },
-      open_micro_batch);
+      open_this_micro_batch);
 }
 
 // What the check multiplies the gradients by: the seed already divided by the replicas' number,
@@ -351,7 +356,7 @@ SkipBlame replay_first_nonfinite(Trainer::State& s, float seed) {
       // Micro-batch k's rows and its own random draws (dropout masks): the layers still hold
       // the last micro-batch's. Opening it again also restarts the gradients and the FP8 amaxes,
       // which a skipped step discards anyway.
-      s.model->begin_micro_batch(k, micro, s.position.step, replica_of(s));
+      open_micro_batch(s, k);
       feed_batch(s, s.train, s.data.micro_batches[at], s.data.micro_batch_numbers[at]);
     }
     const NonfiniteSite site = locate_first_nonfinite(*s.model, s.rank_batch, seed);

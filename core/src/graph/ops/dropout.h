@@ -11,7 +11,10 @@
 //   - seed = derive_seed(run seed, "<node>.dropout"), taken in init_parameters (the trainer calls
 //     it with the run seed on every start, resumed or not; before it, the run seed is taken as 0);
 //   - stream = (optimizer step << 32) | micro-batch index, from Layer::begin_micro_batch, which
-//     the model calls once per micro-batch with the trainer's step count.
+//     the model calls once per micro-batch with the trainer's step count;
+//   - element i of a data-parallel replica's rows is element first_row · (elements per row) + i
+//     of that key (dropout_key_from_element), so a row draws the mask it draws in one process
+//     whichever rank computes it, and a run's masks do not depend on the rank count.
 //   Why the step, and not a count of forwards: the non-finite replay and the gradient-underflow
 //   measurement re-run forward on the same batch and must see the same mask, and a run resumed
 //   from a checkpoint restores the step count (checkpoint progress), so it continues with the
@@ -32,8 +35,9 @@ class DropoutLayer final : public Layer {
  public:
   DropoutLayer(std::string name, std::int64_t features, float p);
   float p() const { return p_; }
-  // The key the next forward and backward use (see the contract).
-  sdk::DropoutKey key() const;
+  // The key the next forward and backward use for `rows` rows of `elements` elements in all
+  // (see the contract).
+  sdk::DropoutKey key(std::int64_t rows, std::int64_t elements) const;
   void init_parameters(std::uint64_t seed) override;
   std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
   void forward(sdk::TensorView x, std::int64_t rows) override;
@@ -46,5 +50,8 @@ class DropoutLayer final : public Layer {
   float p_;
   std::uint64_t seed_;
 };
+
+// The key whose element i is `key`'s element first + i (sdk::dropout_keeps), with key's stream.
+sdk::DropoutKey dropout_key_from_element(sdk::DropoutKey key, std::uint64_t first);
 
 }  // namespace mixtrain::core

@@ -166,33 +166,55 @@ TEST(Dropout, AModelDrawsPerStepAndResumesFromTheStepCount) {
   EXPECT_EQ(loss_at(*b, 1), step1);
 }
 
-// Data parallel: each replica (rank) draws its own masks, as its micro-batch's number among
-// every replica's (replica · count + index); replica 0 draws what one process draws, so a run on
-// one rank is unchanged. Rank 0's masks on every rank would drop the same positions of each
-// rank's rows.
-TEST(Dropout, EachDataParallelReplicaDrawsItsOwnMasks) {
-  auto m = std::make_unique<Model>(cpu(), dropout_model(0.5), 6, 3);
-  for (auto& l : m->layers()) l->set_precision({});
-  m->allocate(4);
-  m->init_parameters(5);
-  write(m->input(4), random_vector(24, 1));
-  std::vector<std::int32_t> labels = {0, 1, 2, 0};
-  cpu()->copy_from_host(m->labels(4), labels.data());
-  auto loss = [&](std::int64_t index, std::int64_t count, std::int64_t replica) {
-    m->begin_micro_batch(index, count, 7, replica);
-    m->forward(4);
-    return m->loss(4, 1.0f, false).loss;
-  };
-  auto one_process = [&](std::int64_t index, std::int64_t count) {
-    m->begin_micro_batch(index, count, 7);
-    m->forward(4);
-    return m->loss(4, 1.0f, false).loss;
-  };
-  EXPECT_EQ(loss(0, 1, 0), one_process(0, 1)) << "replica 0 is one process";
-  EXPECT_NE(loss(0, 1, 1), loss(0, 1, 0)) << "replica 1 draws its own";
-  // Two micro-batches a replica: replica 1's first is the third of all, not replica 0's second.
-  EXPECT_EQ(loss(0, 2, 1), one_process(2, 3)) << "draw 2";
-  EXPECT_NE(loss(0, 2, 1), loss(1, 2, 0));
+// The shifted key reads the same bits as the key from that element on, for offsets small and
+// past 2^32, and offset 0 is the key itself.
+TEST(Dropout, AKeyFromAnElementReadsTheKeysBitsFromThatElementOn) {
+  const sdk::DropoutKey key{0x5EEDull, (7ull << 32) | 1u};
+  const std::uint32_t threshold = sdk::dropout_threshold(0.5f);
+  EXPECT_EQ(dropout_key_from_element(key, 0).seed, key.seed);
+  for (const std::uint64_t first : {1ull, 3ull, 1000ull, (1ull << 32) + 5, ~0ull - 4096}) {
+    const sdk::DropoutKey shifted = dropout_key_from_element(key, first);
+    EXPECT_EQ(shifted.stream, key.stream);
+    std::int64_t differs_from_unshifted = 0;
+    for (std::uint64_t i = 0; i < 4096; ++i) {
+      ASSERT_EQ(sdk::dropout_keeps(shifted, i, threshold),
+                sdk::dropout_keeps(key, first + i, threshold))
+          << "first " << first << ", element " << i;
+      differs_from_unshifted +=
+          sdk::dropout_keeps(shifted, i, threshold) != sdk::dropout_keeps(key, i, threshold);
+    }
+    EXPECT_GT(differs_from_unshifted, 1000) << "first " << first;
+  }
+}
+
+// Data parallel: a replica computing rows [first_row, first_row + n) of the global batch draws,
+// for each row, the mask one process draws for it, so runs with dropout do not depend on the rank
+// count (stochastic rounding, by contrast, draws per replica: test_data_parallel). Replica 0 with
+// first_row 0 is one process.
+TEST(Dropout, AReplicasRowsDrawTheMasksOneProcessDrawsForThoseRows) {
+  const std::int64_t cols = 48;
+  Fixture whole(0.5f, 8, cols);
+  whole.layer.begin_micro_batch(1, 7);
+  const auto all = whole.forward();
+  for (const std::int64_t replica : {0, 1, 2, 3}) {
+    Fixture part(0.5f, 2, cols);
+    // The part's input: the whole's rows [2·replica, 2·replica + 2).
+    std::vector<float> x = read(whole.x.view());
+    std::vector<float> rows(x.begin() + replica * 2 * cols, x.begin() + (replica + 1) * 2 * cols);
+    write(part.x.view(), rows);
+    part.layer.begin_micro_batch(1, 7, /*draw=*/replica * 2 + 1, /*first_row=*/replica * 2);
+    const auto y = part.forward();
+    const std::vector<float> expected(all.begin() + replica * 2 * cols,
+                                      all.begin() + (replica + 1) * 2 * cols);
+    EXPECT_EQ(bits(y), bits(expected)) << "replica " << replica;
+    // Backward applies the same rows' mask.
+    Tensor dy(cpu(), DType::fp32, sdk::Shape{2, cols}), dx(cpu(), DType::fp32, sdk::Shape{2, cols});
+    write(dy.view(), std::vector<float>(static_cast<std::size_t>(2 * cols), 1.0f));
+    part.layer.backward(part.x.view(), dy.view(), dx.view(), 2);
+    const auto g = read(dx.view());
+    for (std::size_t i = 0; i < g.size(); ++i)
+      EXPECT_EQ(g[i] == 0.0f, y[i] == 0.0f) << "replica " << replica << ", element " << i;
+  }
 }
 
 TEST(Dropout, POfOneOrOutsideTheRangeStopsAtTheNodesConfigLine) {

@@ -239,17 +239,21 @@ class Layer {
   // hands them to the policy (Model::flush_operand_amaxes).
   OperandScaler* operand_scaler() const { return operand_scaler_; }
   // Called at the start of every micro-batch (index 0 opens an optimizer step `step`): the FP8
-  // amax of delayed scaling spans the step, and random ops (dropout) key their draws on
-  // (step, draw), which a resumed run restores and a replay of the step does not advance. `draw`
-  // numbers the micro-batch among every data-parallel replica's (Model::begin_micro_batch);
-  // index, one process's.
-  void begin_micro_batch(std::int64_t index, std::int64_t step, std::int64_t draw);
+  // amax of delayed scaling spans the step, and random ops key their draws on the step, which a
+  // resumed run restores and a replay of the step does not advance. `draw` numbers the
+  // micro-batch among every data-parallel replica's (Model::begin_micro_batch; index, one
+  // process's): stochastic rounding draws per replica. `first_row` is the global batch's row
+  // this replica's first row is (0 in one process): dropout draws per global row, so a row gets
+  // the mask it gets in one process, whichever rank computes it.
+  void begin_micro_batch(std::int64_t index, std::int64_t step, std::int64_t draw,
+                         std::int64_t first_row = 0);
   void begin_micro_batch(std::int64_t index, std::int64_t step) {
     begin_micro_batch(index, step, index);  // one process
   }
   std::int64_t step() const { return step_; }
   std::int64_t micro_batch() const { return micro_batch_; }
   std::int64_t draw() const { return draw_; }
+  std::int64_t first_row() const { return first_row_; }
 
   // Per scaled operand of the last step (when collection is on): what the FP8 cast did to it.
   struct ScaledOperandStats {
@@ -459,7 +463,7 @@ class Layer {
   std::int64_t quant_block_ = 0;
   std::shared_ptr<Tensor> dequant_scratch_;  // shared by the model's quantized weights
   bool training_ = true;
-  std::int64_t step_ = 0, micro_batch_ = 0, draw_ = 0;  // the last begin_micro_batch()'s
+  std::int64_t step_ = 0, micro_batch_ = 0, draw_ = 0, first_row_ = 0;  // begin_micro_batch()'s
   bool epilogue_fused_ = false;  // runs a reader as its epilogue now (fuse_reader, set_fusion)
   bool collect_stats_ = false;
   std::vector<ScaledOperandStats> stats_;
