@@ -224,14 +224,18 @@ int export_checkpoint(const ExportArgs& args) {
   std::string from = "from " + source.string();
   // A file without EMA tensors under eval.weights = "ema" (an export, which holds the average
   // already, or a checkpoint format that keeps weights only) is written as it is, as eval reads it.
-  if (weights == "ema" && (!args.weights.empty() || has_ema_weights(state))) {
+  const bool averages = weights == "ema" && (!args.weights.empty() || has_ema_weights(state));
+  if (averages) {
     state = with_ema_weights(std::move(state), source);
     from +=
         args.weights.empty() ? ", its EMA weights (eval.weights = \"ema\")" : ", its EMA weights";
   }
-  // Anything but a mixtrain checkpoint (e.g. another safetensors file) keeps its metadata.
-  if (state.metadata.count("mixtrain.state_version"))
+  // Anything but a mixtrain checkpoint (e.g. another safetensors file) keeps its metadata. A
+  // checkpoint's export says which of its weights it holds.
+  if (state.metadata.count("mixtrain.state_version")) {
     state.metadata = exported_metadata(state.metadata);
+    state.metadata["mixtrain.weights"] = averages ? "ema" : "master";
+  }
   write_export(args, *writer, std::move(state), source, out, from);
   return 0;
 }

@@ -125,8 +125,12 @@ sdk::TrainingState with_ema_weights(sdk::TrainingState state, const std::filesys
     ++averaged;
   }
   if (averaged == 0)
-    throw sdk::UserError(source.string() + " holds no EMA weights (no ema/ tensors)",
-                         "the run had no [ema]: drop --weights ema");
+    throw sdk::UserError(
+        source.string() + " holds no EMA weights (no ema/ tensors): its run kept none ([ema] "
+                          "absent), or wrote checkpoints in a format that keeps weights only, or "
+                          "it is an export, which holds one set (its metadata's mixtrain.weights "
+                          "says which)",
+        "export a native checkpoint of a run with [ema], or drop --weights ema");
   return state;
 }
 

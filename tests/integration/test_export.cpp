@@ -1,5 +1,6 @@
-// `mixtrain export` of a run: which checkpoint it reads and where the file goes; `export CONFIG
-// --initial`: its options and layouts, and what it refuses. (That --initial writes the trainer's
+// `mixtrain export` of a run: which checkpoint it reads and where the file goes, and which of its
+// weights (master, EMA) its files hold; `export CONFIG --initial`: its options and layouts, and
+// what it refuses. (That --initial writes the trainer's
 // own step-0 weights, bit for bit, is test_export_initial.cpp's.)
 #include <cstring>
 
@@ -252,6 +253,9 @@ TEST_F(CliExport, ARunThatEvaluatesItsEmaExportsTheEma) {
   EXPECT_NE(run_ema, run_master);
   EXPECT_EQ(loss("ema.safetensors", "master"), run_ema);
   EXPECT_EQ(loss("master.safetensors", "master"), run_master);
+  // Each export says which weights it holds.
+  EXPECT_EQ(read_st(dir_ / "ema.safetensors").metadata["mixtrain.weights"], "ema");
+  EXPECT_EQ(read_st(dir_ / "master.safetensors").metadata["mixtrain.weights"], "master");
 
   const auto plain = dir_ / "plain";
   ASSERT_EQ(
@@ -262,6 +266,61 @@ TEST_F(CliExport, ARunThatEvaluatesItsEmaExportsTheEma) {
   EXPECT_NE(r.err.find("holds no EMA weights"), std::string::npos) << r.err;
   r = run("export " + quickstart() + " --initial --weights ema --out i.safetensors", dir_);
   EXPECT_EQ(r.exit_code, 2) << r.err;
+}
+
+// The checkpoint's EMA covers what its run trained; eval under a config that freezes other
+// layers takes every average the file holds (a layer frozen now but trained then gets its EMA; a
+// layer frozen then, trained now, keeps its one copy), so it gives the run's own evaluation.
+TEST_F(CliExport, EvalTakesEveryAverageTheCheckpointHoldsWhateverTheConfigFreezes) {
+  const std::string sets = " --set run.steps=20 --set run.eval_every=0 --set backend.threads=1 "
+                           "--set ema.decay=0.8 --set eval.weights=ema";
+  for (const std::string frozen : {"[]", "[\"fc1\"]"}) {
+    const auto run_dir = dir_ / ("run" + std::to_string(frozen.size()));
+    auto r = run("train " + quickstart() + sets + " --set train.frozen='" + frozen +
+                 "' --run-dir " + run_dir.string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto config = (run_dir / "config.toml").string();
+    auto loss = [&](const std::string& set) {
+      const auto e = run("eval " + config + set + " --checkpoint " + run_dir.string(), dir_);
+      EXPECT_EQ(e.exit_code, 0) << e.err;
+      EXPECT_EQ(e.err.find("holds no EMA"), std::string::npos) << e.err;
+      return json::parse(e.out)["eval_loss"].get<double>();
+    };
+    const double own = loss("");
+    EXPECT_EQ(loss(" --set train.frozen='[\"fc1\"]'"), own) << "trained with " << frozen;
+    EXPECT_EQ(loss(" --set train.frozen='[]'"), own) << "trained with " << frozen;
+    EXPECT_NE(loss(" --set eval.weights=master"), own) << "trained with " << frozen;
+  }
+}
+
+// A resume that drops the checkpoint's EMA, or changes its decay, says so (the next checkpoint
+// no longer holds what the run averaged); a checkpoint format that keeps weights only says at
+// the start that its files hold no EMA.
+TEST_F(CliExport, DroppingOrChangingTheEmaOrAFormatThatCannotKeepItIsSaid) {
+  const auto run_dir = dir_ / "run";
+  const std::string sets = " --set backend.threads=1 --set run.eval_every=0";
+  auto r = run("train " + quickstart() + sets + " --set run.steps=4 --set ema.decay=0.8" +
+               " --run-dir " + run_dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("does not keep the EMA"), std::string::npos) << r.err;  // native keeps it
+  r = run("train --resume " + run_dir.string() + " --set run.steps=6 --set ema.decay=0.5");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("the EMA was kept with decay 0.8 and continues with 0.5"),
+            std::string::npos)
+      << r.err;
+  r = run("train --resume " + run_dir.string() + " --set run.steps=8 --set ema.decay=0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("holds an EMA of the weights, which this config keeps none of"),
+            std::string::npos)
+      << r.err;
+  r = run("train " + quickstart() + sets + " --set run.steps=2 --set ema.decay=0.8" +
+          " --set checkpoint.format=safetensors --run-dir " + (dir_ / "st").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("checkpoint.format = \"safetensors\" does not keep the EMA"),
+            std::string::npos)
+      << r.err;
+  for (const auto& f : fs::directory_iterator(dir_ / "st" / "checkpoints"))
+    EXPECT_EQ(f.path().filename().string().find("probe"), std::string::npos) << f.path();
 }
 
 }  // namespace

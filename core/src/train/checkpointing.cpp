@@ -254,6 +254,30 @@ void reconcile_best_checkpoint(Trainer::State& s) {
              ") is not in " + here.parent_path().string() + "; the next improvement writes one");
 }
 
+std::optional<std::string> ema_kept_by_format_warning(Trainer::State& s) {
+  if (s.ema.empty() || s.run_dir.empty() || !s.writes) return std::nullopt;
+  const auto& format = *s.c.checkpoint_format;
+  const fs::path probe = s.run_dir / "checkpoints" / (".ema-probe" + format.file_extension());
+  sdk::TrainingState st;
+  sdk::HostTensor t{"ema/probe", sdk::DType::fp32, {1}, std::vector<std::byte>(sizeof(float))};
+  st.tensors.push_back(std::move(t));
+  st.metadata["mixtrain.state_version"] = kTrainingStateVersion;
+  bool kept = true;
+  try {
+    format.write(probe, st);
+    kept = format.read(probe).find("ema/probe") != nullptr;
+  } catch (const std::exception&) {  // a format that refuses such a state: no answer
+  }
+  std::error_code ec;
+  fs::remove(probe, ec);
+  if (kept) return std::nullopt;
+  return "checkpoint.format = \"" + s.e.checkpoint.format + "\" does not keep the EMA of the " +
+         "weights ([ema]): its checkpoints hold the masters, so eval, predict, sample and export " +
+         "of them give the masters' numbers, not the averages " +
+         (s.e.eval.weights == EvalWeights::ema ? "this run evaluates" : "it keeps") +
+         ". Use checkpoint.format = \"native\" to keep it (export writes either set from it)";
+}
+
 sdk::TrainingState Trainer::training_state(bool weights_only) const {
   return capture_state(*s_, weights_only);
 }
@@ -473,6 +497,31 @@ void warn_on_changed_normalization(Trainer::State& s, const CheckpointFile& file
                                : file.misfit_hint);
 }
 
+// One parameter's weights from tensor t: shape-checked, into its master, or rounded into a frozen
+// parameter's one (narrower or quantized) copy.
+void load_parameter(Trainer::State& s, const CheckpointFile& file, const sdk::HostTensor& t,
+                    ModelParameter& p, bool weights_only, WeightLayout layout) {
+  const auto expected = p.shape().to_vector();
+  if (t.shape != expected)
+    throw_misshapen_parameter(file, t, p.name, expected, weights_only, layout);
+  if (!p.master.empty()) {
+    from_host(*s.c.backend, t, p.master.view(), file.path);
+    return;
+  }
+  check_fp32_weights(t, p, file.path);
+  try {
+    set_parameter_from_fp32(s.c.backend, p, reinterpret_cast<const float*>(t.bytes.data()));
+  } catch (const std::invalid_argument& e) {  // a quantized base refuses a non-finite weight
+    const std::string format = format_label(p.quant.format);
+    throw sdk::CheckpointError(
+        file.path.string() + ": tensor '" + file.name_in_file(t) + "' cannot be stored as " +
+            format + " for parameter '" + p.name + "': " + e.what(),
+        format +
+            " encodes finite weights only: use a checkpoint without infinities or NaNs, "
+            "or train.frozen_format = \"compute\"");
+  }
+}
+
 // Weights are "param/<layer>.<weight|bias>" in mixtrain's checkpoints and plain
 // "<layer>.<weight|bias>" in files exported for (or written by) other tools; buffers likewise.
 // Adds the tensors it loaded to `used`.
@@ -487,25 +536,7 @@ void load_parameters(Trainer::State& s, const CheckpointFile& file, bool weights
     if (t == nullptr && weights_only && s.e.model.lora.enabled() && is_lora_parameter(p->name))
       continue;
     if (t == nullptr) throw_missing_parameter(file, p->name);
-    const auto expected = p->shape().to_vector();
-    if (t->shape != expected)
-      throw_misshapen_parameter(file, *t, p->name, expected, weights_only, layout);
-    if (p->master.empty()) {  // frozen, stored narrower: the file's FP32 rounded into it
-      check_fp32_weights(*t, *p, file.path);
-      try {
-        set_parameter_from_fp32(s.c.backend, *p, reinterpret_cast<const float*>(t->bytes.data()));
-      } catch (const std::invalid_argument& e) {  // a quantized base refuses a non-finite weight
-        const std::string format = format_label(p->quant.format);
-        throw sdk::CheckpointError(
-            file.path.string() + ": tensor '" + file.name_in_file(*t) + "' cannot be stored as " +
-                format + " for parameter '" + p->name + "': " + e.what(),
-            format +
-                " encodes finite weights only: use a checkpoint without infinities or NaNs, "
-                "or train.frozen_format = \"compute\"");
-      }
-    } else {
-      from_host(*s.c.backend, *t, p->master.view(), file.path);
-    }
+    load_parameter(s, file, *t, *p, weights_only, layout);
     used.insert(t);
   }
 }
@@ -716,9 +747,28 @@ void warn_of_other_data(const Trainer::State& s, const CheckpointFile& file, con
              "data to keep the old");
 }
 
+bool holds_ema(const CheckpointFile& file) {
+  return std::any_of(file.st.tensors.begin(), file.st.tensors.end(),
+                     [](const sdk::HostTensor& t) { return t.name.rfind("ema/", 0) == 0; });
+}
+
 // The EMA continues where it was; a run that starts keeping one on resume starts it at the
-// resumed masters.
+// resumed masters. Dropping a checkpoint's EMA (no [ema] now) or changing its decay is allowed
+// but said, as a changed schedule is: the next checkpoint no longer holds what the run averaged.
 void restore_ema(Trainer::State& s, const CheckpointFile& file) {
+  if (s.ema.empty()) {
+    if (holds_ema(file))
+      s.log.warn(file.path.string() +
+                 " holds an EMA of the weights, which this config keeps none of ([ema] decay "
+                 "is 0 or absent): the run continues without it and its next checkpoints drop "
+                 "it. Resume with the run's config.toml (or its [ema] decay) to keep it");
+    return;
+  }
+  const auto was = saved_ema_decay(file.st.metadata);
+  if (was && *was != s.e.ema.decay && holds_ema(file))
+    s.log.warn(file.path.string() + ": the EMA was kept with decay " +
+               sdk::option_value_to_string(*was) + " and continues with " +
+               sdk::option_value_to_string(s.e.ema.decay) + " (ema.decay)");
   const auto params = s.model->trainable_parameters();
   for (std::size_t i = 0; i < s.ema.size(); ++i) {
     const auto* h = file.st.find("ema/" + params[i]->name);
@@ -805,19 +855,21 @@ void restore_policy(Trainer::State& s, const CheckpointFile& file,
 }
 
 // A Trainer that writes nothing (eval, predict, sample) runs a checkpoint as its run evaluated
-// it: with the EMA as the weights under eval.weights = "ema" (masters taken from "ema/<name>":
+// it: with the EMA as the weights under eval.weights = "ema" (weights taken from "ema/<name>":
 // the session never trains, so they may stand in), and with the policy's own state (delayed FP8
 // scaling's amax histories) when the checkpoint's policy is the config's. Without them the
 // numbers would be the raw weights' under scales of 1.
+// The EMA covers the parameters the run trained, whichever ones this config freezes: each one
+// the file has an EMA of takes it, the others (frozen in the run, so never moved) keep param/.
 void restore_for_inference(Trainer::State& s, const CheckpointFile& file) {
   if (s.e.eval.weights == EvalWeights::ema && !s.ema.empty()) {
-    const auto params = s.model->trainable_parameters();
-    std::vector<const sdk::HostTensor*> averages;
-    for (const auto* p : params)
-      if (const auto* h = file.st.find("ema/" + p->name)) averages.push_back(h);
-    if (averages.size() == params.size()) {
-      for (std::size_t i = 0; i < params.size(); ++i)
-        from_host(*s.c.backend, *averages[i], params[i]->master.view(), file.path);
+    std::size_t taken = 0;
+    for (auto* p : s.model->parameters())
+      if (const auto* h = file.st.find("ema/" + p->name)) {
+        load_parameter(s, file, *h, *p, /*weights_only=*/true, WeightLayout::native);
+        ++taken;
+      }
+    if (taken > 0) {
       s.model->refresh_working_copies();
       reset_ema(s);
     } else {

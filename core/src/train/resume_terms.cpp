@@ -173,6 +173,18 @@ std::vector<std::string> changed_policy_options(const std::map<std::string, std:
   return changed;
 }
 
+std::optional<double> saved_ema_decay(const std::map<std::string, std::string>& metadata) {
+  const auto it = metadata.find("config");
+  if (it == metadata.end()) return std::nullopt;
+  try {
+    const auto config = Config::from_string(it->second, "the checkpoint's config");
+    for (const auto& o : config.table_options("ema"))
+      if (o.key == "decay") return as_number(o.value);
+  } catch (const std::exception&) {  // unreadable: nothing recorded
+  }
+  return std::nullopt;
+}
+
 std::optional<ScheduleChange> changed_schedule(const std::map<std::string, std::string>& metadata,
                                                const Experiment& e, const LrSchedule& now,
                                                std::int64_t schedule_steps) {

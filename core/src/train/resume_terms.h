@@ -32,6 +32,8 @@
 //   recorded values, over the checkpoint's horizon `schedule_steps` when known) so a warning can
 //   name both next rates; nullopt when they agree, the entry is absent or unreadable. A --set
 //   counts too: the rate jumps however it was asked for.
+// - saved_ema_decay: the [ema] decay the checkpoint's resolved config recorded; nullopt when it
+//   records none (no [ema]), or the entry is absent or unreadable.
 #pragma once
 
 #include <cstdint>
@@ -68,6 +70,8 @@ struct ScheduleChange {
 std::optional<ScheduleChange> changed_schedule(const std::map<std::string, std::string>& metadata,
                                                const Experiment& e, const LrSchedule& now,
                                                std::int64_t schedule_steps);
+
+std::optional<double> saved_ema_decay(const std::map<std::string, std::string>& metadata);
 
 ResumeTerms read_resume_terms(const std::map<std::string, std::string>& metadata,
                               const std::filesystem::path& file);

@@ -638,6 +638,7 @@ TrainSummary Trainer::run() {
       e.optimizer_type + ", backend " + s.c.backend->capabilities().device_name +
       (s.run_dir.empty() ? std::string(" (no run folder)") : ", folder " + s.run_dir.string()));
   if (const auto warning = unscaled_narrow_gradients(e, *s.c.policy)) s.log.warn(*warning);
+  if (const auto warning = ema_kept_by_format_warning(s)) s.log.warn(*warning);
   if (e.distributed.enabled() && s.reducer->leads())
     if (const auto grace = stop_grace_warning(detect_mpi_launch()); !grace.empty())
       s.log.warn(grace);

@@ -96,6 +96,11 @@ void save_best_checkpoint(Trainer::State& s);
 // restored best's file is found in the folder, or copied from the resumed run's, or its absence
 // is a warning (the next improvement writes one).
 void reconcile_best_checkpoint(Trainer::State& s);
+// With [ema] and a run folder: whether checkpoint.format keeps the EMA's ema/ tensors, asked of
+// the format itself (a one-tensor state written to and read back from checkpoints/, then
+// removed); the warning when it does not (a weights-only format), nullopt when it does or the
+// probe could not tell.
+std::optional<std::string> ema_kept_by_format_warning(Trainer::State& s);
 
 // ema = decay * ema + (1 - decay) * master, on the device, for every trainable parameter.
 void update_ema(Trainer::State& s);
