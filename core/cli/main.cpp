@@ -424,5 +424,14 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     std::cerr << "\nerror: " << e.what() << std::endl;
     return 1;
+  } catch (...) {
+    // Not ours to name: only a plugin's code can throw what no std::exception is.
+    std::fflush(stdout);
+    std::cerr << "\nerror: an exception that is not a std::exception ended the command; a "
+                 "plugin's code threw it (mixtrain's own errors derive from std::exception)\n"
+                 "  HINT: run `mixtrain plugins` to see which plugins are loaded; a plugin must "
+                 "throw sdk::UserError or another std::exception (docs/writing-plugins.md)"
+              << std::endl;
+    return 1;
   }
 }

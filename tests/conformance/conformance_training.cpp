@@ -53,7 +53,15 @@ TEST_P(Conformance, TrainingParityOnQuickstart) {
   if (GetParam().config_overrides.empty())
     GTEST_SKIP() << "no config selects backend '" << GetParam().name << "'";
   auto want = train({"backend.type=cpu"});
-  auto got = train(GetParam().config_overrides);
+  std::vector<double> got;
+  try {
+    got = train(GetParam().config_overrides);
+  } catch (const sdk::BackendError& e) {
+    // A backend that lacks an op the training step needs (a facet is optional) cannot train:
+    // skipped, as every case of a facet it lacks is. Any other failure fails the case.
+    if (std::string(e.what()).find("does not provide") == std::string::npos) throw;
+    GTEST_SKIP() << "backend '" << GetParam().name << "' cannot train the quickstart: " << e.what();
+  }
   ASSERT_EQ(got.size(), want.size());
   for (std::size_t i = 0; i < want.size(); ++i)
     EXPECT_NEAR(got[i], want[i], 1e-3 * std::abs(want[i]) + 1e-5) << "step " << i + 1;

@@ -87,6 +87,20 @@ TEST_F(CliPlugins, AComponentOptionNamedLikeAHostKeyIsRefusedWhenSelected) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
+// A component that throws what no std::exception is, after it was built (the registry catches a
+// factory's): the command ends with exit 1 and a message, not std::terminate's abort.
+TEST_F(CliPlugins, AComponentThrowingANonStandardExceptionExitsOneWithAMessage) {
+  auto cfg =
+      write_file("cfg.toml", slurp(quickstart()) + "\n[plugins]\npaths = [\"" +
+                                 std::string(MIXTRAIN_TEST_PLUGIN_DIR) + "/throwing_factory\"]\n");
+  auto r = run("train " + cfg.string() + " --set scaler.type=test_update_throws_int --run-dir " +
+               (dir_ / "run").string());
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("an exception that is not a std::exception ended the command"),
+            std::string::npos)
+      << r.err;
+}
+
 // A copy of the executable with its libraries but no plugin folder (a broken install): `plugins`
 // says where the folder should be.
 TEST_F(CliPlugins, AnInstallWithoutItsPluginFolderIsNamed) {

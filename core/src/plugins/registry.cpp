@@ -1,6 +1,7 @@
 #include "mixtrain/core/plugins/registry.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <mutex>
 #include <set>
@@ -37,6 +38,19 @@ std::string join(const std::vector<std::string>& v) {
 }
 
 // The library at `path`, mapped and kept loaded, or the reason it cannot be.
+// What the loader said: Boost wraps dlerror()'s text as "boost::dll::shared_library::load()
+// failed (dlerror system message: TEXT): STRERROR", and its errno part is whatever errno held
+// then (often unrelated: "Bad file descriptor"), so only TEXT is the loader's.
+std::string loader_message(const std::exception& e) {
+  const std::string what = e.what();
+  const std::string marker = "(dlerror system message: ";
+  const auto from = what.find(marker);
+  const auto to = what.rfind(')');
+  if (from == std::string::npos || to == std::string::npos || to < from + marker.size())
+    return what;
+  return what.substr(from + marker.size(), to - from - marker.size());
+}
+
 std::shared_ptr<dll::shared_library> open_library(const fs::path& path, std::string& error) {
   // dlopen maps the file's segments as they are: a truncated file (a half-copied plugin) makes
   // it touch pages past the end and die of SIGBUS, so the headers are checked first. The file can
@@ -53,7 +67,7 @@ std::shared_ptr<dll::shared_library> open_library(const fs::path& path, std::str
     // killing the process at first call.
     lib->load(path, dll::load_mode::rtld_now | dll::load_mode::rtld_local);
   } catch (const std::exception& e) {
-    error = std::string("cannot load the library: ") + e.what();
+    error = "cannot load the library: " + loader_message(e);
     // The descriptor's ABI check comes after loading; a symbol of the SDK that this build lacks
     // stops the loader first: the plugin was built against another SDK, or without the support
     // library it must carry (the core exports none of its helpers).
@@ -245,9 +259,38 @@ void PluginRegistry::load_library(const fs::path& path) {
   libraries_.push_back(std::move(rec));
 }
 
+namespace {
+
+// A component is named in configs as `type = "NAME"` and `[kind.NAME]`: a TOML bare key, so
+// letters, digits, '_' and '-' only (a dot would open another table, a space needs quotes).
+bool addressable_name(const std::string& name) {
+  return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+}
+
+}  // namespace
+
 void PluginRegistry::register_components(LibraryRecord& rec, std::shared_ptr<void> handle,
                                          std::vector<sdk::ComponentInfo> infos) {
   for (auto& info : infos) {
+    // Each warning names the component as the library registers it: kind, name, library.
+    const std::string kind(sdk::component_kind_name(info.kind));
+    const std::string who = (kind == "?" ? "component" : kind) + " '" + info.name + "' of " +
+                            rec.path.filename().string();
+    if (kind == "?") {
+      rec.warnings.push_back(who + " ignored: its kind (" +
+                             std::to_string(static_cast<int>(info.kind)) +
+                             ") is none of backend, policy, scaler, optimizer, checkpoint_format, "
+                             "communicator; fix components() and rebuild the plugin");
+      continue;
+    }
+    if (!addressable_name(info.name)) {
+      rec.warnings.push_back(who + " ignored: a config cannot name it (a name is letters, digits, "
+                                   "'_' and '-', as a TOML bare key); rename it and rebuild the "
+                                   "plugin");
+      continue;
+    }
     if (const auto* prev = find(info.kind, info.name)) {
       rec.warnings.push_back("duplicate " + std::string(sdk::component_kind_name(info.kind)) +
                              " '" + info.name + "' ignored; " + prev->library.string() +
@@ -255,11 +298,12 @@ void PluginRegistry::register_components(LibraryRecord& rec, std::shared_ptr<voi
       continue;
     }
     if (info.create == nullptr) {
-      rec.warnings.push_back("component '" + info.name + "' has no factory; ignored");
+      rec.warnings.push_back(who + " ignored: it has no factory; give it one in components() and "
+                                   "rebuild the plugin");
       continue;
     }
     if (auto problem = schema_problem(info.options); !problem.empty()) {
-      rec.warnings.push_back("component '" + info.name + "' ignored: " + problem +
+      rec.warnings.push_back(who + " ignored: " + problem +
                              "; fix its option_schema() and rebuild the plugin");
       continue;
     }
@@ -345,10 +389,12 @@ std::unique_ptr<sdk::Component> PluginRegistry::create_component(
 }
 
 void PluginRegistry::throw_wrong_type(const LoadedComponent& c) const {
-  throw sdk::PluginError("component '" + c.info.name + "' of " + c.library.string() +
-                         " is registered as a " +
-                         std::string(sdk::component_kind_name(c.info.kind)) +
-                         " but its factory built an object of another interface");
+  throw sdk::PluginError(
+      "component '" + c.info.name + "' of " + c.library.string() + " is registered as kind " +
+          std::string(sdk::component_kind_name(c.info.kind)) +
+          " but its factory built an object of another interface",
+      "this is an error inside the plugin (its components() entry names the wrong kind, or the "
+      "factory builds the wrong class); report it to its authors");
 }
 
 }  // namespace mixtrain::core

@@ -3,6 +3,8 @@
 // infinite default, a default that is not one of its choices, a name declared twice): all but the
 // new scaler are ignored with warnings, and the new one is still registered. One more loads but
 // declares an option named like the host's selector, which a config that selects it is refused for.
+// Four more no config could select (an empty name, a dot, a space, a kind out of the enum) are
+// ignored with warnings.
 #include <limits>
 
 #include "mixtrain/sdk/loss_scaler.h"
@@ -59,6 +61,12 @@ std::vector<sdk::ComponentInfo> components() {
        "test_declares_type",
        "an option named like [scaler]'s selector",
        {sdk::OptionSpec::string("type", "mine", "shadowed by the host's selector")},
+       &sdk::make_component<OtherScaler>},
+      {ComponentKind::scaler, "", "an empty name", {}, &sdk::make_component<OtherScaler>},
+      {ComponentKind::scaler, "test.dotted", "a dotted name", {}, &sdk::make_component<OtherScaler>},
+      {ComponentKind::scaler, "test spaced", "a name with a space", {},
+       &sdk::make_component<OtherScaler>},
+      {static_cast<ComponentKind>(99), "test_kind_99", "a kind out of the enum", {},
        &sdk::make_component<OtherScaler>},
       {ComponentKind::scaler,
        "test_option_twice",

@@ -1,7 +1,9 @@
 // Scalers whose factories fail in the ways a plugin can fail: an internal error, a user error,
-// a config error about one of its options, a null result and an object of the wrong interface.
+// a config error about one of its options, a null result and an object of the wrong interface;
+// and one built fine that throws a non-standard exception from its first update().
 #include <stdexcept>
 
+#include "mixtrain/sdk/loss_scaler.h"
 #include "mixtrain/sdk/plugin.h"
 #include "mixtrain/sdk/precision_policy.h"
 
@@ -37,6 +39,15 @@ class SomePolicy final : public sdk::PrecisionPolicy {
   bool needs_loss_scaling() const override { return false; }
 };
 
+class UpdateThrowsInt final : public sdk::LossScaler {
+ public:
+  UpdateThrowsInt(const sdk::Options&, const sdk::PluginContext&) {}
+  float scale() const override { return 1.0f; }
+  sdk::ScalerDecision update(bool) override { throw 7; }
+  sdk::ComponentState save_state() const override { return {}; }
+  void load_state(const sdk::ComponentState&) override {}
+};
+
 std::vector<sdk::ComponentInfo> components() {
   using sdk::ComponentKind;
   return {
@@ -61,6 +72,11 @@ std::vector<sdk::ComponentInfo> components() {
        {},
        &throws_int},
       {ComponentKind::scaler, "test_returns_null", "factory returns nothing", {}, &returns_null},
+      {ComponentKind::scaler,
+       "test_update_throws_int",
+       "update() throws a non-standard exception",
+       {},
+       &sdk::make_component<UpdateThrowsInt>},
       {ComponentKind::scaler,
        "test_wrong_interface",
        "registered as a scaler, builds a policy",

@@ -171,6 +171,10 @@ TEST_F(registry_AllCases, UnresolvedSymbolIsNamedFromTheLoader) {
   EXPECT_FALSE(rec->loaded);
   EXPECT_TRUE(contains(rec->error, "mixtrain_test_missing_symbol")) << rec->error;
   EXPECT_TRUE(contains(rec->error, "undefined symbol")) << rec->error;
+  // The loader's text alone: not Boost's wrapping, nor the stale errno it appends.
+  EXPECT_FALSE(contains(rec->error, "boost::dll")) << rec->error;
+  EXPECT_FALSE(contains(rec->error, "dlerror system message")) << rec->error;
+  EXPECT_TRUE(rec->error.ends_with("mixtrain_test_missing_symbol")) << rec->error;
 }
 
 // A plugin that calls the support library without carrying it: the core's copy is hidden (each
@@ -269,12 +273,38 @@ TEST_F(registry_AllCases, AComponentWithABrokenSchemaIsIgnoredNamingTheOption) {
     EXPECT_EQ(registry.find(ComponentKind::scaler, name), nullptr) << name;
     bool warned = false;
     for (const auto& w : rec->warnings)
-      warned = warned || (contains(w, "component '" + name + "' ignored: " + says) &&
+      warned = warned || (contains(w, "scaler '" + name +
+                                             "' of libmixtrain_test_duplicate.so ignored: " + says) &&
                           contains(w, "fix its option_schema()"));
     EXPECT_TRUE(warned) << name << ": " << ::testing::PrintToString(rec->warnings);
   }
   // The good plugin's schema (a range and a choice, both met by its defaults) passes.
   EXPECT_NE(registry.find(ComponentKind::scaler, "test_constant"), nullptr);
+}
+
+// A name a config cannot write as `type = "NAME"` and `[scaler.NAME]` (a TOML bare key), or a kind
+// outside the enum, is ignored with a warning naming the library; the library's others load.
+TEST_F(registry_AllCases, ComponentsAConfigCannotNameAreIgnoredNamingTheLibrary) {
+  const auto* rec = record_in(registry, "duplicate");
+  ASSERT_NE(rec, nullptr);
+  EXPECT_TRUE(rec->loaded) << rec->error;
+  EXPECT_NE(registry.find(ComponentKind::scaler, "test_dup_only"), nullptr);
+  for (const std::string name : {"", "test.dotted", "test spaced"}) {
+    EXPECT_EQ(registry.find(ComponentKind::scaler, name), nullptr) << name;
+    bool warned = false;
+    for (const auto& w : rec->warnings)
+      warned = warned ||
+               contains(w, "scaler '" + name +
+                               "' of libmixtrain_test_duplicate.so ignored: a config cannot name it");
+    EXPECT_TRUE(warned) << "'" << name << "': " << ::testing::PrintToString(rec->warnings);
+  }
+  bool kind_warned = false;
+  for (const auto& w : rec->warnings)
+    kind_warned = kind_warned || contains(w, "component 'test_kind_99' of "
+                                             "libmixtrain_test_duplicate.so ignored: its kind (99)");
+  EXPECT_TRUE(kind_warned) << ::testing::PrintToString(rec->warnings);
+  for (const auto& c : registry.components())
+    EXPECT_NE(c.info.name, "test_kind_99");
 }
 
 TEST(registry_Order, LaterFolderDoesNotOverrideEarlierOne) {
