@@ -87,6 +87,8 @@ int run_sample(const ConfigArgs& cfg, const SampleArgs& args) {
     for (unsigned char c : *args.prompt) prompt.push_back(c);
   else
     prompt = parse_token_ids(*args.prompt_ids, "--prompt-ids");
+  if (prompt.empty())
+    throw sdk::UserError("the prompt is empty", "give --prompt some text to continue");
 
   auto session = open_model_session(cfg, SessionWeights::from_checkpoint);
   auto& trainer = *session.trainer;

@@ -69,7 +69,10 @@ void check_in_vocabulary(std::span<const std::int32_t> ids, std::int64_t vocab,
                                std::to_string(i + 1) + ") is outside this model's vocabulary of " +
                                std::to_string(vocab) + " tokens (ids 0 to " +
                                std::to_string(vocab - 1) + ")",
-                           "encode the prompt with the tokenizer the model was trained with");
+                           flag == "--stop-ids"
+                               ? "give the ids of tokens the model can produce (a byte-level "
+                                 "model's are its bytes: --stop-ids 10 stops after a newline)"
+                               : "encode the prompt with the tokenizer the model was trained with");
 }
 
 std::string format_token_ids(std::span<const std::int32_t> ids) {

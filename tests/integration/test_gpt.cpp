@@ -1,9 +1,12 @@
 // The byte-level GPT of configs/gpt-tiny-*.toml through the real executable: it learns, it
 // samples (deterministically per seed, over a KV cache), and bad models or checkpoints exit 2.
 #include <algorithm>
+#include <cstring>
 #include <iterator>
+#include <limits>
 
 #include "gpt_torch_support.h"
+#include "safetensors_test_support.h"
 
 namespace {
 
@@ -154,11 +157,35 @@ TEST_F(CliGpt, SampleTakesAndPrintsIdsOfAnyVocabularyAndRefusesIdsOutsideIt) {
             "\"text\" or a vocabulary of 256), but this model's vocabulary has 300 tokens"},
            {"--prompt-ids 5,6", "add --print-ids"},
            {"--prompt-ids 5,6 --print-ids --stop-ids 7,300",
-            "--stop-ids: token id 300 (item 2) is outside this model's vocabulary"}}) {
+            "--stop-ids: token id 300 (item 2) is outside this model's vocabulary"},
+           {"--prompt-ids 5,6 --print-ids --stop-ids 7,300",
+            "HINT: give the ids of tokens the model can produce"}}) {
     r = run(base + " " + args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.out << r.err;
     EXPECT_TRUE(has(r.err, says)) << args << ": " << r.err;
     EXPECT_EQ(r.out, "") << args;  // nothing printed before the refusal
+  }
+}
+
+// Weights that hold NaN make NaN logits: sample stops with exit 2 instead of printing the
+// argmax of NaNs (id 0) as text, greedy and sampled alike.
+TEST_F(CliGpt, SampleFromNonFiniteLogitsExitsTwo) {
+  const auto weights = dir_ / "initial.safetensors";
+  auto r = run("export " + config("gpt-tiny-fp32.toml") + kSmall +
+               " --initial --out " + weights.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto st = read_st(weights);
+  auto* bias = st.find("ln_f.bias");
+  ASSERT_NE(bias, nullptr);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(bias->bytes.data(), &nan, sizeof nan);
+  write_st(dir_ / "nan.safetensors", st);
+  for (const std::string how : {"--temperature 0", "--temperature 1 --seed 3"}) {
+    r = run("sample " + config("gpt-tiny-fp32.toml") + kSmall + " --checkpoint " +
+            (dir_ / "nan.safetensors").string() + " --prompt-ids 1,2 --print-ids --tokens 3 " +
+            how);
+    EXPECT_EQ(r.exit_code, 2) << how << ": " << r.out << r.err;
+    EXPECT_TRUE(has(r.err, "the model's logits for generated token 1 are not finite")) << r.err;
   }
 }
 
@@ -201,7 +228,8 @@ TEST_F(CliGpt, SampleArgumentsOutOfRangeExit2BeforeAnythingLoads) {
            {"--prompt-ids 12,,3", "--prompt-ids: item 2 of '12,,3' is empty"},
            {"--prompt-ids 12,x7", "--prompt-ids: item 2 of '12,x7', 'x7', is not a whole number"},
            {"--prompt-ids 12,-1", "-1, is out of range: a token id is from 0 to 2147483647"},
-           {"--prompt-ids 4294967296", "4294967296, is out of range"}}) {
+           {"--prompt-ids 4294967296", "4294967296, is out of range"},
+           {"--prompt-ids ''", "--prompt-ids: item 1 of '' is empty"}}) {
     // --prompt-ids replaces the prompt (the two exclude each other).
     auto r = run(base + (has(args, "--prompt-ids") ? "" : "--prompt x ") + args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
@@ -213,6 +241,11 @@ TEST_F(CliGpt, SampleArgumentsOutOfRangeExit2BeforeAnythingLoads) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_TRUE(has(r.err, "sample needs a prompt to continue")) << r.err;
   EXPECT_TRUE(has(r.err, "--prompt-ids ID,ID,...")) << r.err;
+  EXPECT_EQ(r.err.find("missing"), std::string::npos) << r.err;
+  // An empty one neither.
+  r = run(base + "--prompt ''");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "the prompt is empty")) << r.err;
   EXPECT_EQ(r.err.find("missing"), std::string::npos) << r.err;
 }
 

@@ -136,6 +136,45 @@ std::int32_t sample_token(std::span<const float> logits, const SamplingOptions& 
   return static_cast<std::int32_t>(best);  // rounding left u at the very end
 }
 
+namespace {
+
+// The ids the context holds, each once, with a flag per candidate id: the repetition penalty
+// reads them each step, so keeping them as tokens arrive makes a step cost the distinct ids,
+// not the whole context (quadratic over a long output).
+class SeenIds {
+ public:
+  explicit SeenIds(std::size_t candidates) : seen_(candidates, 0) {}
+  void add(std::int32_t id) {
+    if (id < 0 || static_cast<std::size_t>(id) >= seen_.size() ||
+        seen_[static_cast<std::size_t>(id)] != 0)
+      return;
+    seen_[static_cast<std::size_t>(id)] = 1;
+    ids_.push_back(id);
+  }
+  std::span<const std::int32_t> ids() const { return ids_; }
+
+ private:
+  std::vector<char> seen_;
+  std::vector<std::int32_t> ids_;
+};
+
+// Sampling from NaN or infinite logits draws nothing meaningful (Hugging Face raises): the
+// weights hold non-finite values, or the forward overflowed its precision.
+void check_finite_logits(std::span<const float> logits, std::int64_t token) {
+  for (std::size_t i = 0; i < logits.size(); ++i)
+    if (!std::isfinite(logits[i]))
+      throw sdk::UserError(
+          "the model's logits for generated token " + std::to_string(token + 1) +
+              " are not finite (id " + std::to_string(i) + ": " +
+              number(static_cast<double>(logits[i])) +
+              "): nothing can be sampled from them",
+          "the checkpoint's weights hold NaN or infinity, or the forward overflows its "
+          "precision: check the checkpoint with `mixtrain eval`, or sample under "
+          "--set precision.policy=fp32");
+}
+
+}  // namespace
+
 std::vector<std::int32_t> generate(Model& model, std::span<const std::int32_t> prompt,
                                    const SamplingOptions& o,
                                    const std::function<void(std::int32_t)>& on_token) {
@@ -149,6 +188,8 @@ std::vector<std::int32_t> generate(Model& model, std::span<const std::int32_t> p
   const auto drawn = static_cast<std::size_t>(o.vocabulary > 0 ? o.vocabulary : model.classes());
   const std::int64_t block = model.input_features();
   std::vector<std::int32_t> context(prompt.begin(), prompt.end());
+  SeenIds seen(drawn);
+  for (const std::int32_t id : prompt) seen.add(id);
   std::vector<std::int32_t> out;
   DataRng rng(o.seed, 0x73616d706c65ull);  // "sample"
   // Prefill the last `block` prompt tokens; later tokens one at a time.
@@ -162,10 +203,12 @@ std::vector<std::int32_t> generate(Model& model, std::span<const std::int32_t> p
   for (std::int64_t i = 0; i < o.tokens; ++i) {
     // Ids past `drawn` (a padded output layer's) are never candidates.
     const std::span<float> candidates = std::span<float>(logits).first(drawn);
-    apply_repetition_penalty(candidates, context, o.repetition_penalty);
+    check_finite_logits(candidates, i);
+    apply_repetition_penalty(candidates, seen.ids(), o.repetition_penalty);
     const std::int32_t next = sample_token(candidates, o, rng);
     out.push_back(next);
     context.push_back(next);
+    seen.add(next);
     if (on_token) on_token(next);
     if (i + 1 == o.tokens ||
         std::find(o.stop_ids.begin(), o.stop_ids.end(), next) != o.stop_ids.end())

@@ -21,7 +21,8 @@
 //   the C library's exp in the last bit, which moves a draw only when it lands on a boundary).
 // - Errors: an empty prompt, a temperature < 0, a top_p outside (0, 1], a repetition_penalty
 //   that is not > 0 (each non-finite included), a negative `vocabulary` or one past the model's
-//   outputs, or a prompt id outside the vocabulary are sdk::UserError.
+//   outputs, or a prompt id outside the vocabulary are sdk::UserError; so are non-finite logits
+//   at a step (NaN or infinite weights, an overflowing forward), which nothing can be drawn from.
 #pragma once
 
 #include <cstdint>
