@@ -107,8 +107,8 @@ void write_run_text(Trainer::State& s) {
 }
 
 // What every data-parallel replica must hold identically besides the optimizer's slots (the
-// reducer adds those it holds whole): the masters, the optimizer's scalars, and the scaler's and
-// the policy's state.
+// reducer adds those it holds whole): the masters, the EMA of them ([ema]), the optimizer's
+// scalars, and the scaler's and the policy's state.
 std::vector<std::byte> replica_state(Trainer::State& s) {
   std::vector<std::byte> out;
   auto append = [&](const void* p, std::size_t n) {
@@ -127,6 +127,7 @@ std::vector<std::byte> replica_state(Trainer::State& s) {
     append_view(p->quant.codes.view());
     append_view(p->quant.scales.view());
   }
+  for (const auto& average : s.ema) append_view(average.view());
   for (const std::string& text :
        {component_state_to_json(s.e.optimizer_type, s.c.optimizer->save_state()).dump(),
         component_state_to_json(s.e.scaler_type, s.c.scaler->save_state()).dump(),
