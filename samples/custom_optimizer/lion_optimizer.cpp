@@ -65,6 +65,19 @@ void LionOptimizer::release() noexcept {
 void LionOptimizer::bind(sdk::DeviceBackend& backend, std::span<const sdk::Parameter> params) {
   release();
   sdk::ForeachFacet* ops = sdk::facet<sdk::ForeachFacet>(backend);
+  // A facet of the name at another major is not "missing": this plugin and the backend were
+  // built against SDKs that disagree on it, and rebuilding one of them is the fix.
+  if (ops == nullptr)
+    if (const sdk::Facet* other = backend.find_facet(sdk::ForeachFacet::kName)) {
+      const auto [major, minor] = other->version();
+      throw sdk::BackendError(
+          "optimizer 'lion' was built against foreach " +
+              std::to_string(sdk::ForeachFacet::kVersion.major) + "." +
+              std::to_string(sdk::ForeachFacet::kVersion.minor) + ", and backend '" +
+              backend.capabilities().kind + "' offers foreach " + std::to_string(major) + "." +
+              std::to_string(minor) + ": a facet of another major is not compatible",
+          "rebuild this plugin against the SDK of the mixtrain that loads it");
+    }
   const sdk::DType fp32[2] = {sdk::DType::fp32, sdk::DType::fp32};
   for (auto op : {sdk::ForeachOp::foreach_mul_scalar, sdk::ForeachOp::foreach_add,
                   sdk::ForeachOp::foreach_sign})

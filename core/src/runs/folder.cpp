@@ -102,7 +102,8 @@ std::pair<fs::path, RunFolderLock> claim_run_dir(const fs::path& requested, bool
     if (!lock) refuse_in_use(requested);
     if (holds_run(requested))
       throw sdk::UserError("run folder " + requested.string() + " already holds a run",
-                           "choose a new --run-dir, or continue that run with --resume " +
+                           "choose a new run folder (train --run-dir), or continue that run "
+                           "with --resume " +
                                (requested / "checkpoints").string());
     return {requested, std::move(*lock)};
   }

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "cpu_params.h"
+#include "forwarding_backend.h"
 #include "lion_optimizer.h"
 #include "mixtrain/sdk/error.h"
 #include "plugin_test_support.h"
@@ -193,6 +194,50 @@ TEST(optimizers_lion_sample_readme, OptionTableMatchesTheSchema) {
   for (const auto& spec : LionOptimizer::option_schema())
     expected.push_back(test::readme_row(spec));
   EXPECT_EQ(test::readme_rows(readme, "lion"), expected) << "update the `lion` table in " << readme;
+}
+
+// A backend whose foreach facet is of another major (built against another SDK) is told apart
+// from one without the facet: the message names both versions and the rebuild.
+TEST(optimizers_lion_sample_facets, AForeachOfAnotherMajorIsNamedWithBothVersions) {
+  struct ForeachOfAnotherMajor final : sdk::Facet {
+    std::string_view name() const override { return sdk::ForeachFacet::kName; }
+    sdk::FacetVersion version() const override {
+      return {static_cast<std::uint16_t>(sdk::ForeachFacet::kVersion.major + 1), 0};
+    }
+  };
+  struct Backend final : test::ForwardingBackend {
+    using ForwardingBackend::ForwardingBackend;
+    ForeachOfAnotherMajor other;
+    bool hide = false;
+    sdk::Facet* find_facet(std::string_view name) override {
+      if (name != sdk::ForeachFacet::kName) return in_->find_facet(name);
+      return hide ? nullptr : &other;
+    }
+  };
+  Backend backend(std::make_shared<mixtrain::backend_cpu::CpuBackend>(1));
+  test::CapturingSink sink;
+  auto bind = [&] {
+    LionOptimizer opt(test::resolve("optimizer", LionOptimizer::option_schema(), {}),
+                      test::context(&sink, "lion", "optimizer", "lion"));
+    opt.bind(backend, {});
+  };
+  try {
+    bind();
+    FAIL() << "bound to a foreach of another major";
+  } catch (const sdk::BackendError& e) {
+    EXPECT_TRUE(test::has(e.what(), "offers foreach " +
+                                        std::to_string(sdk::ForeachFacet::kVersion.major + 1) +
+                                        ".0"))
+        << e.what();
+    EXPECT_TRUE(test::has(e.hint(), "rebuild this plugin")) << e.hint();
+  }
+  backend.hide = true;
+  try {
+    bind();
+    FAIL() << "bound to a backend without foreach";
+  } catch (const sdk::BackendError& e) {
+    EXPECT_TRUE(test::has(e.what(), "which backend 'cpu' does not provide")) << e.what();
+  }
 }
 
 // docs/writing-plugins.md §11 shows the sample's code; every C++ block there must still be in
