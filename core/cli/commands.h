@@ -16,9 +16,9 @@ struct ConfigArgs {
   std::vector<std::filesystem::path> merges;  // --merge: applied in order, before `sets`
 };
 
-// Exit code of a run that diverged (every step skipped, a non-finite final loss, or stopped by
-// run.on_nonfinite = "stop"); an interrupted run exits with core::interrupted_exit_code() (130 for
-// Ctrl-C, 143 for SIGTERM).
+// Exit code of a run that diverged (every step skipped, a non-finite loss on each of the last 3
+// steps, or stopped by run.on_nonfinite = "stop"); an interrupted run exits with
+// core::interrupted_exit_code() (130 for Ctrl-C, 143 for SIGTERM).
 inline constexpr int kExitDiverged = 3;
 // profile: the backend is wrapped in a ProfilingBackend (profiling/profiling_backend.h) that
 // records from the end of the first step (primitive creation, first-touch allocation) to the end of

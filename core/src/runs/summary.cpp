@@ -16,7 +16,10 @@ std::string divergence_reason(const TrainSummary& s, const std::string& stopped_
   if (s.steps > 0 && s.applied_steps == 0 && !s.interrupted)
     return "every one of the " + std::to_string(s.steps) +
            " steps was skipped (non-finite gradients at every loss scale tried)";
-  if (!std::isfinite(s.final_loss)) return "the final loss is not finite";
+  if (!std::isfinite(s.final_loss) &&
+      (s.trailing_nonfinite_steps >= kDivergedTail || s.trailing_nonfinite_steps >= s.steps))
+    return "the loss was not finite on each of the last " +
+           std::to_string(s.trailing_nonfinite_steps) + " steps";
   return {};
 }
 

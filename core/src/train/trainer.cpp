@@ -305,6 +305,7 @@ struct RunEnd {
   bool interrupted = false;
   std::string stopped_by;     // run.on_nonfinite = "stop": why
   std::string stopped_early;  // early stopping: why
+  std::int64_t nonfinite_tail = 0;  // the last steps in a row whose loss was not finite
   bool stopping() const { return interrupted || !stopped_by.empty() || !stopped_early.empty(); }
 };
 
@@ -347,6 +348,9 @@ StepPlan plan_step(Trainer::State& s, const ProgressReport& progress, std::int64
 }
 
 void note_divergence(const Trainer::State& s, const StepOutcome& step, RunEnd& end) {
+  // An applied step had finite gradients, so a finite loss, whether or not it was read.
+  end.nonfinite_tail =
+      !step.decision.apply_step && !std::isfinite(step.loss.loss) ? end.nonfinite_tail + 1 : 0;
   if (!step.decision.apply_step && !std::isfinite(step.loss.loss) &&
       s.e.run.on_nonfinite == NonfiniteAction::stop)
     end.stopped_by =
@@ -469,6 +473,7 @@ void summarize_run(Trainer::State& s, TrainSummary& sum, const RunEnd& end,
   sum.applied_steps = s.position.applied;
   sum.skipped_steps = s.position.skipped;
   sum.final_loss = s.metrics.last_loss;
+  sum.trailing_nonfinite_steps = end.nonfinite_tail;
   sum.final_loss_scale = s.c.scaler->scale();
   sum.peak_memory_bytes = b.memory_stats().peak_bytes;
   sum.peak_rss_bytes = measured.training_peak_rss;

@@ -31,9 +31,34 @@ TEST(RunSummary, EveryStepSkippedIsADivergenceUnlessTheRunWasInterrupted) {
   // Ctrl-C during the dynamic scaler's first back-off steps is not a divergence.
   s.interrupted = true;
   EXPECT_EQ(divergence_reason(s, ""), "");
-  // A non-finite final loss still is, interrupted or not.
+  // Non-finite losses on every step still are, interrupted or not.
   s.final_loss = std::numeric_limits<double>::quiet_NaN();
+  s.trailing_nonfinite_steps = 3;
   EXPECT_NE(divergence_reason(s, ""), "");
+}
+
+// One or two non-finite losses at the end of a run that trained (an fp16 forward overflow the
+// skip absorbed) are no divergence; kDivergedTail of them in a row are, and so is a run whose
+// every step was non-finite however short.
+TEST(RunSummary, ANonFiniteLossDivergesOnlyOnTheLastStepsInARow) {
+  TrainSummary s;
+  s.steps = 100;
+  s.applied_steps = 98;
+  s.skipped_steps = 2;
+  s.final_loss = std::numeric_limits<double>::infinity();
+  for (std::int64_t tail = 1; tail < mixtrain::core::kDivergedTail; ++tail) {
+    s.trailing_nonfinite_steps = tail;
+    EXPECT_EQ(divergence_reason(s, ""), "") << tail;
+  }
+  s.trailing_nonfinite_steps = mixtrain::core::kDivergedTail;
+  EXPECT_EQ(divergence_reason(s, ""), "the loss was not finite on each of the last 3 steps");
+  s.steps = 2;
+  s.applied_steps = 0;
+  s.trailing_nonfinite_steps = 2;
+  EXPECT_NE(divergence_reason(s, ""), "");
+  s.applied_steps = 1;
+  s.trailing_nonfinite_steps = 1;
+  EXPECT_EQ(divergence_reason(s, ""), "");
 }
 
 TEST(RunSummary, StopReasonWinsAndAHealthyRunHasNone) {

@@ -56,6 +56,8 @@ struct TrainSummary {
   std::int64_t applied_steps = 0;
   std::int64_t skipped_steps = 0;
   double final_loss = 0.0;
+  // The steps at the end of the run, in a row, whose loss was not finite (each one skipped).
+  std::int64_t trailing_nonfinite_steps = 0;
   bool evaluated = false;  // `eval` holds an evaluation, made at `eval_step`
   std::int64_t eval_step = 0;
   EvalResult eval;
@@ -114,8 +116,11 @@ struct TrainSummary {
   Distributed distributed;
 };
 
-// The reason a run with these totals diverged ("every one of the 300 steps was skipped ..."), or
-// empty. `stopped_by` is the message of an on_nonfinite = "stop" stop, if any.
+// The reason a run with these totals diverged ("every one of the 300 steps was skipped ...", or a
+// non-finite loss on each of its last kDivergedTail steps), or empty. One or two non-finite last
+// steps after finite ones are an overflow the skip absorbed (a dynamic scaler's business), not a
+// divergence. `stopped_by` is the message of an on_nonfinite = "stop" stop, if any.
+inline constexpr std::int64_t kDivergedTail = 3;
 std::string divergence_reason(const TrainSummary& summary, const std::string& stopped_by);
 
 void write_run_summary(const std::filesystem::path& file, const TrainSummary& summary);
