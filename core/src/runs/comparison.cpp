@@ -71,8 +71,10 @@ std::optional<double> ratio(const std::optional<double>& a, const std::optional<
 
 }  // namespace
 
-std::map<std::int64_t, double> smoothed_losses(const RunData& run, std::int64_t logging_interval) {
-  const auto raw = finite_losses(run);
+namespace {
+
+std::map<std::int64_t, double> smoothed(const std::map<std::int64_t, double>& raw,
+                                        std::int64_t logging_interval) {
   std::map<std::int64_t, double> out;
   if (raw.empty()) return out;
   const std::int64_t window = kLossSmoothingIntervals * logging_interval;
@@ -87,6 +89,26 @@ std::map<std::int64_t, double> smoothed_losses(const RunData& run, std::int64_t 
     for (auto w = lo; w != std::next(it); ++w) sum += w->second, ++n;
     out[it->first] = sum / n;
   }
+  return out;
+}
+
+}  // namespace
+
+std::map<std::int64_t, double> smoothed_losses(const RunData& run, std::int64_t logging_interval) {
+  return smoothed(finite_losses(run), logging_interval);
+}
+
+SmoothedPair smoothed_common_losses(const RunData& base, const RunData& run) {
+  const auto b = finite_losses(base), r = finite_losses(run);
+  std::map<std::int64_t, double> common_base, common_run;
+  for (const auto& [step, loss] : b)
+    if (const auto it = r.find(step); it != r.end())
+      common_base[step] = loss, common_run[step] = it->second;
+  SmoothedPair out;
+  const std::int64_t interval = usual_logging_interval(common_base);
+  out.window_steps = kLossSmoothingIntervals * interval;
+  const auto sb = smoothed(common_base, interval), sr = smoothed(common_run, interval);
+  for (const auto& [step, loss] : sr) out.at[step] = {loss, sb.at(step)};
   return out;
 }
 
@@ -157,7 +179,6 @@ RunComparison compare_runs(std::vector<RunData> runs) {
 
   RunComparison c;
   c.logging_interval = usual_logging_interval(finite_losses(runs.front()));
-  const auto base_smoothed = smoothed_losses(runs.front(), c.logging_interval);
   for (const auto& run : runs) {
     RunComparisonRow row;
     row.name = run.name;
@@ -176,12 +197,14 @@ RunComparison compare_runs(std::vector<RunData> runs) {
     for (const auto& [step, loss] : finite_losses(run))
       if (!row.best_loss || loss < *row.best_loss) row.best_loss = loss, row.best_loss_step = step;
     // Single-batch losses differ by batch noise alone; the smoothed curves differ by what the runs
-    // do differently.
-    for (const auto& [step, loss] : smoothed_losses(run, c.logging_interval)) {
-      auto b = base_smoothed.find(step);
-      if (b == base_smoothed.end()) continue;
+    // do differently. Both are averaged over the same steps (those both logged), so runs logged
+    // at different intervals compare means of the same batches.
+    const SmoothedPair pair = smoothed_common_losses(runs.front(), run);
+    row.gap_window_steps = pair.window_steps;
+    for (const auto& [step, losses] : pair.at) {
+      const auto [loss, base_loss] = losses;
       ++row.common_steps;
-      const double gap = std::fabs(loss - b->second) / std::max(std::fabs(b->second), 1e-12);
+      const double gap = std::fabs(loss - base_loss) / std::max(std::fabs(base_loss), 1e-12);
       if (!row.max_rel_loss_gap || gap > *row.max_rel_loss_gap)
         row.max_rel_loss_gap = gap, row.max_rel_loss_gap_step = step;
     }

@@ -109,7 +109,9 @@ std::string gap_note(const RunComparison& c) {
          std::to_string(c.smoothing_window_steps()) + " steps (" +
          std::to_string(kLossSmoothingIntervals) +
          " of the baseline's logging intervals; from the first full window on), not a single "
-         "batch's";
+         "batch's. A run logged at another interval is compared on the steps both logged, each "
+         "averaged over " +
+         std::to_string(kLossSmoothingIntervals) + " of their common intervals";
 }
 
 // One line per run whose throughput was measured on emulated GEMM formats.
@@ -341,6 +343,7 @@ std::string comparison_json(const RunComparison& c) {
          {"max_rel_loss_gap", opt_json(r.max_rel_loss_gap)},
          {"max_rel_loss_gap_step", opt_json(r.max_rel_loss_gap_step)},
          {"common_steps", r.common_steps},
+         {"max_rel_loss_gap_window_steps", r.gap_window_steps},
          {"skipped_steps", r.skipped_steps},
          {"loss_scale_min", opt_json(r.loss_scale_min)},
          {"loss_scale_max", opt_json(r.loss_scale_max)},
@@ -389,7 +392,6 @@ std::string comparison_svg(const RunComparison& c) {
                    {}};
   std::vector<ChartLegendEntry> legend;
   bool any_skipped = false, any_eval = false;
-  const auto base_smoothed = smoothed_losses(c.runs.front(), c.logging_interval);
   for (std::size_t i = 0; i < c.runs.size(); ++i) {
     const auto& run = c.runs[i];
     const std::string color = kPalette[i % std::size(kPalette)];
@@ -407,9 +409,8 @@ std::string comparison_svg(const RunComparison& c) {
     }
     // Only the steps both logged have a difference; the baseline's own is its zero line.
     ChartSeries ds{color, {}, false, {}, width, opacity};
-    for (const auto& [step, smoothed] : smoothed_losses(run, c.logging_interval))
-      if (auto b = base_smoothed.find(step); b != base_smoothed.end())
-        ds.points.push_back({static_cast<double>(step), smoothed - b->second});
+    for (const auto& [step, losses] : smoothed_common_losses(c.runs.front(), run).at)
+      ds.points.push_back({static_cast<double>(step), losses.first - losses.second});
     ChartSeries as{color, {}, false, {}, width, opacity};
     as.dots = true;
     for (const auto& r : run.evals) as.points.push_back({static_cast<double>(r.step), r.accuracy});

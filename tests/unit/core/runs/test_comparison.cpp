@@ -76,6 +76,26 @@ TEST_F(Compare, TheGapIsMeasuredOnTheSmoothedCurveNotOnSingleBatches) {
   EXPECT_EQ(j["loss_gap"]["window_steps"], 5);
 }
 
+// A run logged every 10 steps against a baseline logged every step, on the same losses: both are
+// averaged over the steps both logged, so the gap is 0 (averaging 5 baseline steps against one of
+// the run's made a gap of batch noise alone).
+TEST_F(Compare, RunsLoggedAtOtherIntervalsAverageTheSameSteps) {
+  std::vector<double> every(60), tenth;
+  for (int i = 0; i < 60; ++i) every[static_cast<std::size_t>(i)] = 1.0 + (i % 3 == 0 ? 0.5 : 0.0);
+  for (int s = 10; s <= 60; s += 10) tenth.push_back(every[static_cast<std::size_t>(s - 1)]);
+  auto c = compare_runs({curve_run("base", 1, 1, every), curve_run("tenth", 10, 10, tenth)});
+  EXPECT_EQ(c.logging_interval, 1);
+  ASSERT_TRUE(c.rows[1].max_rel_loss_gap.has_value());
+  EXPECT_EQ(*c.rows[1].max_rel_loss_gap, 0.0);
+  EXPECT_EQ(c.rows[1].gap_window_steps, 50);
+  EXPECT_EQ(c.rows[1].common_steps, 2);  // steps 50 and 60
+  // The other way round as well.
+  c = compare_runs({curve_run("tenth", 10, 10, tenth), curve_run("base", 1, 1, every)});
+  EXPECT_EQ(*c.rows[1].max_rel_loss_gap, 0.0);
+  auto j = json::parse(core::comparison_json(c));
+  EXPECT_EQ(j["runs"][1]["max_rel_loss_gap_window_steps"], 50);
+}
+
 TEST_F(Compare, TheBaselineComparesWithItselfAsZero) {
   auto c = compare_runs({baseline(), fp16_run()});
   EXPECT_EQ(c.rows[0].eval_accuracy_delta_points, 0.0);

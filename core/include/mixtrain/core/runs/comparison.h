@@ -13,11 +13,12 @@
 //   Bad input raises sdk::UserError (folder missing) or sdk::DataError (metrics.jsonl missing, a
 //   malformed record — the message names file:line).
 // - compare_runs() computes one row per run; values that cannot be known are std::nullopt.
-//   The loss gap is measured on each run's smoothed training loss (smoothed_losses(): a trailing
-//   mean over W = kLossSmoothingIntervals times the baseline's usual logging interval, from the
-//   first full window on). The gap of a run is the max over the steps where both it and the
-//   baseline have a smoothed loss of |smooth_run - smooth_base| / max(|smooth_base|, 1e-12); the
-//   baseline's own gap is 0. Single-batch losses would measure batch noise.
+//   The loss gap is measured on smoothed training losses over the steps both the run and the
+//   baseline logged (smoothed_common_losses(): a trailing mean over W = kLossSmoothingIntervals
+//   times their usual common logging interval, from the first full window on), so runs logged
+//   at different intervals average the same batches. The gap of a run is the max over those
+//   steps of |smooth_run - smooth_base| / max(|smooth_base|, 1e-12); the baseline's own gap is 0.
+//   Single-batch losses would measure batch noise.
 // - Warnings (comparison_warnings()) name every run whose [model], [data] or run.seed differs
 //   from the baseline's, key by key, and runs whose setup cannot be checked; precision, scaler,
 //   optimizer and backend differences are what a comparison is for and are not warned about.
@@ -116,6 +117,7 @@ struct RunComparisonRow {
   std::optional<double> max_rel_loss_gap;
   std::optional<std::int64_t> max_rel_loss_gap_step;
   std::int64_t common_steps = 0;  // steps logged with finite losses by both run and baseline
+  std::int64_t gap_window_steps = 0;  // W of its gap (the baseline's W when it logs as it does)
   // [model]/[data] keys that differ from the baseline's; nullopt when either has no config.toml.
   std::optional<std::vector<SetupDifference>> setup_differences;
   std::int64_t skipped_steps = 0;
@@ -144,6 +146,13 @@ RunComparison compare_runs(std::vector<RunData> runs);
 // logging_interval; steps before its first full window (first logged step + W - interval) have
 // none.
 std::map<std::int64_t, double> smoothed_losses(const RunData& run, std::int64_t logging_interval);
+// Both runs' smoothed losses, {run, base}, at each step where both have one, over the steps both
+// logged a finite loss, with W from their usual common interval (window_steps).
+struct SmoothedPair {
+  std::map<std::int64_t, std::pair<double, double>> at;
+  std::int64_t window_steps = kLossSmoothingIntervals;
+};
+SmoothedPair smoothed_common_losses(const RunData& base, const RunData& run);
 // One line per problem: runs whose [model]/[data] differ from the baseline's or cannot be checked.
 std::vector<std::string> comparison_warnings(const RunComparison& c);
 
