@@ -130,6 +130,25 @@ TEST_F(ConfigSwap, DataSourceSwapsToNpyFromTheCommandLineWithRelativePaths) {
   EXPECT_EQ(resolved.find("[data.synthetic]"), std::string::npos) << resolved;
 }
 
+// A data file that does not exist is refused at the key and line that name it, with the path as
+// resolved (relative to the config's folder), for a file given in the config and with --set.
+TEST_F(ConfigSwap, AMissingDataFileIsNamedAtItsKeyAndLine) {
+  const auto cfg = write_file(
+      "npy.toml", slurp(quickstart()) + "\n[data.npy]\nfeatures = \"absent_x.npy\"\n"
+                                          "labels = \"absent_y.npy\"\n");
+  auto r = run("train " + cfg.string() + " --set data.source=npy --run-dir " +
+               (dir_ / "run").string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("npy.toml:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("'data.npy.features': names \"" + (dir_ / "absent_x.npy").string() +
+                       "\", which does not exist"),
+            std::string::npos)
+      << r.err;
+  r = run("check " + cfg.string() + " --set data.source=npy --set data.npy.labels=nope.npy");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("absent_x.npy"), std::string::npos) << r.err;  // the first one named
+}
+
 TEST_F(ConfigSwap, AFlatKeyOfAnotherComponentSaysWhereItBelongs) {
   // The old flat form: fp8 options beside the policy. Swapping the policy names the table.
   auto text = slurp(config("quickstart.toml"));

@@ -28,6 +28,15 @@ std::vector<fs::path> path_list(const Config& config, const ResolvedComponentSec
   return out;
 }
 
+// Records the files a path option names (DataSettings::named_files).
+void name_files(const ResolvedComponentSection& r, const std::string& key,
+                const std::vector<fs::path>& paths, Experiment& e) {
+  const auto origin = r.origin.find(key);
+  const std::string dotted = origin != r.origin.end() ? origin->second : "data." + key;
+  for (const auto& p : paths)
+    if (!p.empty()) e.data.named_files.push_back({p, dotted, r.component.where(key)});
+}
+
 std::string toml_list(const std::vector<fs::path>& paths) {
   std::string out = "[";
   for (const auto& p : paths)
@@ -55,6 +64,8 @@ void read_token_source(const Config& config, const ResolvedComponentSection& r, 
              tokens ? "set it to an llm.c token file (.bin)"
                     : "set it to a text file or a list of text files");
   e.data.eval_token_paths = path_list(config, r, "eval");
+  name_files(r, files_key, e.data.token_paths, e);
+  name_files(r, "eval", e.data.eval_token_paths, e);
   e.data.block_size = src.get_int("block_size");
   e.data.vocab_size = static_cast<std::int32_t>(src.get_int("vocab_size"));
 }
@@ -172,6 +183,9 @@ void read_cifar10(const Config& config, const ResolvedComponentSection& r, Exper
     src.fail("train", "names no file, and no path (folder) is given",
              "set data.cifar10.path to the cifar-10-batches-bin folder, or list the batch files "
              "in data.cifar10.train");
+  name_files(r, "path", {dir}, e);
+  name_files(r, "train", train, e);
+  name_files(r, "eval", eval, e);
   // The folder fills in, when the data are loaded, what the lists do not give.
   e.data.cifar_dir = std::move(dir);
   e.data.cifar_train_paths = std::move(train);
@@ -281,6 +295,8 @@ void read_source_options(const Config& config, const ResolvedComponentSection& r
     case DataSource::npy:
       e.data.features_path = resolve_path(config, r, "features");
       e.data.labels_path = resolve_path(config, r, "labels");
+      name_files(r, "features", {e.data.features_path}, e);
+      name_files(r, "labels", {e.data.labels_path}, e);
       // The layout's two names are read into a flag here, once.
       e.data.npy_channels_last = src.get_string("layout") == "nhwc";
       e.data.npy_layout_where = src.where("layout");
@@ -288,6 +304,8 @@ void read_source_options(const Config& config, const ResolvedComponentSection& r
     case DataSource::idx:
       e.data.images_path = resolve_path(config, r, "images");
       e.data.labels_path = resolve_path(config, r, "labels");
+      name_files(r, "images", {e.data.images_path}, e);
+      name_files(r, "labels", {e.data.labels_path}, e);
       break;
     case DataSource::cifar10:
       read_cifar10(config, r, e);

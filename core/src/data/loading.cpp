@@ -176,9 +176,25 @@ Dataset load_table(const DataSettings& settings) {
   throw std::logic_error("load_table: not a table source");
 }
 
+// A named file that does not exist is the config's mistake: said at its key and line, with the
+// rule relative paths follow.
+void check_named_files_exist(const DataSettings& settings) {
+  for (const auto& f : settings.named_files) {
+    std::error_code ec;
+    if (!std::filesystem::exists(f.path, ec))
+      throw sdk::ConfigError(f.where, f.key,
+                             "names " + sdk::option_value_to_string(f.path.string()) +
+                                 ", which does not exist",
+                             "correct the path (a relative one is read from the folder of the "
+                             "file that sets it, or from the current folder when given with "
+                             "--set)");
+  }
+}
+
 }  // namespace
 
 LoadedData load_data(const DataSettings& settings, std::uint64_t seed) {
+  check_named_files_exist(settings);
   LoadedData out;
   if (is_token_source(settings.source)) {
     std::tie(out.train, out.eval) = load_token_splits(settings);

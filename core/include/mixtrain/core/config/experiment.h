@@ -163,6 +163,14 @@ struct DataSettings {
   std::vector<std::filesystem::path> cifar_train_paths, cifar_eval_paths;
   NormalizeSettings normalize;  // image tables only
   AugmentSettings augment;      // image tables only
+  // Every file or folder a path option names, with the dotted key and the line it came from: one
+  // that does not exist is refused there when the data are loaded, not as a bare path.
+  struct NamedFile {
+    std::filesystem::path path;
+    std::string key;
+    sdk::SourceLocation where;
+  };
+  std::vector<NamedFile> named_files;
 };
 
 // [optimizer]'s host keys: the learning-rate schedule (train/lr_schedule.h) and clipping. The
