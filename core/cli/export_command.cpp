@@ -1,8 +1,12 @@
 // `mixtrain export`: writes a checkpoint's weights in another format (safetensors for PyTorch),
 // or, with --initial, the weights a config's training starts from.
+#include <unistd.h>
+
+#include <initializer_list>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -99,24 +103,68 @@ void create_folder(const fs::path& out) {
                          "choose another --out");
 }
 
-// A PEFT adapter folder: adapter_model.safetensors (the writer's own atomic write), then
-// adapter_config.json (atomic too), so a folder with the config is complete.
+// A folder's weights and config, written whole into a staging folder inside it and then renamed
+// into place, weights first: a failure while writing (a full disk) leaves the folder as it was
+// (with --force, the previous export's pair, never new weights beside an old config), and a
+// folder with a config is complete. Renames need no space. The staging folder goes either way.
+class StagedFolder {
+ public:
+  explicit StagedFolder(const fs::path& out)
+      : out_(out), staging_(out / (".mixtrain-export.tmp." + std::to_string(::getpid()))) {
+    std::error_code ec;
+    fs::remove_all(staging_, ec);
+    fs::create_directory(staging_, ec);
+    if (ec)
+      throw sdk::UserError("cannot create " + staging_.string() + ": " + ec.message(),
+                           "choose an --out you may write to");
+  }
+  ~StagedFolder() {
+    std::error_code ec;
+    fs::remove_all(staging_, ec);
+  }
+  StagedFolder(const StagedFolder&) = delete;
+  StagedFolder& operator=(const StagedFolder&) = delete;
+  fs::path staged(std::string_view name) const { return staging_ / name; }
+  // Renames the staged files into the folder, in this order.
+  void publish(std::initializer_list<std::string_view> names) const {
+    for (const std::string_view name : names) {
+      std::error_code ec;
+      fs::rename(staging_ / name, out_ / name, ec);
+      if (ec)
+        throw sdk::UserError("cannot move " + (staging_ / name).string() + " to " +
+                                 (out_ / name).string() + ": " + ec.message(),
+                             "check the folder's permissions, then export again");
+    }
+  }
+
+ private:
+  fs::path out_, staging_;
+};
+
+void write_text_file(const fs::path& file, const std::string& text, const std::string& what) {
+  sdk::AtomicFileWriter config(file, /*durable=*/true, what);
+  config.write(text.data(), text.size());
+  if (const auto warning = config.commit(); !warning.empty())
+    std::cerr << "warning: " << warning << std::endl;
+}
+
+// A PEFT adapter folder: adapter_model.safetensors and adapter_config.json (StagedFolder).
 void write_peft_folder(const sdk::CheckpointFormat& writer, sdk::TrainingState state,
                        const fs::path& source, const fs::path& out, const std::string& from) {
   auto peft = in_peft_layout(std::move(state), source);
   create_folder(out);
-  writer.write(out / kPeftWeightsFile, peft.state);
-  sdk::AtomicFileWriter config(out / kPeftConfigFile, /*durable=*/true, "PEFT adapter config");
-  config.write(peft.config_json.data(), peft.config_json.size());
-  if (const auto warning = config.commit(); !warning.empty())
-    std::cerr << "warning: " << warning << std::endl;
+  {
+    const StagedFolder staged(out);
+    writer.write(staged.staged(kPeftWeightsFile), peft.state);
+    write_text_file(staged.staged(kPeftConfigFile), peft.config_json, "PEFT adapter config");
+    staged.publish({kPeftWeightsFile, kPeftConfigFile});
+  }
   std::cout << "wrote " << out.string() << " (PEFT LoRA adapter folder: " << kPeftConfigFile << ", "
             << kPeftWeightsFile << "; " << from << ", " << peft.adapters << " adapted modules, "
             << peft.state.tensors.size() << " tensors, fp32)" << std::endl;
 }
 
-// A Hugging Face model folder: model.safetensors (the writer's own atomic write), then
-// config.json (atomic too), so a new folder with a config.json is complete.
+// A Hugging Face model folder: model.safetensors and config.json (StagedFolder).
 void write_hf_folder(const ExportArgs& args, const sdk::CheckpointFormat& writer,
                      sdk::TrainingState state, const fs::path& source, const fs::path& out,
                      const std::string& from) {
@@ -125,11 +173,13 @@ void write_hf_folder(const ExportArgs& args, const sdk::CheckpointFormat& writer
                                 : sdk::parse_dtype(args.dtype).value_or(sdk::DType::fp32);
   auto folder = in_hf_folder(std::move(state), source, stored);
   create_folder(out);
-  writer.write(out / core::kHfWeightsFile, folder.state);
-  sdk::AtomicFileWriter config(out / core::kHfConfigFile, /*durable=*/true, "Hugging Face config");
-  config.write(folder.config_json.data(), folder.config_json.size());
-  if (const auto warning = config.commit(); !warning.empty())
-    std::cerr << "warning: " << warning << std::endl;
+  {
+    const StagedFolder staged(out);
+    writer.write(staged.staged(core::kHfWeightsFile), folder.state);
+    write_text_file(staged.staged(core::kHfConfigFile), folder.config_json,
+                    "Hugging Face config");
+    staged.publish({core::kHfWeightsFile, core::kHfConfigFile});
+  }
   std::string zeros;
   if (!folder.zero_biases.empty())
     zeros = ", " + std::to_string(folder.zero_biases.size()) +

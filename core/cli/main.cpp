@@ -1,5 +1,6 @@
 // mixtrain — config-driven mixed-precision training. See README.md for the commands.
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -397,6 +398,10 @@ int run_command(const CommandLine& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A write past the file-size limit (ulimit -f) then fails with EFBIG, which every writer
+  // reports with its file and hint, instead of SIGXFSZ killing the process mid-write and leaving
+  // a temporary file behind.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"mixtrain: mixed-precision training from plugins, driven by TOML configs"};
   CommandLine a;
   add_commands(app, a);

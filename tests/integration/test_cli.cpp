@@ -163,6 +163,22 @@ TEST_F(Cli, StepGraphsOnABackendWithoutThemSaySoAndChangeNothing) {
   EXPECT_EQ(losses(dir_ / "with").size(), 4u);
 }
 
+// Past the file-size limit (ulimit -f) a checkpoint write fails with EFBIG, named with its file
+// and hint (exit 2), and leaves no temporary file; SIGXFSZ used to kill the process mid-write.
+TEST_F(Cli, AFileSizeLimitFailsTheCheckpointWriteWithAMessage) {
+  const auto run_dir = dir_ / "run";
+  const auto err = dir_ / "err.txt";
+  const std::string cmd = "bash -c 'ulimit -f 48; exec " + std::string(MIXTRAIN_EXE) + " train " +
+                          quickstart() + " --set run.steps=4 --run-dir " + run_dir.string() +
+                          "' >/dev/null 2>" + err.string() + " </dev/null";
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by a signal: " << slurp(err);
+  EXPECT_EQ(WEXITSTATUS(status), 2) << slurp(err);
+  EXPECT_TRUE(has(slurp(err), "File too large")) << slurp(err);
+  for (const auto& f : fs::directory_iterator(run_dir / "checkpoints"))
+    EXPECT_EQ(f.path().filename().string().find(".tmp"), std::string::npos) << f.path();
+}
+
 TEST_F(Cli, WrongTypeInConfigExits2WithFileLineColumn) {
   auto cfg = write_file("bad.toml", "[run]\nname = \"x\"\nsteps = \"ten\"\n");
   auto r = run("train " + cfg.string() + " --run-dir " + (dir_ / "run").string());

@@ -57,6 +57,27 @@ TEST_F(CompareCli, ComparesAnAdamwAndAnSgdRun) {
   EXPECT_FALSE(fs::exists(b / "compare.json"));
 }
 
+// A comparison that cannot be written whole (here past a file-size limit, as a full disk fails
+// it) exits 2 and leaves the previous comparison's three files as they were.
+TEST_F(CompareCli, AFailedWriteLeavesThePreviousComparisonWhole) {
+  const auto a = train("adamw"), b = train("sgd", "--set optimizer.type=sgd");
+  ASSERT_FALSE(HasFailure());
+  const auto out = dir_ / "report";
+  ASSERT_EQ(run("compare " + a.string() + " --out " + out.string()).exit_code, 0);
+  std::map<std::string, std::string> before;
+  for (const char* f : {"compare.json", "compare.md", "compare.svg"}) before[f] = slurp(out / f);
+  const auto err = dir_ / "err.txt";
+  const std::string cmd = "bash -c 'ulimit -f 2; exec " + std::string(MIXTRAIN_EXE) +
+                          " compare " + a.string() + " " + b.string() + " --out " + out.string() +
+                          "' >/dev/null 2>" + err.string() + " </dev/null";
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status)) << slurp(err);
+  EXPECT_EQ(WEXITSTATUS(status), 2) << slurp(err);
+  for (const auto& [name, text] : before) EXPECT_EQ(slurp(out / name), text) << name;
+  for (const auto& f : fs::directory_iterator(out))
+    EXPECT_EQ(f.path().filename().string().find(".tmp"), std::string::npos) << f.path();
+}
+
 TEST_F(CompareCli, WarnsWhenRunsTrainADifferentModelOrDataButNotForAnotherPrecision) {
   // How batches are prepared (prefetch, pinned memory, the evaluation batch) is not the data.
   const auto base = train("base"),

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -250,6 +251,26 @@ TEST_F(HfExport, AnExistingFolderFileOrOtherFormatExits2AndForceWritesBesideOthe
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(fs::exists(dir_ / "hf" / "config.json"));
   EXPECT_EQ(slurp(dir_ / "hf" / "tokenizer.json"), "{}");  // not the export's: left alone
+  // The files are staged inside the folder and renamed into place: no staging folder stays, and
+  // an export that cannot be written (here past a file-size limit, as a full disk) leaves the
+  // previous pair as it was.
+  std::set<std::string> names;
+  for (const auto& f : fs::directory_iterator(dir_ / "hf")) names.insert(f.path().filename());
+  EXPECT_EQ(names, (std::set<std::string>{"config.json", "model.safetensors", "tokenizer.json"}));
+  const std::string config_before = slurp(dir_ / "hf" / "config.json"),
+                    weights_before = slurp(dir_ / "hf" / "model.safetensors");
+  const std::string limited = "cd " + dir_.string() + " && bash -c 'ulimit -f 8; exec " +
+                              std::string(MIXTRAIN_EXE) +
+                              " export run --layout hf --out hf --force --dtype bf16' "
+                              ">/dev/null 2>/dev/null </dev/null";
+  const int status = std::system(limited.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  EXPECT_EQ(slurp(dir_ / "hf" / "config.json"), config_before);
+  EXPECT_EQ(slurp(dir_ / "hf" / "model.safetensors"), weights_before);
+  names.clear();
+  for (const auto& f : fs::directory_iterator(dir_ / "hf")) names.insert(f.path().filename());
+  EXPECT_EQ(names, (std::set<std::string>{"config.json", "model.safetensors", "tokenizer.json"}));
 
   write_file("file", "x");
   r = run("export run --layout hf --out file", dir_);

@@ -4,12 +4,14 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 
 #include <nlohmann/json.hpp>
 
 #include "mixtrain/core/runs/comparison.h"
 #include "mixtrain/core/runs/svg_chart.h"
 #include "mixtrain/sdk/error.h"
+#include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "runs/comparison_internal.h"
 
 namespace mixtrain::core {
@@ -442,19 +444,21 @@ std::vector<fs::path> write_comparison(const RunComparison& c, const fs::path& o
     throw sdk::UserError("cannot create " + out_dir.string() + ": " + ec.message(),
                          "pass --out a folder you can write to");
   const std::string contents[] = {comparison_json(c), comparison_markdown(c), comparison_svg(c)};
+  // Each file whole beside its target first, then the three renamed into place: a failure (a
+  // full disk) leaves the previous comparison's three files as they were, never a torn one or a
+  // mix of two comparisons.
+  std::vector<std::unique_ptr<sdk::AtomicFileWriter>> writers;
   std::vector<fs::path> written;
   for (std::size_t i = 0; i < std::size(kCompareOutputNames); ++i) {
     const auto p = out_dir / kCompareOutputNames[i];
     if (fs::exists(p) && !fs::is_regular_file(p))
       throw sdk::UserError(p.string() + ": exists and is not a file; refusing to replace it",
                            "pass --out another folder");
-    std::ofstream out(p, std::ios::binary | std::ios::trunc);
-    out << contents[i];
-    out.close();
-    if (!out)
-      throw sdk::UserError("cannot write " + p.string(), "pass --out a folder you can write to");
+    writers.push_back(std::make_unique<sdk::AtomicFileWriter>(p, /*durable=*/false, "comparison"));
+    writers.back()->write(contents[i].data(), contents[i].size());
     written.push_back(p);
   }
+  for (auto& w : writers) w->commit();
   return written;
 }
 

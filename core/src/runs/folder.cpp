@@ -139,58 +139,96 @@ bool after_step(const std::string& record, std::int64_t step) {
   return s.is_number_integer() && s.get<std::int64_t>() > step;
 }
 
-// metrics.csv (runs/csv_sink.h) as metrics.jsonl: rows whose step, the first field, is above
-// `step` move to metrics.<suffix>.csv under the same header.
-void abandon_csv_after_step(const fs::path& dir, std::int64_t step, const std::string& suffix) {
-  const fs::path file = dir / "metrics.csv";
-  if (!fs::exists(file)) return;
-  std::ifstream in(file);
-  std::string header, keep, discarded, line;
-  if (!std::getline(in, header)) return;
-  while (std::getline(in, line)) {
+// A metrics file split at a resumed step: the lines kept, the lines of the abandoned
+// continuation, and the bytes after the last newline (a record torn by a crash or a full disk,
+// which no reader parses; it goes aside with the discarded lines, so nothing is deleted).
+struct MetricsSplit {
+  std::string header;  // metrics.csv's first line, with its newline
+  std::string keep, discarded, torn;
+  std::int64_t discarded_records = 0;
+  bool exists = false;
+  bool changes() const { return !discarded.empty() || !torn.empty(); }
+};
+
+MetricsSplit split_metrics(const fs::path& file, std::int64_t step, bool csv) {
+  MetricsSplit out;
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return out;
+  out.exists = true;
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  std::size_t from = 0;
+  bool first = true;
+  while (from < text.size()) {
+    const auto nl = text.find('\n', from);
+    if (nl == std::string::npos) {
+      out.torn = text.substr(from);
+      break;
+    }
+    const std::string line = text.substr(from, nl - from);
+    from = nl + 1;
+    if (csv && first) {
+      out.header = line + '\n';
+      first = false;
+      continue;
+    }
+    first = false;
     if (line.empty()) continue;
-    const auto first = line.substr(0, line.find(','));
-    const bool digits =
-        !first.empty() && first.find_first_not_of("0123456789") == std::string::npos;
-    const bool after = digits && (first.size() > 19 || std::stoll(first) > step);
-    (after ? discarded : keep) += line + '\n';
+    bool after = false;
+    if (csv) {
+      // metrics.csv (runs/csv_sink.h): the step is the first field.
+      const auto field = line.substr(0, line.find(','));
+      const bool digits =
+          !field.empty() && field.find_first_not_of("0123456789") == std::string::npos;
+      after = digits && (field.size() > 19 || std::stoll(field) > step);
+    } else {
+      after = after_step(line, step);
+    }
+    (after ? out.discarded : out.keep) += line + '\n';
+    out.discarded_records += after ? 1 : 0;
   }
-  in.close();
-  if (discarded.empty()) return;
-  const fs::path side = dir / ("metrics." + suffix + ".csv");
-  const bool side_fresh = !fs::exists(side);
-  std::ofstream out(side, std::ios::app);
-  out << (side_fresh ? header + '\n' : std::string()) << discarded;
-  if (!out)
-    throw sdk::UserError("cannot write " + side.string(),
-                         "check the run folder's free space and permissions");
-  write_run_file(file, header + '\n' + keep, "metrics table");
+  if (!out.torn.empty()) out.discarded += out.torn + '\n';
+  return out;
+}
+
+// Moves metrics.jsonl's and metrics.csv's records after `step` to metrics.<suffix>.*. The side
+// files are written first, each whole (atomically), and only then are the originals cut: a
+// failure anywhere (a full disk) leaves every record in one file or the other, and a failed
+// attempt leaves no side file behind, so a retry uses the same suffix. Returns the JSONL records
+// moved; `torn` says whether a torn last record went aside too.
+std::int64_t abandon_metrics_after_step(const fs::path& dir, std::int64_t step,
+                                        const std::string& suffix, bool& torn) {
+  const fs::path csv_file = dir / "metrics.csv", jsonl_file = dir / "metrics.jsonl";
+  const MetricsSplit csv = split_metrics(csv_file, step, /*csv=*/true);
+  const MetricsSplit jsonl = split_metrics(jsonl_file, step, /*csv=*/false);
+  torn = !csv.torn.empty() || !jsonl.torn.empty();
+  std::vector<fs::path> written;
+  try {
+    if (!csv.discarded.empty()) {
+      const fs::path side = dir / ("metrics." + suffix + ".csv");
+      write_run_file(side, csv.header + csv.discarded, "discarded metrics table");
+      written.push_back(side);
+    }
+    if (!jsonl.discarded.empty()) {
+      const fs::path side = dir / ("metrics." + suffix + ".jsonl");
+      write_run_file(side, jsonl.discarded, "discarded metrics");
+      written.push_back(side);
+    }
+  } catch (...) {
+    std::error_code ec;
+    for (const auto& f : written) fs::remove(f, ec);
+    throw;
+  }
+  if (csv.exists && csv.changes()) write_run_file(csv_file, csv.header + csv.keep, "metrics table");
+  if (jsonl.exists && jsonl.changes()) write_run_file(jsonl_file, jsonl.keep, "metrics");
+  return jsonl.discarded_records;
 }
 
 // Returns what it moved, as one sentence, or "" when the folder held nothing after `step`.
 std::string abandon_after_step(const fs::path& dir, std::int64_t step,
                                const std::string& extension) {
   const std::string suffix = discard_suffix(dir, step);
-  abandon_csv_after_step(dir, step, suffix);
-  std::ifstream in(dir / "metrics.jsonl");
-  std::string keep, discarded, line;
-  std::int64_t records = 0;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    const bool after = after_step(line, step);
-    (after ? discarded : keep) += line + '\n';
-    records += after ? 1 : 0;
-  }
-  in.close();
-  if (!discarded.empty()) {
-    std::ofstream side(dir / ("metrics." + suffix + ".jsonl"), std::ios::app);
-    side << discarded;
-    if (!side)
-      throw sdk::UserError("cannot write " + (dir / ("metrics." + suffix + ".jsonl")).string(),
-                           "check the run folder's free space and permissions");
-  }
-  // Atomically: a failure here must not cost the records before the step.
-  write_run_file(dir / "metrics.jsonl", keep, "metrics");
+  bool torn = false;
+  const std::int64_t records = abandon_metrics_after_step(dir, step, suffix, torn);
 
   const fs::path aside = dir / ("checkpoints." + suffix);
   std::int64_t checkpoints = 0;
@@ -209,7 +247,7 @@ std::string abandon_after_step(const fs::path& dir, std::int64_t step,
   // (runs/tensorboard_writer.h says why the resumed file's session start is not enough).
   const fs::path events_aside = dir / ("tensorboard." + suffix);
   const std::int64_t events = drop_events_after_step(dir, step, events_aside);
-  if (records == 0 && checkpoints == 0 && events == 0) return {};
+  if (records == 0 && !torn && checkpoints == 0 && events == 0) return {};
   // The summary of the abandoned continuation describes steps this folder no longer holds;
   // `compare` would read it in preference to metrics.jsonl until the resumed run writes its own.
   // Its profile (train --profile) too, unless it names kept steps alone.
@@ -237,6 +275,9 @@ std::string abandon_after_step(const fs::path& dir, std::int64_t step,
     moved.push_back(count(checkpoints, "checkpoint") + " to " + aside.string() + "/");
   if (records > 0)
     moved.push_back(count(records, "metrics record") + " to " +
+                    (dir / ("metrics." + suffix)).string() + ".*");
+  if (torn)
+    moved.push_back("a torn last metrics record (a crash's or a full disk's) to " +
                     (dir / ("metrics." + suffix)).string() + ".*");
   if (events > 0)
     moved.push_back(count(events, "TensorBoard event") + " to " + events_aside.string() + "/");

@@ -60,10 +60,12 @@ bool RecordAppender::append(std::string_view record) {
   // Part of the record may have landed: cut it off, so that the file ends with a whole record
   // and the next one that lands is read as one.
   if (::ftruncate(fd_, static_cast<off_t>(whole_bytes_)) != 0) {
+    const int cut_error = errno;
     broken_ = true;
     core_logger("metrics").warn("cannot write " + path_.string() + ": " + std::strerror(error) +
-                                ", nor cut off the part record written; it is written no more "
-                                "this run (training goes on)");
+                                ", nor truncate it back to its last whole record (" +
+                                std::strerror(cut_error) +
+                                "); it is written no more this run (training goes on)");
     return false;
   }
   if (lost_++ == 0)

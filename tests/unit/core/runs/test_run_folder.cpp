@@ -1,10 +1,13 @@
 // prepare_run_folder (core/runs/folder.h): which folder a run writes and what it never touches.
 // A checkpoint kept outside a run's checkpoints/ claims no folder; a folder a live run holds is
 // never shared; a user's config.toml is never replaced; a second continuation from the same step
-// keeps the first one's discarded files.
+// keeps the first one's discarded files; a torn last metrics record goes aside whole; a side file
+// that cannot be written leaves the metrics as they were.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -165,6 +168,61 @@ TEST_F(RunFolder, ASecondContinuationFromTheSameStepKeepsTheFirstOnesFiles) {
   EXPECT_EQ(read(dir / "metrics.discarded-after-step-20.jsonl"), "{\"step\":30}\n");
   EXPECT_EQ(read(dir / "metrics.discarded-after-step-20.2.jsonl"), "{\"step\":30}\n");
   EXPECT_EQ(names(dir / "checkpoints"), (std::set<std::string>{"step-00000020.mxt"}));
+}
+
+// A crash or a full disk can leave a metrics file's last record torn: a resume in place moves it
+// aside with the abandoned records, so both files end with a whole record again.
+TEST_F(RunFolder, ATornLastMetricsRecordGoesAsideOnResume) {
+  const fs::path dir = root_ / "runs" / "demo";
+  finished_run(dir);
+  write(dir / "metrics.jsonl", "{\"step\":10}\n{\"step\":20}\n{\"step\":30}\n{\"st");
+  write(dir / "metrics.csv", "step,loss\n10,1\n20,0.5\n30,0.2\n40,0.");
+  auto r = request();
+  r.resumed_from = dir / "checkpoints" / "step-00000030.mxt";
+  r.resumed_step = 30;
+  const std::string said = prepare_run_folder(r, kResolved).moved_aside;
+  EXPECT_NE(said.find("a torn last metrics record"), std::string::npos) << said;
+  EXPECT_EQ(read(dir / "metrics.jsonl"), "{\"step\":10}\n{\"step\":20}\n{\"step\":30}\n");
+  EXPECT_EQ(read(dir / "metrics.csv"), "step,loss\n10,1\n20,0.5\n30,0.2\n");
+  EXPECT_EQ(read(dir / "metrics.discarded-after-step-30.jsonl"), "{\"st\n");
+  EXPECT_EQ(read(dir / "metrics.discarded-after-step-30.csv"), "step,loss\n40,0.\n");
+}
+
+// The side files are written before the originals are cut: when one cannot be written (here a
+// file-size limit, EFBIG, as a full disk gives ENOSPC), the resume fails, the metrics keep every
+// record and no side file is left, so the retry uses the same suffix.
+TEST_F(RunFolder, ASideFileThatCannotBeWrittenLeavesTheMetricsWhole) {
+  const fs::path dir = root_ / "runs" / "demo";
+  finished_run(dir);
+  std::string jsonl = "{\"step\":10}\n{\"step\":20}\n", long_record = "{\"step\":30,\"x\":\"";
+  long_record += std::string(4096, 'x') + "\"}\n";
+  write(dir / "metrics.jsonl", jsonl + long_record);
+  const std::string csv = "step,loss\n10,1\n20,0.5\n30,0.2\n";
+  write(dir / "metrics.csv", csv);
+  auto r = request();
+  r.resumed_from = dir / "checkpoints" / "step-00000020.mxt";
+  r.resumed_step = 20;
+  {
+    const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit was{};
+    ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &was), 0);
+    rlimit small = was;
+    small.rlim_cur = 1024;  // the CSV's side file fits, the JSONL's does not
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+    EXPECT_THROW(prepare_run_folder(r, kResolved), sdk::UserError);
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &was), 0);
+    std::signal(SIGXFSZ, old_handler);
+  }
+  EXPECT_EQ(read(dir / "metrics.jsonl"), jsonl + long_record);
+  EXPECT_EQ(read(dir / "metrics.csv"), csv);
+  EXPECT_FALSE(fs::exists(dir / "metrics.discarded-after-step-20.csv"));
+  EXPECT_FALSE(fs::exists(dir / "metrics.discarded-after-step-20.jsonl"));
+  // The retry, with room, moves both sides under the first suffix.
+  const std::string said = prepare_run_folder(r, kResolved).moved_aside;
+  EXPECT_NE(said.find("metrics.discarded-after-step-20.*"), std::string::npos) << said;
+  EXPECT_EQ(read(dir / "metrics.discarded-after-step-20.jsonl"), long_record);
+  EXPECT_EQ(read(dir / "metrics.discarded-after-step-20.csv"), "step,loss\n30,0.2\n");
+  EXPECT_EQ(read(dir / "metrics.jsonl"), jsonl);
 }
 
 }  // namespace
