@@ -246,6 +246,15 @@ TEST_F(CliImages, NormalizeErrorsPointAtTheConfigLine) {
   r = run("check " + cfg.string());
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("crop_padding"), std::string::npos) << r.err;
+  // Finite in double, but not in the float32 the pixels are normalised in.
+  cfg = write_file("images.toml", std::string(kImages) +
+                                      "[data.normalize]\n"
+                                      "mean = [1e39]\n"
+                                      "std = [0.25]\n");
+  r = run("check " + cfg.string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("images.toml:15:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("a float32 cannot hold"), std::string::npos) << r.err;
   // Image settings on plain features.
   r = run("check " + quickstart() + " --set data.augment.horizontal_flip=true");
   EXPECT_EQ(r.exit_code, 2) << r.err;

@@ -6,6 +6,7 @@
 
 #include "config/reading.h"
 #include "mixtrain/core/config/host_schemas.h"
+#include "mixtrain/core/data/dataset.h"
 
 namespace mixtrain::core {
 namespace {
@@ -145,6 +146,22 @@ void read_normalize(const Config& config, Experiment& e) {
       if (!std::isfinite(n.mean[i]))
         o.fail("mean", "entry " + std::to_string(i) + " is not finite",
                "give each channel's mean pixel value");
+    // Applied in float32, as torchvision does: values finite in double can still overflow there.
+    for (std::size_t i = 0; i < n.mean.size(); ++i) {
+      const auto s = static_cast<float>(n.std[i]);
+      if (!(s > 0.0f) || !std::isfinite(s))
+        o.fail("std",
+               "entry " + std::to_string(i) + " is " + sdk::option_value_to_string(n.std[i]) +
+                   ", which is 0 or infinite as the float32 the pixels are divided by",
+               "give the channel's spread, a number a float32 holds (1e-38 to 3e38)");
+      if (!std::isfinite(normalized_pixel(0.0f, n.mean[i], n.std[i])) ||
+          !std::isfinite(normalized_pixel(1.0f, n.mean[i], n.std[i])))
+        o.fail(std::isfinite(static_cast<float>(n.mean[i])) ? "std" : "mean",
+               "entry " + std::to_string(i) + " normalises pixels in [0, 1] to values a float32 "
+                   "cannot hold (mean " + sdk::option_value_to_string(n.mean[i]) + ", std " +
+                   sdk::option_value_to_string(n.std[i]) + ")",
+               "give the channel's mean and spread of pixels in [0, 1]");
+    }
   }
   if (const auto why = not_images(e.data); !why.empty())
     throw sdk::ConfigError(n.where, table, "normalisation needs image data, but " + why,

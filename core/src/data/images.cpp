@@ -87,8 +87,10 @@ void normalize_channels(Dataset& data, const ChannelStats& stats) {
   for (const double s : stats.std)
     if (!(s > 0.0) || !std::isfinite(s))
       throw std::invalid_argument("normalize_channels: a standard deviation is not > 0");
+  // torchvision's Normalize: mean and std as float32, then (x - mean) / std in float32, each
+  // operation rounded, so a pipeline written in PyTorch gives the same bits.
   const auto normalized = [&](float v, std::size_t c) {
-    return static_cast<float>((static_cast<double>(v) - stats.mean[c]) / stats.std[c]);
+    return normalized_pixel(v, stats.mean[c], stats.std[c]);
   };
   if (data.is_bytes()) {
     for (std::size_t c = 0; c < channels; ++c)

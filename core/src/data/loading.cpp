@@ -226,7 +226,7 @@ LoadedData load_data(const DataSettings& settings, std::uint64_t seed) {
     out.black.assign(static_cast<std::size_t>(out.train.channels()), 0.0f);
     for (std::size_t c = 0; c < out.normalization.mean.size(); ++c)
       out.black[c] =
-          static_cast<float>((0.0 - out.normalization.mean[c]) / out.normalization.std[c]);
+          normalized_pixel(0.0f, out.normalization.mean[c], out.normalization.std[c]);
   }
   return out;
 }

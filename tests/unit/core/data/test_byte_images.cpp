@@ -116,7 +116,7 @@ TEST(ByteImages, AugmentedBytesDecodeToTheAugmentedFloats) {
   // What a raw 0 pixel normalises to: the float form's crop fill (load_data's `black`).
   std::vector<float> black(3);
   for (std::size_t c = 0; c < 3; ++c)
-    black[c] = static_cast<float>((0.0 - stats.mean[c]) / stats.std[c]);
+    black[c] = normalized_pixel(0.0f, stats.mean[c], stats.std[c]);
   const AugmentSpec spec{.crop_padding = 4, .horizontal_flip = true};
   std::vector<std::int64_t> rows = {3, 0, 7, 7, 5};
   const auto n = static_cast<std::int64_t>(rows.size());

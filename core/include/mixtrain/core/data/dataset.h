@@ -196,9 +196,16 @@ struct ChannelStats {
 };
 ChannelStats channel_statistics(const Dataset& data);
 
-// x = (x − mean[c]) / std[c] for every pixel of channel c (computed in double, stored as float);
-// byte images get the same function applied to their table, so their pixels decode to the same
-// floats.
+// One pixel normalised as torchvision's Normalize computes it: mean and std rounded to float32,
+// then (x − mean) / std in float32, each operation rounded.
+inline float normalized_pixel(float x, double mean, double std) {
+  const auto m = static_cast<float>(mean), s = static_cast<float>(std);
+  const float centred = x - m;
+  return centred / s;
+}
+
+// x = normalized_pixel(x, mean[c], std[c]) for every pixel of channel c; byte images get the same
+// function applied to their table, so their pixels decode to the same floats.
 // std::invalid_argument unless data is an image dataset with one mean and one std > 0 per
 // channel (callers validate user input first); an empty dataset is left as it is.
 void normalize_channels(Dataset& data, const ChannelStats& stats);
