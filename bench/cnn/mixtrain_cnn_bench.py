@@ -7,7 +7,8 @@ fp32-winograd: the fp32 config with backend.conv_algorithm = "winograd") it trai
 at batch --batch (128) on synthetic 3x32x32 images (resnet_reference.py's gratings, 4 batches of
 them in a temporary .npy pair; source = "npy", shuffle = false, eval_fraction = 0) with the
 benchmark's SGD (lr 0.1, momentum 0.9, weight decay 5e-4, constant schedule, no clipping),
-backend.threads = --threads:
+no augmentation (the configs' [data.augment] random crop and flip turned off: PyTorch's side
+trains on the same fixed batches), backend.threads = --threads:
   1. a timed run: --warmup steps (rounded up to whole windows), then --windows windows of
      --steps-per-window steps (one metrics record per window); images/s = the median window's
      samples/s; peak RSS = summary.json's peak_rss_bytes (the training loop's peak);
@@ -19,8 +20,10 @@ output or its stdout), or, without --torch, a run of it in this invocation (same
 --batch; --no-torch skips it). mixtrain's fp32 (and fp32-winograd) is set against PyTorch's
 faster of fp32 and fp32-cl (each at its best OMP_WAIT_POLICY), bf16 against bf16 and bf16-cl.
 --repeat R runs the whole list of precisions R times in turn (fp32, fp32-winograd, fp32, ...: on
-a shared machine alternation spreads the load over all of them) and reports each precision's best
-run (highest images/s), with every run's ms/step listed.
+a shared machine alternation spreads the load over all of them) and reports each precision's
+median run (by images/s; of an even R the slower middle one, a run that happened), with every
+run's ms/step listed. The median, not the best: torch_cnn_bench.py runs each setting once, so a
+best-of-R on this side alone would set mixtrain's luckiest run against PyTorch's typical one.
 Output: JSON lines and '# ' table lines.
 """
 import argparse
@@ -70,6 +73,11 @@ def run_mixtrain(a, precision, data, steps, log_every, profile, run_dir):
         "optimizer.clip_grad_norm": 0,
         "optimizer.sgd.lr": 0.1, "optimizer.sgd.momentum": 0.9,
         "optimizer.sgd.weight_decay": 5e-4,
+        # The configs' [data.augment] (random crop with 4 pixels of padding, horizontal flips)
+        # off: PyTorch's side steps through fixed batches, so augmenting here would time work
+        # only this side does. [data.normalize] from_training stays: it rescales the splits once
+        # at load, before the first step, and no step does more for it.
+        "data.augment.crop_padding": 0, "data.augment.horizontal_flip": "false",
     }
     sets.update(BACKEND_SETS.get(precision, {}))
     cmd = [a.mixtrain, "train", os.path.join(ROOT, "configs", CONFIG[precision]),
@@ -163,7 +171,7 @@ def main():
     ap.add_argument("--steps-per-window", type=int, default=3)
     ap.add_argument("--profile-steps", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=1,
-                    help="runs per precision, alternating; the best is reported")
+                    help="runs per precision, alternating; the median run is reported")
     ap.add_argument("--torch", help="torch_cnn_bench.py's output (--json file or stdout)")
     ap.add_argument("--no-torch", action="store_true", help="no PyTorch side by side")
     a = ap.parse_args()
@@ -171,6 +179,7 @@ def main():
     if any(p not in CONFIG for p in precisions):
         ap.error(f"--precisions: of {list(CONFIG)}")
     print(f"# CPU: {cpu_name()} ({os.cpu_count()} CPUs), threads {a.threads}, batch {a.batch}, "
+          f"no augmentation, {a.repeat} run(s) per precision (the median run is reported), "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
     print(f"# {'prec':<13} {'images/s':>9} {'ms/step':>8} {'RSS MiB':>7} "
           + " ".join(f"{g[:8]:>8}" for g in GROUPS) + "   (breakdown: % of a profiled step)",
@@ -187,16 +196,21 @@ def main():
                       f"{r['peak_rss_mib']:>7.0f} "
                       + " ".join(f"{r['breakdown_pct'][g]:>8.1f}" for g in GROUPS)
                       + f"   load {r['loadavg']:.2f}", flush=True)
-    results = [max(runs[p], key=lambda r: r["images_per_s"]) for p in precisions]
+    # The median run, as PyTorch's side runs each setting once (see the docstring); of an even
+    # count the slower middle run, so the figure is a run's own (not a mean of two) and does not
+    # lean mixtrain's way.
+    results = [sorted(runs[p], key=lambda r: r["images_per_s"])[(len(runs[p]) - 1) // 2]
+               for p in precisions]
     if a.repeat > 1:
-        print(f"#\n# Best of {a.repeat} runs per precision (ms/step of every run in order)")
+        print(f"#\n# Median of {a.repeat} runs per precision (ms/step of every run in order)")
         for r in results:
             every = ", ".join(f"{x['ms_per_step']:.1f}" for x in runs[r["precision"]])
             print(f"# {r['precision']:<13} {r['images_per_s']:>9.1f} {r['ms_per_step']:>8.1f}"
                   f"   ({every})", flush=True)
     best = {} if a.no_torch else torch_results(a)
     if best:
-        print("#\n# Side by side (PyTorch: its faster layout at its best OMP_WAIT_POLICY)")
+        print(f"#\n# Side by side (mixtrain: the median of {a.repeat} run(s); PyTorch: one run "
+              "per setting, its faster layout at its best OMP_WAIT_POLICY)")
         print(f"# {'prec':<13} {'torch img/s':>11} {'mixtrain':>9} {'ratio':>6} "
               f"{'torch RSS':>9} {'mixtrain':>8} {'ratio':>6}  torch setting")
         for r in results:

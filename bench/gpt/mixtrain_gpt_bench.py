@@ -101,8 +101,10 @@ def main():
                 r = json.loads(line)
                 if r.get("kind") != "best":
                     continue
-                # Side by side means the same threads: another setting's record is left out.
-                threads = r.get("choice", {}).get("threads")
+                # Side by side means the same threads: another setting's record is left out, and
+                # so is one that does not say (torch_gpt_bench.py's best records carry threads
+                # since 2026-12-03; "choice" holds only its swept settings).
+                threads = r.get("threads")
                 if threads != a.threads:
                     print(f"# left out PyTorch's {r['shape']} {r['precision']}: threads "
                           f"{threads if threads is not None else '?'}, not this run's {a.threads}",

@@ -361,7 +361,9 @@ def sweep(info, shape, precision, a, emit):
     best_runs = runs[key_of(best)]
     default_runs = runs[key_of(defaults)]
     last = [r for r in best_runs if "tokens_per_s" in r][-1:] or best_runs[-1:]
-    return {"kind": "best", "shape": shape, "precision": precision,
+    # threads beside the choice (which holds only the swept settings), as the CNN bench's best
+    # records carry it: mixtrain_gpt_bench.py sets a record only against a run of as many threads.
+    return {"kind": "best", "shape": shape, "precision": precision, "threads": a.threads,
             "setting": label(best, defaults), "choice": best,
             "tokens_per_s": round(median_tps(best_runs), 1), "runs": len(best_runs),
             "default_tokens_per_s": round(median_tps(default_runs), 1),

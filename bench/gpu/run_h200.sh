@@ -39,6 +39,11 @@
 # Usage, from the repository root: bash bench/gpu/run_h200.sh      (see bench/gpu/README.md)
 # Environment (defaults in brackets):
 #   OUT [build-gpu-out]  results folder (the device tool sets it)
+#   STATE [/tmp/mixtrain-gpu-state; /tmp/mixtrain-gpu-state-dry under DRY_RUN]  the working
+#          folder (each stage's logs, runs and reports, the token file). It is REMOVED at the
+#          start of every call, so it must be new, empty or a folder of this script's own (it
+#          marks those with a .run_h200-state file; anything else is refused). Two calls at once,
+#          or a dry run beside a real one, need two.
 #   BUDGET_S [560]       wall-clock budget of the whole script, seconds
 #   STAGES ["env debs configure build test resnet50 gpt2 profile gemm resnet50v gpt2v wide gemmsweep
 #           gpt2medium"]  any subset
@@ -56,7 +61,8 @@
 #   pair first, so a budget that runs out loses the least)  WIDE_BACKEND [cuda]  TORCH_DEVICE [cuda]
 #   TORCH_FUSED [true: fused AdamW, PyTorch's fastest on CUDA]  PEAK_TFLOPS [989.4]
 #   DRY_RUN=1  a check of the scripting on a machine without a GPU: CPU backend and CPU PyTorch at
-#              a tiny size, /usr/bin/python3, JOBS=2, BUDGET_S=3600 (the GPU-only parts then report
+#              a tiny size (GPT: 2 layers, 64 wide, a 256-token vocabulary; PROFILE_STEPS=3),
+#              /usr/bin/python3, JOBS=2, BUDGET_S=3600 (the GPU-only parts then report
 #              "no CUDA device" / skip, as they should)
 set -uo pipefail
 
@@ -73,7 +79,13 @@ if [[ ${DRY_RUN:-0} == 1 ]]; then
   : "${GPT_BATCH:=2}" "${GPT_LAYERS:=2}" "${GPT_HEADS:=2}" "${GPT_WIDTH:=64}" "${GPT_TOKENS:=64}"
   : "${GPT2M_LAYERS:=3}" "${GPT2M_HEADS:=2}" "${GPT2M_WIDTH:=64}" "${GPT2M_BATCH:=2}" "${GPT2M_POLICIES:=bf16}"
   : "${GPT_STEPS:=6}" "${GPT_LOG_EVERY:=2}" "${GPT_POLICIES:=bf16}" "${MODEL_RUN_CAP:=300}"
+  # GPT-2's 50257-token vocabulary makes the LM head most of a tiny model's work on a CPU: the
+  # final eval over the token file's held-out split alone took ~54 s, past the profile stage's
+  # 45 s share per GPT run, and 8 profiled steps more. A byte-sized vocabulary and 3 profiled
+  # steps check the same scripting in seconds.
+  : "${GPT_VOCAB:=256}" "${PROFILE_STEPS:=3}"
   : "${RN_VARIANTS=bf16+pageable}" "${GPT_VARIANTS=bf16+whole}"
+  : "${STATE:=/tmp/mixtrain-gpu-state-dry}"  # not a real run's state folder
 fi
 export OUT=${OUT:-$ROOT/build-gpu-out}
 export BUDGET_S=${BUDGET_S:-560}
@@ -106,10 +118,20 @@ export GPT2M_LAYERS=${GPT2M_LAYERS:-24} GPT2M_HEADS=${GPT2M_HEADS:-16} GPT2M_WID
 export GPT2M_BATCH=${GPT2M_BATCH:-8} GPT2M_POLICIES=${GPT2M_POLICIES:-bf16 fp8 fp8+plaincast}
 export ROOT HERE
 export PROFILE_STEPS=${PROFILE_STEPS:-8} PROFILE_TOP=${PROFILE_TOP:-30}
-export STATE=/tmp/mixtrain-gpu-state
+export STATE=${STATE:-/tmp/mixtrain-gpu-state}
 export PARTS=$STATE/parts  # each stage's report, gathered into $OUT by collect
+# STATE is removed below, so only a folder this script made (its marker inside), an empty one or
+# a missing one: a STATE set by mistake to a folder of anything else is refused, not wiped. The
+# two default paths pass too, as the state of versions before the marker.
+if [[ -e $STATE && ! -f $STATE/.run_h200-state && $STATE != /tmp/mixtrain-gpu-state &&
+      $STATE != /tmp/mixtrain-gpu-state-dry ]] && [[ ! -d $STATE || -n $(ls -A "$STATE") ]]; then
+  echo "run_h200.sh: STATE=$STATE exists and is not this script's state folder (no .run_h200-state" \
+    "in it); it would be removed at the start, so give STATE a new folder" >&2
+  exit 2
+fi
 rm -rf "$STATE"
 mkdir -p "$OUT" "$STATE" "$PARTS"
+touch "$STATE/.run_h200-state"
 export LIBDIR=$DEBROOT/usr/lib/x86_64-linux-gnu
 # The unpacked libraries, for mixtrain's processes only (the build's RPATHs point there as well);
 # never for python3/PyTorch, whose own libraries (zlib, ...) must not be shadowed.
@@ -603,12 +625,17 @@ resnet50_sets() {
     --set run.eval_every=0 \
     --set run.underflow_every=0 --set checkpoint.every=0 --set checkpoint.final=false
 }
+# optimizer.clip_grad_norm=0: gpt-tiny-bf16.toml clips at 1.0, and its PyTorch peer
+# (torch_models.py) does not clip; clipping costs mixtrain a gradient-norm pass and a scale every
+# step, so it is off here, as the CPU GPT bench (bench/gpt/mixtrain_gpt_bench.py) sets it.
+# (resnet50-bf16.toml already has clip_grad_norm = 0.)
 gpt2_sets() {
   printf '%s\n' --set "backend.type=$MODEL_BACKEND" --set "model.gpt.n_layer=$GPT_LAYERS" \
     --set "model.gpt.n_head=$GPT_HEADS" --set "model.gpt.n_embd=$GPT_WIDTH" --set data.source=tokens \
     --set "data.tokens.train=$STATE/gpt2-tokens.bin" --set "data.tokens.vocab_size=$GPT_VOCAB" \
     --set "data.block_size=$GPT_TOKENS" --set "data.batch_size=$GPT_BATCH" \
     --set "data.eval_batch_size=$GPT_BATCH" --set "run.log_every=$GPT_LOG_EVERY" --set run.eval_every=0 \
+    --set optimizer.clip_grad_norm=0 \
     --set run.underflow_every=0 --set checkpoint.every=0 --set checkpoint.final=false
 }
 gpt2_tokens() {

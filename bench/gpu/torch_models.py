@@ -21,7 +21,8 @@
 Inputs are one random batch resident on the device (labels/tokens too): the peer pays no data
 loading, which favours it (mixtrain's synthetic/token sources run its host pipeline every step).
 Timed windows are bracketed by a device synchronize; steps/s is the median over windows after
---warmup steps. Peak memory: torch.cuda.max_memory_allocated() (cuda), ru_maxrss (cpu).
+--warmup steps. Peak memory: torch.cuda.max_memory_allocated() (cuda), ru_maxrss (cpu), both
+over the whole run, warm-up included, as mixtrain's peak is.
 Prints one JSON object (the kit's model_table.py reads it); {"error": ...} and exit 2 when the
 device asked for is missing.
 
@@ -326,8 +327,8 @@ def main():
     if a.profile_steps > 0:
         print(json.dumps(profile(torch, a, meta, step, sync, cuda)))
         return 0
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
+    # No torch.cuda.reset_peak_memory_stats() here: mixtrain's peak (summary.json) covers its
+    # whole run, warm-up steps included, so PyTorch's peak covers the same span, from the start.
     windows, loss = [], None
     for _ in range(a.windows):
         t0 = time.perf_counter()

@@ -5,7 +5,9 @@
 #
 # Usage: bench/wide_mlp/run_policies.sh [MIXTRAIN_BIN] [THREADS]
 #   MIXTRAIN_BIN  default build/bin/mixtrain
-#   THREADS       default 2 (mixtrain backend.threads, torch.set_num_threads)
+#   THREADS       default 2 (mixtrain backend.threads, torch.set_num_threads and PyTorch's
+#                 OPENBLAS_NUM_THREADS: its FP32 GEMMs run on Debian's OpenBLAS, whose pthread pool
+#                 torch.set_num_threads does not bound; the GPT bench sets it the same way)
 # Environment:
 #   STEPS      mixtrain steps per policy (default 30; windows of LOG_EVERY=5 steps, the first
 #              window dropped as warm-up, steps/s = median of the rest)
@@ -15,13 +17,17 @@
 #   TORCH_WARMUP / TORCH_WINDOWS / TORCH_STEPS_PER_WINDOW (default 3 / 4 / 4)
 #   TORCH_OPENBLAS_CORETYPE (default SkylakeX: Debian's OpenBLAS runs its SSE3 Prescott kernel on
 #              this CPU otherwise, 2.5x slower; see RESULTS.md)
-#   TORCH_OMP_WAIT_POLICY_FP32 (default PASSIVE: FP32 GEMMs run on OpenBLAS's pthread pool, and
-#              spinning OpenMP workers steal its cores)
-#   TORCH_OMP_WAIT_POLICY_BF16 (default PASSIVE, as for FP32. Under autocast the Linear GEMMs run
-#              on PyTorch's bundled oneDNN (OpenMP pool, brg:avx512_core_bf16), so ACTIVE might
-#              suit it better: NOT measured yet on an idle machine; "" leaves libgomp's default)
+#   TORCH_OMP_WAIT_POLICY_FP32, TORCH_OMP_WAIT_POLICY_BF16 (default "unset PASSIVE ACTIVE" each;
+#              the value "unset" is libgomp's default): PyTorch runs once under each value and its
+#              fastest run is its row in the table (every run is listed above it). Swept, not
+#              fixed: FP32 GEMMs run on OpenBLAS's pthread pool, where spinning OpenMP workers steal
+#              its cores (PASSIVE won the paired runs under load), while under autocast the Linear
+#              GEMMs run on PyTorch's bundled oneDNN (OpenMP pool, brg:avx512_core_bf16), where
+#              ACTIVE may win; neither was measured against the others on an idle machine. One
+#              value pins it.
 #   PYTHON     default /usr/bin/python3 (Debian's python3-torch 1.13)
-# Builds nothing. Run it from anywhere. About 3-4 minutes on an idle 2-core machine at batch 512.
+# Builds nothing. Run it from anywhere. About 5-6 minutes on an idle 2-core machine at batch 512
+# (six PyTorch runs by default).
 #
 # Memory columns: "peak RSS" is summary.json's peak_rss_bytes for mixtrain (the training loop and
 # the final eval, read before the final checkpoint is staged) and ru_maxrss for PyTorch (whole
@@ -40,8 +46,8 @@ TORCH_WARMUP=${TORCH_WARMUP:-3}
 TORCH_WINDOWS=${TORCH_WINDOWS:-4}
 TORCH_STEPS_PER_WINDOW=${TORCH_STEPS_PER_WINDOW:-4}
 TORCH_OPENBLAS_CORETYPE=${TORCH_OPENBLAS_CORETYPE:-SkylakeX}
-TORCH_OMP_WAIT_POLICY_FP32=${TORCH_OMP_WAIT_POLICY_FP32-PASSIVE}
-TORCH_OMP_WAIT_POLICY_BF16=${TORCH_OMP_WAIT_POLICY_BF16-PASSIVE}
+TORCH_OMP_WAIT_POLICY_FP32=${TORCH_OMP_WAIT_POLICY_FP32:-unset PASSIVE ACTIVE}
+TORCH_OMP_WAIT_POLICY_BF16=${TORCH_OMP_WAIT_POLICY_BF16:-unset PASSIVE ACTIVE}
 PYTHON=${PYTHON:-/usr/bin/python3}
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -71,23 +77,29 @@ for p in $POLICIES; do
 done
 
 # --- PyTorch --------------------------------------------------------------------------------------
+# One run per mode and OMP_WAIT_POLICY; the table takes each mode's fastest.
 for m in $TORCH; do
   case $m in
-    fp32) ac=none; wp=$TORCH_OMP_WAIT_POLICY_FP32 ;;
-    bf16) ac=bf16; wp=$TORCH_OMP_WAIT_POLICY_BF16 ;;
+    fp32) ac=none; wps=$TORCH_OMP_WAIT_POLICY_FP32 ;;
+    bf16) ac=bf16; wps=$TORCH_OMP_WAIT_POLICY_BF16 ;;
     *) echo "run_policies.sh: unknown TORCH mode $m (fp32, bf16)" >&2; exit 2 ;;
   esac
-  env OPENBLAS_CORETYPE="$TORCH_OPENBLAS_CORETYPE" ${wp:+OMP_WAIT_POLICY=$wp} \
-    "$PYTHON" "$HERE/torch_wide_mlp.py" --threads "$THREADS" --batch "$BATCH" --foreach false \
-    --autocast "$ac" --warmup "$TORCH_WARMUP" --windows "$TORCH_WINDOWS" \
-    --steps-per-window "$TORCH_STEPS_PER_WINDOW" >"$WORK/torch-$m.json"
-  echo "# pytorch $m done; load average: $(load)"
+  for wp in $wps; do
+    [[ $wp == unset ]] && wp=
+    # env -u: "unset" means libgomp's default even when the caller exported a policy.
+    env -u OMP_WAIT_POLICY OPENBLAS_CORETYPE="$TORCH_OPENBLAS_CORETYPE" \
+      OPENBLAS_NUM_THREADS="$THREADS" ${wp:+OMP_WAIT_POLICY=$wp} \
+      "$PYTHON" "$HERE/torch_wide_mlp.py" --threads "$THREADS" --batch "$BATCH" --foreach false \
+      --autocast "$ac" --warmup "$TORCH_WARMUP" --windows "$TORCH_WINDOWS" \
+      --steps-per-window "$TORCH_STEPS_PER_WINDOW" >"$WORK/torch-$m-${wp:-unset}.json"
+    echo "# pytorch $m OMP_WAIT_POLICY=${wp:-unset} done; load average: $(load)"
+  done
 done
 echo "# load average after: $(load)"
 
 # --- table ----------------------------------------------------------------------------------------
 "$PYTHON" - "$WORK" "$BATCH" "$POLICIES" "$TORCH" <<'PY'
-import json, os, statistics, sys
+import glob, json, os, statistics, sys
 work, batch, policies, torches = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
 MiB = 1024.0 * 1024.0
 NAMES = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16-mixed", "fp16": "fp16-mixed"}
@@ -104,11 +116,16 @@ for p in policies:
           f"RSS incl. checkpoint {s.get('peak_rss_bytes_with_checkpoint', 0) / MiB:.0f} MiB")
     rows.append((f"mixtrain {NAMES[p]}", "mixtrain", p, sps, s["peak_rss_bytes"], s["peak_memory_bytes"]))
 for m in torches:
-    t = json.load(open(os.path.join(work, f"torch-{m}.json")))
     label = "PyTorch FP32" if m == "fp32" else "PyTorch bf16 autocast"
-    print(f"{label:<20}: windows {t['window_steps_per_s']} steps/s; OPENBLAS_CORETYPE="
-          f"{t['openblas_coretype']} OMP_WAIT_POLICY={t['omp_wait_policy'] or '(unset)'} "
-          f"foreach={t['foreach']}, final loss {t['final_loss']:.4f}")
+    runs = [json.load(open(f)) for f in sorted(glob.glob(os.path.join(work, f"torch-{m}-*.json")))]
+    for t in runs:
+        print(f"{label:<20}: windows {t['window_steps_per_s']} steps/s; OPENBLAS_CORETYPE="
+              f"{t['openblas_coretype']} OPENBLAS_NUM_THREADS={t.get('openblas_num_threads') or '(unset)'} "
+              f"OMP_WAIT_POLICY={t['omp_wait_policy'] or '(unset)'} foreach={t['foreach']}, "
+              f"final loss {t['final_loss']:.4f}")
+    # The fastest wait policy is PyTorch's figure (its best of the policies swept).
+    t = max(runs, key=lambda r: r["steps_per_s"])
+    label += f" (OMP_WAIT_POLICY={t['omp_wait_policy'] or 'unset'})"
     rows.append((label, "pytorch", m, t["steps_per_s"], t["peak_rss_bytes"], None))
 
 def find(fw, key):

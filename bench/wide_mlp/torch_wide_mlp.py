@@ -146,6 +146,8 @@ def main():
         "autocast": args.autocast,
         "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", ""),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
+        # Debian's OpenBLAS sizes its pthread pool from this, not from torch.set_num_threads.
+        "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS", ""),
         "warmup_steps": args.warmup,
         "steps_per_window": args.steps_per_window,
         "window_steps_per_s": [round(v, 4) for v in window_sps],
