@@ -340,8 +340,9 @@ TEST_F(DataParallelTest, LossScaleOverflowsDoNotDependOnTheRankCount) {
   EXPECT_GT(summary(dir_ / "r1")["skipped_steps"].get<int>(), 0);
 }
 
-// Dropout keys its masks by the global batch's row, so two ranks drop what one process drops
-// (drawn per replica, the losses parted from step 1, by 5e-4 relative and growing).
+// Dropout keys its masks by the global batch's sample, so two ranks drop what one process drops
+// (drawn per replica, the losses parted from step 1, by 5e-4 relative and growing): on an MLP,
+// a sample a row, and on a token model, a sample T rows.
 TEST_F(DataParallelTest, DropoutDrawsOneProcesssMasksOnTwoRanks) {
   const auto with_dropout = [&](const std::string& name, const std::string& extra) {
     std::string text = slurp(mlp_config(name, extra));
@@ -359,6 +360,38 @@ TEST_F(DataParallelTest, DropoutDrawsOneProcesssMasksOnTwoRanks) {
       2, "train " + cfg.string() + " --set run.steps=12 --run-dir " + (dir_ / "r2").string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   expect_same_losses(dir_ / "r1", dir_ / "r2", 1e-5);
+
+  const auto tokens = write_file("tokens.toml", R"([run]
+seed = 3
+log_every = 1
+eval_every = 0
+underflow_every = 0
+[backend]
+type = "cpu"
+[backend.cpu]
+threads = 1
+[optimizer]
+type = "adamw"
+[model]
+layers = [
+  { type = "embedding", name = "wte", vocab = 256, dim = 32 },
+  { type = "dropout", name = "drop", p = 0.3 },
+  { type = "linear", name = "head", out = 256 },
+]
+[data]
+source = "text"
+block_size = 16
+batch_size = 8
+eval_fraction = 0.05
+[data.text]
+path = ["/usr/share/common-licenses/GPL-3"]
+)");
+  base = run("train " + tokens.string() + " --set run.steps=8 --run-dir " + (dir_ / "t1").string());
+  ASSERT_EQ(base.exit_code, 0) << base.err;
+  r = run_ranks(2, "train " + tokens.string() + " --set run.steps=8 --run-dir " +
+                       (dir_ / "t2").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_same_losses(dir_ / "t1", dir_ / "t2", 1e-5);
 }
 
 // A 2-rank run resumed from its checkpoint continues bit for bit; its checkpoint also resumes in

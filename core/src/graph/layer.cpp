@@ -36,11 +36,11 @@ void Layer::set_operand_scaling(sdk::PrecisionPolicy* policy) {
 }
 
 void Layer::begin_micro_batch(std::int64_t index, std::int64_t step, std::int64_t draw,
-                              std::int64_t first_row) {
+                              SampleRange samples) {
   step_ = step;
   micro_batch_ = index;
   draw_ = draw;
-  first_row_ = first_row;
+  samples_ = samples;
   if (operand_scaler_ != nullptr) operand_scaler_->begin_micro_batch(index);
 }
 

@@ -39,7 +39,7 @@ void Model::set_mode(Mode mode) {
 }
 
 void Model::begin_micro_batch(std::int64_t index, std::int64_t count, std::int64_t step,
-                              std::int64_t replica, std::int64_t first_row) {
+                              std::int64_t replica, SampleRange samples) {
   if (index == 0) {
     executor_.start_gradients();
     // A step's delayed-scaling amaxes start from zero: one fill of the table, not one per cast.
@@ -52,7 +52,7 @@ void Model::begin_micro_batch(std::int64_t index, std::int64_t count, std::int64
   }
   open_micro_batch_ = MicroBatch{index + 1 == count};
   // Replica 0's draws are a single process's, so one rank (or none) trains as before.
-  for (auto& l : ops_) l->begin_micro_batch(index, step, replica * count + index, first_row);
+  for (auto& l : ops_) l->begin_micro_batch(index, step, replica * count + index, samples);
 }
 
 void Model::init_parameters(std::uint64_t seed) {

@@ -174,7 +174,7 @@ void feed_micro_batch(Trainer::State& s, std::int64_t k) {
 }
 
 // This process's replica: each rank's stochastic rounding draws its own bits, and its dropout the
-// masks of the global batch's rows it computes (rank_share: from replica · rank_batch).
+// masks of the global batch's samples it computes (rank_share: from replica · rank_batch).
 std::int64_t replica_of(const Trainer::State& s) {
   return s.c.communicator ? s.c.communicator->rank() : 0;
 }
@@ -183,7 +183,7 @@ std::int64_t replica_of(const Trainer::State& s) {
 void open_micro_batch(Trainer::State& s, std::int64_t k) {
   const std::int64_t replica = replica_of(s);
   s.model->begin_micro_batch(k, s.e.run.accumulate, s.position.step, replica,
-                             replica * s.rank_batch);
+                             {replica * s.rank_batch, s.rank_batch});
 }
 
 // Forward, loss and backward of micro-batch k (into the step's FP32 gradients); recorded once and

@@ -58,11 +58,13 @@ DropoutLayer::DropoutLayer(std::string name, std::int64_t features, float p)
   traits_.varies_per_step = p_ > 0.0f;
 }
 
-sdk::DropoutKey DropoutLayer::key(std::int64_t rows, std::int64_t elements) const {
+sdk::DropoutKey DropoutLayer::key(std::int64_t elements) const {
   const sdk::DropoutKey base{seed_, (static_cast<std::uint64_t>(step()) << 32) |
                                         static_cast<std::uint32_t>(micro_batch())};
-  const std::int64_t per_row = rows > 0 ? elements / rows : 0;
-  return dropout_key_from_element(base, static_cast<std::uint64_t>(first_row() * per_row));
+  const SampleRange mine = samples();
+  if (mine.first == 0 || mine.count <= 0) return base;
+  const std::int64_t per_sample = elements / mine.count;
+  return dropout_key_from_element(base, static_cast<std::uint64_t>(mine.first * per_sample));
 }
 
 void DropoutLayer::init_parameters(std::uint64_t seed) {
@@ -89,17 +91,17 @@ void DropoutLayer::forward(TensorView x, std::int64_t rows) {
     pass_through(x, y);
     return;
   }
-  facets().call(sdk::DropoutOp::dropout_forward)->dropout_forward(x, y, p_, key(rows, x.numel()));
+  facets().call(sdk::DropoutOp::dropout_forward)->dropout_forward(x, y, p_, key(x.numel()));
 }
 
-void DropoutLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_t rows) {
+void DropoutLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_t) {
   if (dx.empty()) return;
   if (!training() || p_ == 0.0f) {
     pass_through(dy, dx);
     return;
   }
   facets().call(sdk::DropoutOp::dropout_backward)->dropout_backward(dy, dx, p_,
-                                                                    key(rows, dy.numel()));
+                                                                    key(dy.numel()));
 }
 
 // --- Definition ----------------------------------------------------------------------------------

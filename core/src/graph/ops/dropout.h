@@ -12,9 +12,10 @@
 //     it with the run seed on every start, resumed or not; before it, the run seed is taken as 0);
 //   - stream = (optimizer step << 32) | micro-batch index, from Layer::begin_micro_batch, which
 //     the model calls once per micro-batch with the trainer's step count;
-//   - element i of a data-parallel replica's rows is element first_row · (elements per row) + i
-//     of that key (dropout_key_from_element), so a row draws the mask it draws in one process
-//     whichever rank computes it, and a run's masks do not depend on the rank count.
+//   - element i of a data-parallel replica's samples is element first · (elements per sample) + i
+//     of that key (Layer::samples(), dropout_key_from_element), so a sample draws the mask it
+//     draws in one process whichever rank computes it, and a run's masks do not depend on the
+//     rank count. (A sample is several rows of a token model: T positions.)
 //   Why the step, and not a count of forwards: the non-finite replay and the gradient-underflow
 //   measurement re-run forward on the same batch and must see the same mask, and a run resumed
 //   from a checkpoint restores the step count (checkpoint progress), so it continues with the
@@ -35,9 +36,9 @@ class DropoutLayer final : public Layer {
  public:
   DropoutLayer(std::string name, std::int64_t features, float p);
   float p() const { return p_; }
-  // The key the next forward and backward use for `rows` rows of `elements` elements in all
-  // (see the contract).
-  sdk::DropoutKey key(std::int64_t rows, std::int64_t elements) const;
+  // The key the next forward and backward use for a tensor of `elements` elements (the replica's
+  // samples; see the contract).
+  sdk::DropoutKey key(std::int64_t elements) const;
   void init_parameters(std::uint64_t seed) override;
   std::vector<BackendNeed> backend_needs(sdk::DType input) const override;
   void forward(sdk::TensorView x, std::int64_t rows) override;

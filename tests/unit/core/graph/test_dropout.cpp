@@ -187,33 +187,38 @@ TEST(Dropout, AKeyFromAnElementReadsTheKeysBitsFromThatElementOn) {
   }
 }
 
-// Data parallel: a replica computing rows [first_row, first_row + n) of the global batch draws,
-// for each row, the mask one process draws for it, so runs with dropout do not depend on the rank
-// count (stochastic rounding, by contrast, draws per replica: test_data_parallel). Replica 0 with
-// first_row 0 is one process.
-TEST(Dropout, AReplicasRowsDrawTheMasksOneProcessDrawsForThoseRows) {
+// Data parallel: a replica computing some samples of the global batch draws, for each sample,
+// the mask one process draws for it, so runs with dropout do not depend on the rank count
+// (stochastic rounding, by contrast, draws per replica: test_data_parallel). A sample is one row
+// of a feature model and several rows of a token model (its T positions): both are checked.
+TEST(Dropout, AReplicasSamplesDrawTheMasksOneProcessDrawsForThem) {
   const std::int64_t cols = 48;
   Fixture whole(0.5f, 8, cols);
   whole.layer.begin_micro_batch(1, 7);
   const auto all = whole.forward();
-  for (const std::int64_t replica : {0, 1, 2, 3}) {
-    Fixture part(0.5f, 2, cols);
-    // The part's input: the whole's rows [2·replica, 2·replica + 2).
-    std::vector<float> x = read(whole.x.view());
-    std::vector<float> rows(x.begin() + replica * 2 * cols, x.begin() + (replica + 1) * 2 * cols);
-    write(part.x.view(), rows);
-    part.layer.begin_micro_batch(1, 7, /*draw=*/replica * 2 + 1, /*first_row=*/replica * 2);
-    const auto y = part.forward();
-    const std::vector<float> expected(all.begin() + replica * 2 * cols,
-                                      all.begin() + (replica + 1) * 2 * cols);
-    EXPECT_EQ(bits(y), bits(expected)) << "replica " << replica;
-    // Backward applies the same rows' mask.
-    Tensor dy(cpu(), DType::fp32, sdk::Shape{2, cols}), dx(cpu(), DType::fp32, sdk::Shape{2, cols});
-    write(dy.view(), std::vector<float>(static_cast<std::size_t>(2 * cols), 1.0f));
-    part.layer.backward(part.x.view(), dy.view(), dx.view(), 2);
-    const auto g = read(dx.view());
-    for (std::size_t i = 0; i < g.size(); ++i)
-      EXPECT_EQ(g[i] == 0.0f, y[i] == 0.0f) << "replica " << replica << ", element " << i;
+  const std::vector<float> x = read(whole.x.view());
+  for (const std::int64_t rows_per_sample : {1, 2}) {
+    // Four replicas of two rows each: 2 samples of one row, or 1 sample of two rows.
+    const std::int64_t per_replica = 2 / rows_per_sample;
+    for (const std::int64_t replica : {0, 1, 2, 3}) {
+      Fixture part(0.5f, 2, cols);
+      const auto from = static_cast<std::ptrdiff_t>(replica * 2 * cols),
+                 to = static_cast<std::ptrdiff_t>((replica + 1) * 2 * cols);
+      write(part.x.view(), std::vector<float>(x.begin() + from, x.begin() + to));
+      part.layer.begin_micro_batch(1, 7, /*draw=*/replica * 2 + 1,
+                                   SampleRange{replica * per_replica, per_replica});
+      const auto y = part.forward();
+      EXPECT_EQ(bits(y), bits(std::vector<float>(all.begin() + from, all.begin() + to)))
+          << "replica " << replica << ", rows per sample " << rows_per_sample;
+      // Backward applies the same samples' mask.
+      Tensor dy(cpu(), DType::fp32, sdk::Shape{2, cols}),
+          dx(cpu(), DType::fp32, sdk::Shape{2, cols});
+      write(dy.view(), std::vector<float>(static_cast<std::size_t>(2 * cols), 1.0f));
+      part.layer.backward(part.x.view(), dy.view(), dx.view(), 2);
+      const auto g = read(dx.view());
+      for (std::size_t i = 0; i < g.size(); ++i)
+        ASSERT_EQ(g[i] == 0.0f, y[i] == 0.0f) << "replica " << replica << ", element " << i;
+    }
   }
 }
 

@@ -65,6 +65,13 @@ namespace mixtrain::core {
 // computes with: in `working` when it has a low-precision copy (master empty), else in `master`;
 // or, a frozen linear weight under a quantized train.frozen_format, in `quant` alone (master and
 // working empty): its op decodes it into a working copy before each GEMM (Layer::dequantized).
+// The samples of a micro-batch's global batch that one data-parallel replica computes: `count`
+// of them from `first` (0 and 0 in one process: all of them).
+struct SampleRange {
+  std::int64_t first = 0;
+  std::int64_t count = 0;
+};
+
 struct ModelParameter {
   std::string name;  // "<layer>.weight"
   Tensor master;     // fp32; empty for a frozen parameter stored in `working`
@@ -242,18 +249,19 @@ class Layer {
   // amax of delayed scaling spans the step, and random ops key their draws on the step, which a
   // resumed run restores and a replay of the step does not advance. `draw` numbers the
   // micro-batch among every data-parallel replica's (Model::begin_micro_batch; index, one
-  // process's): stochastic rounding draws per replica. `first_row` is the global batch's row
-  // this replica's first row is (0 in one process): dropout draws per global row, so a row gets
-  // the mask it gets in one process, whichever rank computes it.
+  // process's): stochastic rounding draws per replica. `samples` is which samples of the
+  // micro-batch's global batch this replica computes (all of them in one process, {0, 0}):
+  // dropout draws per global sample, so a sample gets the mask it gets in one process, whichever
+  // rank computes it.
   void begin_micro_batch(std::int64_t index, std::int64_t step, std::int64_t draw,
-                         std::int64_t first_row = 0);
+                         SampleRange samples = {});
   void begin_micro_batch(std::int64_t index, std::int64_t step) {
     begin_micro_batch(index, step, index);  // one process
   }
   std::int64_t step() const { return step_; }
   std::int64_t micro_batch() const { return micro_batch_; }
   std::int64_t draw() const { return draw_; }
-  std::int64_t first_row() const { return first_row_; }
+  SampleRange samples() const { return samples_; }
 
   // Per scaled operand of the last step (when collection is on): what the FP8 cast did to it.
   struct ScaledOperandStats {
@@ -463,7 +471,8 @@ class Layer {
   std::int64_t quant_block_ = 0;
   std::shared_ptr<Tensor> dequant_scratch_;  // shared by the model's quantized weights
   bool training_ = true;
-  std::int64_t step_ = 0, micro_batch_ = 0, draw_ = 0, first_row_ = 0;  // begin_micro_batch()'s
+  std::int64_t step_ = 0, micro_batch_ = 0, draw_ = 0;  // the last begin_micro_batch()'s
+  SampleRange samples_;
   bool epilogue_fused_ = false;  // runs a reader as its epilogue now (fuse_reader, set_fusion)
   bool collect_stats_ = false;
   std::vector<ScaledOperandStats> stats_;

@@ -157,12 +157,12 @@ class Model {
   // backward() without it is a step of one micro-batch (its gradients overwrite). `step` is the
   // optimizer step the micro-batch belongs to (the trainer's count, restored on resume): random
   // ops draw from it, so a replay of the step draws the same and the next step anew. Each
-  // data-parallel replica (its rank) computes the rows from `first_row` of the micro-batch's
-  // global batch: dropout keys its masks by global row (a row's mask does not depend on the rank
-  // count), stochastic rounding by the draw replica · count + index (each replica its own bits).
-  // Replica 0 with first_row 0 draws what one process draws.
+  // data-parallel replica (its rank) computes `samples` of the micro-batch's global batch:
+  // dropout keys its masks by global sample (a sample's mask does not depend on the rank count),
+  // stochastic rounding by the draw replica · count + index (each replica its own bits).
+  // Replica 0 with samples from 0 draws what one process draws.
   void begin_micro_batch(std::int64_t index, std::int64_t count, std::int64_t step = 0,
-                         std::int64_t replica = 0, std::int64_t first_row = 0);
+                         std::int64_t replica = 0, SampleRange samples = {});
   std::int64_t max_rows() const { return executor_.max_rows(); }
 
   // Runs for each parameter when backward has written its final gradient for the step.
