@@ -175,6 +175,7 @@ TEST_F(Cli, AFileSizeLimitFailsTheCheckpointWriteWithAMessage) {
   ASSERT_TRUE(WIFEXITED(status)) << "killed by a signal: " << slurp(err);
   EXPECT_EQ(WEXITSTATUS(status), 2) << slurp(err);
   EXPECT_TRUE(has(slurp(err), "File too large")) << slurp(err);
+  EXPECT_TRUE(has(slurp(err), "this run has no checkpoint yet")) << slurp(err);
   for (const auto& f : fs::directory_iterator(run_dir / "checkpoints"))
     EXPECT_EQ(f.path().filename().string().find(".tmp"), std::string::npos) << f.path();
 }

@@ -295,7 +295,23 @@ fs::path Trainer::save_checkpoint() {
   // that no live writer holds.
   for (const auto& stale : sdk::remove_stale_temp_files(dir))
     s.log.info("removed " + stale.string() + ", left by an interrupted checkpoint write");
-  s.c.checkpoint_format->write(path, st);
+  try {
+    s.c.checkpoint_format->write(path, st);
+  } catch (const sdk::UserError& e) {
+    // The run ends here: say what it leaves to continue from (a full disk is the usual cause).
+    std::optional<fs::path> last;
+    for (const auto& file : step_checkpoints(dir, s.c.checkpoint_format->file_extension()))
+      if (checkpoint_step(file, s.c.checkpoint_format->file_extension()).value_or(0) <
+          s.position.step)
+        last = file;
+    throw sdk::CheckpointError(
+        std::string(e.what()) + (last ? "; the newest checkpoint this run has is " +
+                                            last->string()
+                                      : "; this run has no checkpoint yet"),
+        e.hint() + (last ? (e.hint().empty() ? "" : "; then ") + std::string("continue it with ") +
+                               "--resume " + s.run_dir.string()
+                         : ""));
+  }
 
   // Keep the newest `keep` checkpoints of this run, by step number (names stop sorting by step
   // once a step outgrows the zero padding). One from a later step is not this run's (a file
