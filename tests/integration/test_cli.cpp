@@ -180,6 +180,27 @@ TEST_F(Cli, AFileSizeLimitFailsTheCheckpointWriteWithAMessage) {
     EXPECT_EQ(f.path().filename().string().find(".tmp"), std::string::npos) << f.path();
 }
 
+// --resume RUN takes the newest checkpoint; when that file is damaged the hint names the one
+// before it, with the --resume that takes it; an error about a readable file's content does not.
+TEST_F(Cli, ADamagedNewestCheckpointNamesTheOneBeforeIt) {
+  const auto run_dir = dir_ / "run";
+  auto r = run("train " + quickstart() + " --set run.steps=6 --set checkpoint.every=2" +
+               " --set checkpoint.keep=3 --run-dir " + run_dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  fs::resize_file(run_dir / "checkpoints" / "step-00000006.mxt", 100);
+  r = run("train --resume " + run_dir.string() + " --set run.steps=8");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  const std::string earlier = (run_dir / "checkpoints" / "step-00000004.mxt").string();
+  EXPECT_TRUE(has(r.err, "the checkpoint before it is " + earlier + ": --resume " + earlier))
+      << r.err;
+  r = run("train --resume " + earlier + " --set run.steps=8");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  // A readable checkpoint refused for its content is not called damaged.
+  r = run("train --resume " + run_dir.string() + " --set run.steps=10 --set data.batch_size=32");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_FALSE(has(r.err, "the checkpoint before it")) << r.err;
+}
+
 TEST_F(Cli, WrongTypeInConfigExits2WithFileLineColumn) {
   auto cfg = write_file("bad.toml", "[run]\nname = \"x\"\nsteps = \"ten\"\n");
   auto r = run("train " + cfg.string() + " --run-dir " + (dir_ / "run").string());

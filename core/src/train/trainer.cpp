@@ -569,9 +569,31 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
     s.loading_initial_weights = false;
   }
   if (options.resume) {
-    s.position.resumed_from =
-        resolve_checkpoint_path(*options.resume, s.c.checkpoint_format->file_extension());
-    load_checkpoint(s.position.resumed_from, /*weights_only=*/false);
+    const std::string extension = s.c.checkpoint_format->file_extension();
+    s.position.resumed_from = resolve_checkpoint_path(*options.resume, extension);
+    try {
+      load_checkpoint(s.position.resumed_from, /*weights_only=*/false);
+    } catch (const sdk::CheckpointError& e) {
+      // A folder meant its newest checkpoint; when that file cannot be read at all (a crash's,
+      // a full disk's), name the one before it, which --resume takes when given as a file. An
+      // error about what a readable file holds (a changed batch size, say) is left as it is.
+      std::optional<fs::path> earlier;
+      const fs::path folder = s.position.resumed_from.parent_path();
+      if (!fs::is_regular_file(*options.resume))
+        for (const auto& file : step_checkpoints(folder, extension))
+          if (file != s.position.resumed_from) earlier = file;
+      bool readable = true;
+      try {
+        const auto state = s.c.checkpoint_format->read(s.position.resumed_from);
+      } catch (const std::exception&) {
+        readable = false;
+      }
+      if (!earlier || readable) throw;
+      throw sdk::CheckpointError(std::string(e.what()),
+                                 e.hint() + (e.hint().empty() ? "" : "; ") +
+                                     "the checkpoint before it is " + earlier->string() +
+                                     ": --resume " + earlier->string());
+    }
     // Continuing in place only: resumed into another folder, the finished run is copied there.
     if (s.position.step >= e.run.steps)
       if (const auto in_place = continued_run_folder(options.run_dir, s.position.resumed_from)) {
