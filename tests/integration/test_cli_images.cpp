@@ -32,6 +32,16 @@ TEST_F(CliImages, TruncatedCifarFileExits2NamingTheFileAndTheOffset) {
   EXPECT_NE(r.err.find("data_batch_1.bin"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("byte offset 92190"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("truncated"), std::string::npos) << r.err;
+  // One training batch of the five trains, saying what it read.
+  std::ofstream(dir_ / "data_batch_1.bin", std::ios::binary) << cifar_records(30);
+  r = run("train " + quickstart() + " --set run.steps=1 --set data.source=cifar10" +
+          " --set data.cifar10.path=" + dir_.string() + " --set data.batch_size=8" +
+          " --run-dir " + (dir_ / "run1").string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("holds 1 of the 5 training batches (data_batch_1.bin): training on 30 "
+                       "records, not 50000"),
+            std::string::npos)
+      << r.err;
   // A folder without the test batch names what was looked for.
   fs::remove(dir_ / "test_batch.bin");
   r = run("train " + quickstart() + " --set run.steps=1 --set data.source=cifar10" +

@@ -34,6 +34,22 @@ const char* const kCifarHint =
 std::uint64_t record_count(const fs::path& file, const FileReader& in) {
   const std::uint64_t size = in.size();
   if (size == 0) fail(file, "is empty, expected 3073-byte CIFAR-10 records", kCifarHint);
+  // Files of the neighbouring formats are named for what they are, not called truncated.
+  if (size % kRecord != 0 && size % (kRecord + 1) == 0)
+    fail(file,
+         "holds " + std::to_string(size) + " bytes, a whole number of 3074-byte records: the "
+             "CIFAR-100 binary format (a coarse and a fine label byte per record), which this "
+             "source does not read",
+         kCifarHint);
+  if (size % kRecord != 0 && size >= 2) {
+    FileReader peek(file);
+    const auto head = peek.read_bytes(2, "the first bytes");
+    if (head[0] == 0x80 && head[1] >= 2 && head[1] <= 5)
+      fail(file,
+           "is a Python pickle (the \"CIFAR-10 python version\", cifar-10-python.tar.gz), not "
+           "the binary records this source reads",
+           kCifarHint);
+  }
   if (size % kRecord != 0) {
     const std::uint64_t whole = size / kRecord;
     fail(file,

@@ -70,12 +70,25 @@ std::pair<Dataset, Dataset> load_token_splits(const DataSettings& settings) {
 std::pair<Dataset, Dataset> load_cifar10_splits(const DataSettings& settings, std::uint64_t seed) {
   auto train_files = settings.cifar_train_paths;
   auto eval_files = settings.cifar_eval_paths;
+  bool from_folder = false;
   if (!settings.cifar_dir.empty() && (train_files.empty() || eval_files.empty())) {
     auto [dir_train, dir_eval] = cifar10_files(settings.cifar_dir);
+    from_folder = train_files.empty();
     if (train_files.empty()) train_files = std::move(dir_train);
     if (eval_files.empty()) eval_files = std::move(dir_eval);
   }
   Dataset train = load_cifar10(train_files, settings.keep_bytes());
+  // The folder trains on the batches present: fewer than the five (a partial download or
+  // unpack) is allowed, but said with what was read, so it is not mistaken for the full set.
+  if (from_folder && train_files.size() < 5) {
+    std::string present;
+    for (const auto& f : train_files) present += (present.empty() ? "" : ", ") + f.filename().string();
+    core_logger("data").warn("CIFAR-10 folder '" + settings.cifar_dir.string() + "' holds " +
+                             std::to_string(train_files.size()) +
+                             " of the 5 training batches (" + present + "): training on " +
+                             std::to_string(train.rows) +
+                             " records, not 50000. Unpack cifar-10-binary.tar.gz whole for all");
+  }
   if (settings.classes > 0) train.classes = std::max(train.classes, settings.classes);
   if (eval_files.empty()) return split_holdout(std::move(train), settings.eval_fraction, seed);
   // A separate held-out file: every training record trains, eval_fraction is unused.

@@ -78,6 +78,20 @@ TEST(Cifar10, TruncatedFileNamesTheFileAndWhereThePartialRecordStarts) {
   test::expect_data_error([] { load_cifar10({}); }, "CIFAR-10", {"no batch files"});
 }
 
+// The neighbouring formats are named for what they are: CIFAR-100's binary records (3074 bytes,
+// two label bytes) and the Python version's pickles are not "truncated" CIFAR-10 files.
+TEST(Cifar10, Cifar100AndPickleFilesAreNamedNotCalledTruncated) {
+  ScratchDir dir;
+  const auto f = dir / "train.bin";
+  write_file(f, Bytes(2 * (kRecord + 1), 3));
+  const std::vector<test::fs::path> files = {f};
+  expect_data_error([&] { load_cifar10(files); }, f.string(), {"CIFAR-100 binary format"});
+  Bytes pickle = {0x80, 0x02, '}', 'q', 0x00};
+  pickle.resize(1000, 0);
+  write_file(f, pickle);
+  expect_data_error([&] { load_cifar10(files); }, f.string(), {"Python pickle"});
+}
+
 TEST(Cifar10, LabelOutOfRangeNamesFileRecordAndOffset) {
   ScratchDir dir;
   const auto f = dir / "test_batch.bin";
