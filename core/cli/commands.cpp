@@ -307,7 +307,13 @@ int run_check(const ConfigArgs& cfg, bool rehearse) {
                              : std::string("no held-out rows (evaluation reads the training rows)"))
             << ", " << trainer.train_data().features << " features, "
             << trainer.train_data().classes << " classes\n";
-  std::cout << "# precision policy: " << experiment.policy_name << "\n";
+  // A policy that chooses (auto) says what it chose on this backend, as summary.json records it.
+  const std::string resolved = session.policy ? session.policy->resolved_name() : std::string();
+  std::cout << "# precision policy: " << experiment.policy_name
+            << (resolved.empty() || resolved == experiment.policy_name
+                    ? std::string()
+                    : " (resolved: " + resolved + ")")
+            << "\n";
   std::cout << core::render_model_summary(
       core::summarize_model(trainer.model(), experiment.data.batch_size));
   // With frozen parameters: bytes per parameter of the frozen base and of what trains, measured

@@ -201,6 +201,21 @@ TEST_F(Cli, ADamagedNewestCheckpointNamesTheOneBeforeIt) {
   EXPECT_FALSE(has(r.err, "the checkpoint before it")) << r.err;
 }
 
+// `check` of a policy that chooses says what it chose on this machine, as the run records it.
+TEST_F(Cli, CheckOfAutoSaysWhatItResolvedTo) {
+  auto r = run("check " + quickstart() + " --skip-rehearsal --set precision.policy=auto");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto run_dir = dir_ / "run";
+  ASSERT_EQ(run("train " + quickstart() + " --set precision.policy=auto --set run.steps=1" +
+                " --run-dir " + run_dir.string())
+                .exit_code,
+            0);
+  const auto summary = json::parse(slurp(run_dir / "summary.json"));
+  const std::string resolved = summary["precision"]["policy"].get<std::string>();
+  EXPECT_NE(resolved, "auto");
+  EXPECT_TRUE(has(r.out, "# precision policy: auto (resolved: " + resolved + ")")) << r.out;
+}
+
 TEST_F(Cli, WrongTypeInConfigExits2WithFileLineColumn) {
   auto cfg = write_file("bad.toml", "[run]\nname = \"x\"\nsteps = \"ten\"\n");
   auto r = run("train " + cfg.string() + " --run-dir " + (dir_ / "run").string());
