@@ -149,6 +149,25 @@ TEST_F(ConfigSwap, AMissingDataFileIsNamedAtItsKeyAndLine) {
   EXPECT_NE(r.err.find("absent_x.npy"), std::string::npos) << r.err;  // the first one named
 }
 
+// Labels 0..9 with one stray 57: the class count read from the labels is 58, and the message
+// says where that count came from and that a stray label may be the cause.
+TEST_F(ConfigSwap, AStrayLabelIsSuggestedWhenTheClassCountExceedsTheOutputs) {
+  std::vector<float> x(40 * 32, 0.5f);
+  std::vector<std::int64_t> y(40);
+  for (int i = 0; i < 40; ++i) y[static_cast<std::size_t>(i)] = i % 10;
+  y[17] = 57;
+  write_npy(dir_ / "x.npy", "<f4", {40, 32}, x);
+  write_npy(dir_ / "y.npy", "<i8", {40}, y);
+  const auto r = run("check " + quickstart() + " --skip-rehearsal --set data.source=npy" +
+                     " --set data.features=" + (dir_ / "x.npy").string() +
+                     " --set data.labels=" + (dir_ / "y.npy").string() + " --set data.batch_size=8");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("the data has 58 classes (data.classes, or the largest label + 1"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("a label of the data is stray"), std::string::npos) << r.err;
+}
+
 TEST_F(ConfigSwap, AFlatKeyOfAnotherComponentSaysWhereItBelongs) {
   // The old flat form: fp8 options beside the policy. Swapping the policy names the table.
   auto text = slurp(config("quickstart.toml"));

@@ -61,8 +61,13 @@ void check_logits(const ModelSpec& spec, const std::string& list, const GraphTop
       throw sdk::ConfigError(spec.layers[last_spec].where, list,
                              "the last layer produces " + std::to_string(last.shape.back()) +
                                  " outputs but the data has " + std::to_string(classes) +
-                                 " classes",
-                             "set out = " + std::to_string(classes) + " on the last linear layer");
+                                 " classes (data.classes, or the largest label + 1 when it is 0)",
+                             "set out = " + std::to_string(classes) + " on the last linear layer" +
+                                 (classes > last.shape.back()
+                                      ? "; or, if the labels should stop below " +
+                                            std::to_string(last.shape.back()) +
+                                            ", a label of the data is stray: fix the labels file"
+                                      : std::string()));
     throw sdk::ConfigError(spec.layers[last_spec].where, list,
                            "the logits node '" + graph[last_spec].name + "' is " +
                                shape_text(last.shape) + " per sample; the loss needs [" +
