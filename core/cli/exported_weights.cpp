@@ -58,6 +58,9 @@ std::map<std::string, std::string> exported_metadata(const std::map<std::string,
   if (auto it = m.find("config"); it != m.end()) meta["mixtrain.config"] = it->second;
   // {"mean": [...], "std": [...]} per channel: the Normalize the weights were trained behind.
   if (auto it = m.find("normalization"); it != m.end()) meta["normalization"] = it->second;
+  // The ops escalation promoted: eval, predict and sample of the export run them as the run did
+  // from then on (an fp16 op that overflowed would overflow again).
+  if (auto it = m.find("escalation"); it != m.end()) meta["escalation"] = it->second;
   return meta;
 }
 

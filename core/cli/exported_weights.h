@@ -3,8 +3,10 @@
 //
 // Contract
 // - exported_metadata() keeps, of a mixtrain training state's metadata, format = "pt",
-//   mixtrain.version, step (from progress), policy (its component name) and mixtrain.config (the
-//   resolved TOML); everything else (sampler, scaler and optimizer states) stays behind.
+//   mixtrain.version, step (from progress), policy (its component name), mixtrain.config (the
+//   resolved TOML), normalization and escalation (the ops escalation promoted, which eval,
+//   predict and sample of the export apply); everything else (sampler, scaler and optimizer
+//   states) stays behind. The export command adds mixtrain.weights (master or ema).
 // - in_gpt2_layout() keeps the weights ("param/", "buffer/" and plain names, renamed to plain
 //   names) as Hugging Face GPT2Model's state dict, and adds layout = "gpt2" and the sizes to the
 //   metadata (n_head when the carried config names it). A state that is not a gpt-preset model's,

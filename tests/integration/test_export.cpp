@@ -323,4 +323,28 @@ TEST_F(CliExport, DroppingOrChangingTheEmaOrAFormatThatCannotKeepItIsSaid) {
     EXPECT_EQ(f.path().filename().string().find("probe"), std::string::npos) << f.path();
 }
 
+// A run whose escalation promoted an op exports that plan with the weights: the export evaluates
+// as the run does (without it the promoted fp16 op overflowed again: a NaN loss).
+TEST_F(CliExport, AnEscalatedRunsExportEvaluatesUnderItsPromotedPlan) {
+  const auto run_dir = dir_ / "run";
+  auto r = run("train " + config("overflow-demo.toml") +
+               " --set precision.policy=fp16-mixed --set precision.escalate.after=3" +
+               " --set run.steps=20 --set run.eval_every=0 --set data.batch_size=32" +
+               " --set data.synthetic.rows=2048 --set model.layers.0.out=32" +
+               " --set model.layers.3.out=32 --run-dir " + run_dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_NE(r.err.find("promoted"), std::string::npos) << r.err;
+  r = run("export " + run_dir.string() + " --format safetensors --out w.safetensors", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto config_file = (run_dir / "config.toml").string();
+  const auto of_run = run("eval " + config_file + " --checkpoint " + run_dir.string());
+  const auto of_export = run("eval " + config_file + " --checkpoint " +
+                             (dir_ / "w.safetensors").string());
+  ASSERT_EQ(of_run.exit_code, 0) << of_run.err;
+  ASSERT_EQ(of_export.exit_code, 0) << of_export.err;
+  const auto a = json::parse(of_run.out), b = json::parse(of_export.out);
+  ASSERT_TRUE(a["eval_loss"].is_number()) << of_run.out;
+  EXPECT_EQ(b["eval_loss"], a["eval_loss"]) << of_export.out;
+}
+
 }  // namespace

@@ -108,7 +108,9 @@ void write_run_text(Trainer::State& s) {
 
 // What every data-parallel replica must hold identically besides the optimizer's slots (the
 // reducer adds those it holds whole): the masters, the EMA of them ([ema]), the optimizer's
-// scalars, and the scaler's and the policy's state.
+// scalars, and the scaler's and the policy's state. Not the state of a policy that scales each
+// operand from its current amax (fp8-current): that is the last step's amaxes of each replica's
+// own rows, which differ by design (docs/architecture.md, "Data parallel").
 std::vector<std::byte> replica_state(Trainer::State& s) {
   std::vector<std::byte> out;
   auto append = [&](const void* p, std::size_t n) {
@@ -131,7 +133,9 @@ std::vector<std::byte> replica_state(Trainer::State& s) {
   for (const std::string& text :
        {component_state_to_json(s.e.optimizer_type, s.c.optimizer->save_state()).dump(),
         component_state_to_json(s.e.scaler_type, s.c.scaler->save_state()).dump(),
-        component_state_to_json(s.e.policy_name, s.c.policy->save_state()).dump()})
+        s.c.policy->wants_current_amax()
+            ? std::string()
+            : component_state_to_json(s.e.policy_name, s.c.policy->save_state()).dump()})
     append(text.data(), text.size());
   return out;
 }
