@@ -216,6 +216,32 @@ TEST_F(Cli, CheckOfAutoSaysWhatItResolvedTo) {
   EXPECT_TRUE(has(r.out, "# precision policy: auto (resolved: " + resolved + ")")) << r.out;
 }
 
+// Resumed in place from the step that is the best, whose best.mxt (a later step's) went aside:
+// the resumed checkpoint is the best state and becomes best.mxt (checkpoint.keep would prune
+// it, and no file held the best the summary named).
+TEST_F(Cli, AResumeFromTheBestStepKeepsItAsTheBestCheckpoint) {
+  const auto run_dir = dir_ / "run";
+  auto r = run("train " + quickstart() + " --set checkpoint.keep_best=eval_loss" +
+               " --set run.eval_every=5 --set run.steps=20 --set checkpoint.every=10" +
+               " --set checkpoint.keep=2 --run-dir " + run_dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(json::parse(slurp(run_dir / "summary.json"))["best_checkpoint"]["step"], 20);
+  // No improvement after step 10 (a learning rate of ~0), and keep = 1 prunes step 10's file.
+  r = run("train " + (run_dir / "config.toml").string() + " --resume " +
+          (run_dir / "checkpoints" / "step-00000010.mxt").string() +
+          " --set optimizer.adamw.lr=1e-30 --set optimizer.adamw.weight_decay=0" +
+          " --set checkpoint.keep=1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto best = json::parse(slurp(run_dir / "summary.json"))["best_checkpoint"];
+  EXPECT_EQ(best["step"], 10) << best.dump();
+  ASSERT_TRUE(best.contains("path")) << best.dump();
+  EXPECT_TRUE(fs::exists(best["path"].get<std::string>()));
+  r = run("eval " + (run_dir / "config.toml").string() + " --checkpoint " +
+          best["path"].get<std::string>());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NEAR(json::parse(r.out)["eval_loss"].get<double>(), best["value"].get<double>(), 1e-6);
+}
+
 TEST_F(Cli, WrongTypeInConfigExits2WithFileLineColumn) {
   auto cfg = write_file("bad.toml", "[run]\nname = \"x\"\nsteps = \"ten\"\n");
   auto r = run("train " + cfg.string() + " --run-dir " + (dir_ / "run").string());

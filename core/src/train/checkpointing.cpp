@@ -250,6 +250,17 @@ void reconcile_best_checkpoint(Trainer::State& s) {
                there.string() + " to " + here.string());
     return;
   }
+  // The best is the resumed step itself (its best.mxt went aside with a later continuation, or
+  // was never written): the resumed checkpoint holds that state, and checkpoint.keep may prune
+  // it, so it becomes the best checkpoint.
+  if (w.best_step == s.position.step && file_step(s, s.position.resumed_from, &st) == w.best_step) {
+    s.c.checkpoint_format->write(here, st);
+    s.metrics.best_path = here;
+    s.log.info("the best checkpoint of " + w.metric + " is the resumed step " +
+               std::to_string(w.best_step) + ": written from " +
+               s.position.resumed_from.string() + " to " + here.string());
+    return;
+  }
   s.log.warn("the best checkpoint of " + w.metric + " (step " + std::to_string(w.best_step) +
              ") is not in " + here.parent_path().string() + "; the next improvement writes one");
 }
