@@ -168,6 +168,17 @@ TEST_F(ConfigSwap, AStrayLabelIsSuggestedWhenTheClassCountExceedsTheOutputs) {
   EXPECT_NE(r.err.find("a label of the data is stray"), std::string::npos) << r.err;
 }
 
+// An override that stores a layer's activation in fp8 asks the GEMM for an fp8 output, which no
+// backend writes: the refusal says so and names the key that puts fp8 where it can go.
+TEST_F(ConfigSwap, AnFp8ActivationOverrideSaysFp8IsAnOperandDtype) {
+  const auto merged = write_file(
+      "fp8.toml", "[[precision.override]]\nlayers = \"fc1\"\nactivation = \"fp8_e4m3\"\n");
+  const auto r = run("check " + quickstart() + " --skip-rehearsal --merge " + merged.string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("fp8 is a GEMM operand dtype"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("set gemm_input = fp8_e4m3 instead"), std::string::npos) << r.err;
+}
+
 TEST_F(ConfigSwap, AFlatKeyOfAnotherComponentSaysWhereItBelongs) {
   // The old flat form: fp8 options beside the policy. Swapping the policy names the table.
   auto text = slurp(config("quickstart.toml"));

@@ -61,6 +61,12 @@ std::optional<std::string> unmet(sdk::DeviceBackend& backend, const BackendNeed&
             for (const auto& d : backend.capabilities().gemm_inputs)
               runs += (runs.empty() ? "" : ", ") + std::string(sdk::dtype_name(d.dtype));
             if (!runs.empty()) why += " (its GEMM inputs: " + runs + ")";
+            // An fp8 output is what an fp8 activation asks for: no backend writes one.
+            if (need.dtypes.size() >= 3 && sdk::is_fp8(need.dtypes[2]))
+              why += "; fp8 is a GEMM operand dtype, not one a GEMM writes, so an activation "
+                     "stored in fp8 (activation or compute = fp8 in [[precision.override]]) "
+                     "cannot be: set gemm_input = " +
+                     std::string(sdk::dtype_name(need.dtypes[2])) + " instead";
           }
           return why;
         }
