@@ -178,9 +178,24 @@ Dataset load_table(const DataSettings& settings) {
                             settings.npy_layout_where, "data.npy.layout");
       return all;
     }
-    case DataSource::idx:
-      return load_idx(settings.images_path, settings.labels_path, settings.classes,
-                      settings.keep_bytes());
+    case DataSource::idx: {
+      Dataset all = load_idx(settings.images_path, settings.labels_path, settings.classes,
+                             settings.keep_bytes());
+      // A rank-4 IDX file is read as [N, H, W, C], as the format stores images; one written
+      // channels-first reads as many channels of a few pixels. IDX has no layout key to set.
+      if (all.is_image()) {
+        const auto C = all.channels(), H = all.height(), W = all.width();
+        if (C != 1 && C != 3 && C != 4 && std::min(H, W) <= 4)
+          throw sdk::DataError(
+              settings.images_path.string() + ": images read as [N, H, W, C] are " +
+                  std::to_string(C) + " channels of " + std::to_string(H) + "×" +
+                  std::to_string(W) + " pixels, which looks like a channels-first array",
+              "write the IDX file channels-last ([N, H, W, C], as MNIST-style tools do), or save "
+              "the images with numpy.save and read them with data.source = \"npy\", which "
+              "takes either layout");
+      }
+      return all;
+    }
     case DataSource::cifar10:
     case DataSource::tokens:
     case DataSource::text:

@@ -1,5 +1,6 @@
 #include "data_test_util.h"
 
+#include "mixtrain/core/config/experiment.h"
 #include "mixtrain/core/data/dataset.h"
 
 #include <gtest/gtest.h>
@@ -87,6 +88,23 @@ TEST_F(Idx, FlatAndChannelImagesAreAccepted) {
   EXPECT_EQ(load_idx(images_, labels_).features, 12);
   write_file(images_, idx_bytes(0x08, {kRows, kH, 2, 2}, pixels()));
   EXPECT_EQ(load_idx(images_, labels_).features, 12);
+}
+
+// Loaded as a source, a rank-4 file that reads as many channels of a few pixels (a channels-first
+// array written as IDX) is refused naming the file and what it read; a usual one loads.
+TEST_F(Idx, AChannelsFirstRankFourFileIsRefusedAsASource) {
+  write_valid();
+  DataSettings s;
+  s.source = DataSource::idx;
+  s.images_path = images_;
+  s.labels_path = labels_;
+  s.eval_fraction = 0.0;
+  // [N, 3, 4]: 1 channel of 3x4, usual.
+  EXPECT_EQ(load_data(s, 1).train.channels(), 1);
+  // 12 values a sample as [N, 2, 1, 6]: 6 channels of 2x1 pixels.
+  write_file(images_, idx_bytes(0x08, {kRows, 2, 1, 6}, pixels()));
+  expect_data_error([&] { load_data(s, 1); }, images_.string(),
+                    {"6 channels of 2×1 pixels", "channels-first"});
 }
 
 TEST_F(Idx, MissingFile) {
