@@ -604,7 +604,6 @@ std::vector<Case> npy_cases() {
                feature_bytes());
   });
   add("DescrHugeItemSize", [shape] { return npy(npy_dict("<f99", shape), feature_bytes()); });
-  add("FortranOrder", [shape] { return npy(npy_dict("<f4", shape, true), feature_bytes()); });
   add("ShapeOverflows64Bits",
       [] { return npy(npy_dict("<f4", "(4294967296, 4294967296, 16)"), feature_bytes()); });
   add("ShapeEntryTooLarge",

@@ -207,6 +207,33 @@ struct NpyArray {
   std::uint64_t data_offset = 0;     // where the elements start in the file
 };
 
+
+// A Fortran-ordered (column-major) array's bytes in C (row-major) order: numpy.save writes an
+// F-contiguous array that way (np.asfortranarray, a transposed view), and numpy.load reads it
+// back with the same element at each index. Element (i0, ..., ik) sits at i0 + d0·(i1 + d1·(...))
+// in the file; walking the C order with an odometer keeps that offset as a running sum.
+std::vector<unsigned char> to_c_order(const std::vector<unsigned char>& fortran,
+                                      const std::vector<std::uint64_t>& shape,
+                                      std::size_t item_size) {
+  if (shape.size() < 2) return fortran;  // one axis: the same bytes
+  const std::size_t axes = shape.size();
+  std::vector<std::uint64_t> stride(axes, 1), index(axes, 0);
+  for (std::size_t j = 1; j < axes; ++j) stride[j] = stride[j - 1] * shape[j - 1];
+  std::vector<unsigned char> out(fortran.size());
+  const std::uint64_t count = fortran.size() / item_size;
+  std::uint64_t from = 0;
+  for (std::uint64_t c = 0; c < count; ++c) {
+    std::memcpy(out.data() + c * item_size, fortran.data() + from * item_size, item_size);
+    for (std::size_t j = axes; j-- > 0;) {
+      from += stride[j];
+      if (++index[j] < shape[j]) break;
+      from -= stride[j] * shape[j];
+      index[j] = 0;
+    }
+  }
+  return out;
+}
+
 NpyArray read_npy(const fs::path& file, bool for_labels) {
   FileReader in(file);
   unsigned char preamble[8];
@@ -254,9 +281,6 @@ NpyArray read_npy(const fs::path& file, bool for_labels) {
     header_text.remove_suffix(1);
   NpyHeader header = NpyHeaderParser(file, header_text).parse();
   NpyDtype dtype = parse_descr(file, header.descr, for_labels);
-  if (header.fortran_order)
-    fail(file, "array is stored in Fortran (column-major) order, expected C order",
-         "save a C-ordered copy: np.save(path, np.ascontiguousarray(arr))");
 
   // Sizes that overflow 64 bits are reported as truncation, like any size beyond the file.
   const auto count = checked_product(header.shape);
@@ -277,6 +301,7 @@ NpyArray read_npy(const fs::path& file, bool for_labels) {
          "the header does not describe the data; write the file again with numpy.save()");
   NpyArray array{dtype, std::move(header.shape), {}, in.offset()};
   array.bytes = in.read_bytes(data_bytes, "the array data");
+  if (header.fortran_order) array.bytes = to_c_order(array.bytes, array.shape, dtype.item_size);
   return array;
 }
 
