@@ -279,6 +279,15 @@ nodes = [
   write_file("big_table.toml", text);
   r = run("check " + big.string() + " --skip-rehearsal");
   EXPECT_EQ(r.exit_code, 0) << r.err;
+  // A preset's table is made from its key: the hint names the key the user sets.
+  r = run("check " + config("gpt-tiny-fp32.toml") + " --skip-rehearsal" +
+          " --set model.gpt.vocab_size=100");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "set model.gpt.vocab_size = 256")) << r.err;
+  r = run("check " + config("resnet20-fp32.toml") + " --skip-rehearsal" +
+          " --set model.resnet.classes=7");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "set model.resnet.classes = 10")) << r.err;
 }
 
 // A held-out file that is also a training file (here the same text, once through a link) is

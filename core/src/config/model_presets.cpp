@@ -22,6 +22,10 @@ class NodeList {
     for (auto& [k, v] : options) l.options.push_back({k, std::move(v), where_});
     nodes_.push_back(std::move(l));
   }
+  // The last node's `option` is made from the preset's `key` (LayerSpec::preset_keys).
+  void made_from(const std::string& option, std::string key) {
+    nodes_.back().preset_keys[option] = std::move(key);
+  }
   std::vector<LayerSpec> take() { return std::move(nodes_); }
 
  private:
@@ -40,8 +44,11 @@ std::vector<LayerSpec> gpt_preset(const GptPreset& p) {
   NodeList nodes(p.where, "model.gpt");
   nodes.add("embedding", "wte", {"input"},
             {{"vocab", V{p.vocab_size}}, {"dim", V{c}}, {"init_std", V{std_init}}});
+  nodes.made_from("vocab", "model.gpt.vocab_size");
+  nodes.made_from("dim", "model.gpt.n_embd");
   nodes.add("position_embedding", "wpe", {"wte"},
             {{"positions", V{p.block_size}}, {"init_std", V{std_init}}});
+  nodes.made_from("positions", "model.gpt.block_size");
   std::string stream = "wpe";
   for (std::int64_t i = 0; i < p.n_layer; ++i) {
     const std::string h = "h." + std::to_string(i) + ".";
@@ -68,6 +75,7 @@ std::vector<LayerSpec> gpt_preset(const GptPreset& p) {
   nodes.add(
       "linear", "lm_head", {"ln_f"},
       {{"out", V{p.vocab_size}}, {"bias", V{false}}, {"tie_weight", V{std::string("wte.weight")}}});
+  nodes.made_from("out", "model.gpt.vocab_size");
   return nodes.take();
 }
 
@@ -146,6 +154,7 @@ std::vector<LayerSpec> resnet_preset(const ResNetPreset& p) {
   }
   nodes.add("global_avgpool", "avgpool", {x});
   nodes.add("linear", "fc", {"avgpool"}, {{"out", V{p.classes}}});
+  nodes.made_from("out", "model.resnet.classes");
   return nodes.take();
 }
 

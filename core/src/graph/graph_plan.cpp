@@ -62,7 +62,11 @@ void check_logits(const ModelSpec& spec, const std::string& list, const GraphTop
                              "the last layer produces " + std::to_string(last.shape.back()) +
                                  " outputs but the data has " + std::to_string(classes) +
                                  " classes (data.classes, or the largest label + 1 when it is 0)",
-                             "set out = " + std::to_string(classes) + " on the last linear layer" +
+                             (spec.layers[last_spec].preset_keys.count("out") != 0
+                                  ? "set " + spec.layers[last_spec].preset_key("out") + " = " +
+                                        std::to_string(classes)
+                                  : "set out = " + std::to_string(classes) +
+                                        " on the last linear layer") +
                                  (classes > last.shape.back()
                                       ? "; or, if the labels should stop below " +
                                             std::to_string(last.shape.back()) +
@@ -295,7 +299,7 @@ void plan_node(const GraphContext& g, const std::string& list, std::size_t pos,
       throw site.bad("vocab = " + std::to_string(vocab) +
                          " rows, but the token data's ids run to " + std::to_string(g.classes - 1) +
                          " (its vocabulary of " + std::to_string(g.classes) + ")",
-                     "set vocab = " + std::to_string(g.classes) +
+                     "set " + l.preset_key("vocab") + " = " + std::to_string(g.classes) +
                          " (a larger table is fine: rows no id reaches stay unused)");
   }
   const NodeInputs in = node_inputs(g, site, node, nodes);

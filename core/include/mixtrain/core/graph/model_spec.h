@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,14 @@ struct LayerSpec {
   // The op's own options ("out", "bias", "eps"), validated against its schema when the model
   // is built (and by the config before that, with file:line:col).
   std::vector<sdk::RawOption> options;
+  // A preset's node: option -> the preset key it is made from ("vocab" -> "model.gpt.vocab_size"),
+  // so a message about the option names the key the user sets (preset_key()).
+  std::map<std::string, std::string> preset_keys;
+  // The key a message tells the user to set for `option`: the preset's, else the option's name.
+  std::string preset_key(const std::string& option) const {
+    const auto it = preset_keys.find(option);
+    return it == preset_keys.end() ? option : it->second;
+  }
 };
 
 sdk::Options layer_options(const LayerSpec& layer, const std::string& table = "model.layers");
