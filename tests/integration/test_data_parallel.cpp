@@ -166,6 +166,14 @@ TEST_F(DataParallelTest, ARunResumesOnAnyLaunch) {
   auto again = run_ranks(2, "train --resume " + a.string() + " --set run.steps=8");
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_NE(again.out.find("done: 8 steps"), std::string::npos) << again.out;
+  // On 3 ranks the batch of 128 does not split: a resume cannot change the batch, so the hint
+  // names the rank counts that would.
+  auto three = run_ranks(3, "train --resume " + a.string() + " --set run.steps=10");
+  EXPECT_EQ(three.exit_code, 2) << three.err;
+  EXPECT_NE(three.err.find("a resume keeps the run's data.batch_size: launch on a rank count that "
+                           "divides it (1, 2, 4, 8, 16, 32, ...)"),
+            std::string::npos)
+      << three.err;
 
   const auto b = dir_ / "from-table";
   r = run_ranks(2, "train " + quickstart() + tiny +

@@ -150,13 +150,24 @@ void join_replicas(Trainer::State& s) {
     auto& comm = *s.c.communicator;
     check_config_agreement(comm, resolved_toml(e) + "\n" + s.c.origins);
     const int world = comm.world_size();
-    if (e.data.batch_size % world != 0)
+    if (e.data.batch_size % world != 0) {
+      // The rank counts the batch splits over (a resume keeps its batch size: only the launch
+      // can change).
+      std::string counts;
+      int listed = 0;
+      for (std::int64_t n = 1; n <= e.data.batch_size && listed < 6; ++n)
+        if (e.data.batch_size % n == 0)
+          counts += (listed++ ? ", " : "") + std::to_string(n);
+      const std::string launch = "launch on a rank count that divides it (" + counts + ", ...)";
       throw sdk::UserError(
           "data.batch_size = " + std::to_string(e.data.batch_size) +
               " is the global batch, which the " + std::to_string(world) +
               " ranks must share equally: it is not a multiple of " + std::to_string(world),
-          "set data.batch_size to a multiple of the number of ranks (" +
-              std::to_string(e.data.batch_size / world * world + world) + ", say)");
+          s.opt.resume ? "a resume keeps the run's data.batch_size: " + launch
+                       : "set data.batch_size to a multiple of the number of ranks (" +
+                             std::to_string(e.data.batch_size / world * world + world) +
+                             ", say), or " + launch);
+    }
     DataParallelSettings settings;
     settings.shard_optimizer = e.distributed.shard_optimizer;
     settings.bucket_bytes = static_cast<std::int64_t>(e.distributed.bucket_mb * (1 << 20));
