@@ -209,6 +209,11 @@ std::vector<std::int32_t> generate(Model& model, std::span<const std::int32_t> p
     out.push_back(next);
     context.push_back(next);
     seen.add(next);
+    // Only the last `block` tokens are read again (a restart's window; the penalty reads `seen`):
+    // trimmed in halves, so a long output holds at most twice that.
+    if (context.size() > 2 * static_cast<std::size_t>(block))
+      context.erase(context.begin(),
+                    context.end() - static_cast<std::ptrdiff_t>(block));
     if (on_token) on_token(next);
     if (i + 1 == o.tokens ||
         std::find(o.stop_ids.begin(), o.stop_ids.end(), next) != o.stop_ids.end())

@@ -190,6 +190,35 @@ MetricsSplit split_metrics(const fs::path& file, std::int64_t step, bool csv) {
   return out;
 }
 
+// Whether a metrics file holds nothing to split at `step`: it ends with a newline and its last
+// record is of a step at or before it (records are appended in step order; a resume in place
+// cuts the file back first). Read from the file's tail alone, so resuming a long run does not
+// read a large file whole when nothing follows the step. false: split it (split_metrics).
+bool nothing_after(const fs::path& file, std::int64_t step, bool csv) {
+  std::ifstream in(file, std::ios::binary | std::ios::ate);
+  if (!in) return true;  // no file
+  const std::streamoff size = in.tellg();
+  if (size <= 0) return true;
+  const std::streamoff tail = std::min<std::streamoff>(size, 1 << 16);
+  in.seekg(size - tail);
+  std::string text(static_cast<std::size_t>(tail), '\0');
+  if (!in.read(text.data(), tail) || text.back() != '\n') return false;  // torn, or unreadable
+  const auto before = text.size() >= 2 ? text.rfind('\n', text.size() - 2) : std::string::npos;
+  if (before == std::string::npos && tail < size) return false;  // a line longer than the tail
+  const std::size_t from = before == std::string::npos ? 0 : before + 1;
+  const std::string last = text.substr(from, text.size() - 1 - from);
+  if (!csv) {
+    // Only a whole record with a whole step ends the question; anything else takes the split.
+    const auto j = nlohmann::json::parse(last, nullptr, false);
+    return j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
+           !after_step(last, step);
+  }
+  if (before == std::string::npos) return true;  // the header alone
+  const auto field = last.substr(0, last.find(','));
+  const bool digits = !field.empty() && field.find_first_not_of("0123456789") == std::string::npos;
+  return digits && field.size() <= 18 && std::stoll(field) <= step;
+}
+
 // Moves metrics.jsonl's and metrics.csv's records after `step` to metrics.<suffix>.*. The side
 // files are written first, each whole (atomically), and only then are the originals cut: a
 // failure anywhere (a full disk) leaves every record in one file or the other, and a failed
@@ -198,6 +227,9 @@ MetricsSplit split_metrics(const fs::path& file, std::int64_t step, bool csv) {
 std::int64_t abandon_metrics_after_step(const fs::path& dir, std::int64_t step,
                                         const std::string& suffix, bool& torn) {
   const fs::path csv_file = dir / "metrics.csv", jsonl_file = dir / "metrics.jsonl";
+  torn = false;
+  if (nothing_after(csv_file, step, /*csv=*/true) && nothing_after(jsonl_file, step, false))
+    return 0;
   const MetricsSplit csv = split_metrics(csv_file, step, /*csv=*/true);
   const MetricsSplit jsonl = split_metrics(jsonl_file, step, /*csv=*/false);
   torn = !csv.torn.empty() || !jsonl.torn.empty();

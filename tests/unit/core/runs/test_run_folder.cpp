@@ -170,6 +170,22 @@ TEST_F(RunFolder, ASecondContinuationFromTheSameStepKeepsTheFirstOnesFiles) {
   EXPECT_EQ(names(dir / "checkpoints"), (std::set<std::string>{"step-00000020.mxt"}));
 }
 
+// Resumed at the last step the files hold, there is nothing to move: the files stay as they were
+// (found from their tails: a long run's metrics are not read whole), and nothing is said.
+TEST_F(RunFolder, AResumeAtTheLastLoggedStepLeavesTheMetricsAsTheyWere) {
+  const fs::path dir = root_ / "runs" / "demo";
+  finished_run(dir);
+  const std::string csv = "step,loss\n10,1\n20,0.5\n30,0.2\n";
+  write(dir / "metrics.csv", csv);
+  auto r = request();
+  r.resumed_from = dir / "checkpoints" / "step-00000030.mxt";
+  r.resumed_step = 30;
+  EXPECT_EQ(prepare_run_folder(r, kResolved).moved_aside, "");
+  EXPECT_EQ(read(dir / "metrics.jsonl"), "{\"step\":10}\n{\"step\":20}\n{\"step\":30}\n");
+  EXPECT_EQ(read(dir / "metrics.csv"), csv);
+  EXPECT_FALSE(fs::exists(dir / "metrics.discarded-after-step-30.jsonl"));
+}
+
 // A crash or a full disk can leave a metrics file's last record torn: a resume in place moves it
 // aside with the abandoned records, so both files end with a whole record again.
 TEST_F(RunFolder, ATornLastMetricsRecordGoesAsideOnResume) {
