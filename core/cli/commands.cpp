@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -349,6 +350,14 @@ int run_eval(const ConfigArgs& cfg, const std::string& checkpoint, const std::st
   nlohmann::json j = {{"eval_loss", r.loss}, {"eval_accuracy", r.accuracy}, {"rows", r.rows}};
   if (r.top_k > 0) j[core::top_k_accuracy_key(r.top_k)] = r.top_k_accuracy;
   std::cout << j.dump() << std::endl;
+  // JSON has no NaN (the loss prints as null): say what a non-finite loss means.
+  if (!std::isfinite(r.loss))
+    core::core_logger("eval").warn(
+        "the evaluation's loss is not finite: the checkpoint's weights hold NaN or infinity, or "
+        "the forward overflows under precision.policy = " +
+        session.experiment.policy_name +
+        " (--set precision.policy=fp32 tells the two apart; a run's escalation plan travels in its "
+        "checkpoints and exports)");
   return 0;
 }
 

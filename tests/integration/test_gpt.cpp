@@ -187,6 +187,12 @@ TEST_F(CliGpt, SampleFromNonFiniteLogitsExitsTwo) {
     EXPECT_EQ(r.exit_code, 2) << how << ": " << r.out << r.err;
     EXPECT_TRUE(has(r.err, "the model's logits for generated token 1 are not finite")) << r.err;
   }
+  // `eval` of the same weights reports its loss as null (JSON has no NaN) and says why.
+  r = run("eval " + config("gpt-tiny-fp32.toml") + kSmall + " --checkpoint " +
+          (dir_ / "nan.safetensors").string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(json::parse(r.out)["eval_loss"].is_null()) << r.out;
+  EXPECT_TRUE(has(r.err, "the evaluation's loss is not finite")) << r.err;
 }
 
 TEST_F(CliGpt, SampleWithAnotherModelsCheckpointExits2NamingTheMismatch) {
