@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -131,12 +132,29 @@ std::string discard_suffix(const fs::path& dir, std::int64_t step) {
   }
 }
 
-bool after_step(const std::string& record, std::int64_t step) {
-  const auto j = nlohmann::json::parse(record, nullptr, false);
-  if (!j.is_object() || !j.contains("step")) return false;
+// Where a metrics line stands against `step`: the step of a metrics.jsonl record, or the first
+// field of a metrics.csv row (runs/csv_sink.h); none for a line that records no whole step (a
+// header, a malformed or torn line). A step past int64 is after every step.
+enum class LineStep { none, at_or_before, after };
+
+LineStep line_step(const std::string& line, std::int64_t step, bool csv) {
+  if (csv) {
+    const std::string_view field = std::string_view(line).substr(0, line.find(','));
+    if (field.empty() || field.find_first_not_of("0123456789") != std::string_view::npos)
+      return LineStep::none;
+    std::int64_t value = 0;
+    const auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), value);
+    if (ec == std::errc::result_out_of_range) return LineStep::after;
+    return value > step ? LineStep::after : LineStep::at_or_before;
+  }
+  const auto j = nlohmann::json::parse(line, nullptr, false);
+  if (!j.is_object() || !j.contains("step")) return LineStep::none;
   const auto& s = j["step"];
-  if (s.is_number_unsigned()) return s.get<std::uint64_t>() > static_cast<std::uint64_t>(step);
-  return s.is_number_integer() && s.get<std::int64_t>() > step;
+  if (s.is_number_unsigned())
+    return s.get<std::uint64_t>() > static_cast<std::uint64_t>(step) ? LineStep::after
+                                                                     : LineStep::at_or_before;
+  if (!s.is_number_integer()) return LineStep::none;
+  return s.get<std::int64_t>() > step ? LineStep::after : LineStep::at_or_before;
 }
 
 // A metrics file split at a resumed step: the lines kept, the lines of the abandoned
@@ -173,16 +191,7 @@ MetricsSplit split_metrics(const fs::path& file, std::int64_t step, bool csv) {
     }
     first = false;
     if (line.empty()) continue;
-    bool after = false;
-    if (csv) {
-      // metrics.csv (runs/csv_sink.h): the step is the first field.
-      const auto field = line.substr(0, line.find(','));
-      const bool digits =
-          !field.empty() && field.find_first_not_of("0123456789") == std::string::npos;
-      after = digits && (field.size() > 19 || std::stoll(field) > step);
-    } else {
-      after = after_step(line, step);
-    }
+    const bool after = line_step(line, step, csv) == LineStep::after;
     (after ? out.discarded : out.keep) += line + '\n';
     out.discarded_records += after ? 1 : 0;
   }
@@ -206,17 +215,10 @@ bool nothing_after(const fs::path& file, std::int64_t step, bool csv) {
   const auto before = text.size() >= 2 ? text.rfind('\n', text.size() - 2) : std::string::npos;
   if (before == std::string::npos && tail < size) return false;  // a line longer than the tail
   const std::size_t from = before == std::string::npos ? 0 : before + 1;
-  const std::string last = text.substr(from, text.size() - 1 - from);
-  if (!csv) {
-    // Only a whole record with a whole step ends the question; anything else takes the split.
-    const auto j = nlohmann::json::parse(last, nullptr, false);
-    return j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
-           !after_step(last, step);
-  }
-  if (before == std::string::npos) return true;  // the header alone
-  const auto field = last.substr(0, last.find(','));
-  const bool digits = !field.empty() && field.find_first_not_of("0123456789") == std::string::npos;
-  return digits && field.size() <= 18 && std::stoll(field) <= step;
+  if (csv && before == std::string::npos) return true;  // the header alone
+  // Only a line with a whole step at or before it ends the question; anything else takes the
+  // split.
+  return line_step(text.substr(from, text.size() - 1 - from), step, csv) == LineStep::at_or_before;
 }
 
 // Moves metrics.jsonl's and metrics.csv's records after `step` to metrics.<suffix>.*. The side
