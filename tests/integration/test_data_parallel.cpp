@@ -30,6 +30,22 @@ bool mpi_available(std::string& why) {
 
 class DataParallelTest : public CliTest {
  protected:
+  // The [run], [backend] and [optimizer] sections every config of these tests starts with.
+  static constexpr const char* kRunBackendOptimizer = R"([run]
+name = "dp"
+seed = 3
+log_every = 1
+underflow_every = 0
+[backend]
+type = "cpu"
+[backend.cpu]
+threads = 1
+[optimizer]
+type = "adamw"
+[optimizer.adamw]
+lr = 0.01
+)";
+
   void SetUp() override {
     CliTest::SetUp();
     std::string why;
@@ -80,20 +96,7 @@ class DataParallelTest : public CliTest {
     if (outlier != 0.0f) x[7 * 16] = outlier;  // one row that overflows a narrow format
     write_npy(dir_ / "x.npy", "<f4", {512, 16}, x);
     write_npy(dir_ / "y.npy", "<i8", {512}, y);
-    return write_file(name, R"([run]
-name = "dp"
-seed = 3
-log_every = 1
-underflow_every = 0
-[backend]
-type = "cpu"
-[backend.cpu]
-threads = 1
-[optimizer]
-type = "adamw"
-[optimizer.adamw]
-lr = 0.01
-[model]
+    return write_file(name, std::string(kRunBackendOptimizer) + R"([model]
 layers = [
   { type = "linear", name = "fc1", out = 32 },
   { type = "relu" },
@@ -369,18 +372,7 @@ TEST_F(DataParallelTest, DropoutDrawsOneProcesssMasksOnTwoRanks) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   expect_same_losses(dir_ / "r1", dir_ / "r2", 1e-5);
 
-  const auto tokens = write_file("tokens.toml", R"([run]
-seed = 3
-log_every = 1
-eval_every = 0
-underflow_every = 0
-[backend]
-type = "cpu"
-[backend.cpu]
-threads = 1
-[optimizer]
-type = "adamw"
-[model]
+  const auto tokens = write_file("tokens.toml", std::string(kRunBackendOptimizer) + R"([model]
 layers = [
   { type = "embedding", name = "wte", vocab = 256, dim = 32 },
   { type = "dropout", name = "drop", p = 0.3 },
