@@ -146,12 +146,17 @@ void channels_last_to_first(Dataset& data) {
                        static_cast<std::int64_t>(W)};
 }
 
+bool implausible_image_layout(const Dataset& data) {
+  if (!data.is_image()) return false;
+  const auto C = data.channels();
+  const bool usual_channels = C == 1 || C == 3 || C == 4;
+  return !usual_channels && std::min(data.height(), data.width()) <= 4;
+}
+
 void check_image_plausible(const Dataset& data, const std::string& origin, bool channels_last,
                            const sdk::SourceLocation& where, const std::string& key) {
-  if (!data.is_image()) return;
+  if (!implausible_image_layout(data)) return;
   const auto C = data.channels(), H = data.height(), W = data.width();
-  const bool usual_channels = C == 1 || C == 3 || C == 4;
-  if (usual_channels || std::min(H, W) > 4) return;
   const std::string found =
       "[N, " + std::to_string(C) + ", " + std::to_string(H) + ", " + std::to_string(W) + "]";
   const std::string read = channels_last ? "channels-last" : "channels-first";

@@ -183,17 +183,15 @@ Dataset load_table(const DataSettings& settings) {
                              settings.keep_bytes());
       // A rank-4 IDX file is read as [N, H, W, C], as the format stores images; one written
       // channels-first reads as many channels of a few pixels. IDX has no layout key to set.
-      if (all.is_image()) {
-        const auto C = all.channels(), H = all.height(), W = all.width();
-        if (C != 1 && C != 3 && C != 4 && std::min(H, W) <= 4)
-          throw sdk::DataError(
-              settings.images_path.string() + ": images read as [N, H, W, C] are " +
-                  std::to_string(C) + " channels of " + std::to_string(H) + "×" +
-                  std::to_string(W) + " pixels, which looks like a channels-first array",
-              "write the IDX file channels-last ([N, H, W, C], as MNIST-style tools do), or save "
-              "the images with numpy.save and read them with data.source = \"npy\", which "
-              "takes either layout");
-      }
+      if (implausible_image_layout(all))
+        throw sdk::DataError(
+            settings.images_path.string() + ": images read as [N, H, W, C] are " +
+                std::to_string(all.channels()) + " channels of " + std::to_string(all.height()) +
+                "×" + std::to_string(all.width()) +
+                " pixels, which looks like a channels-first array",
+            "write the IDX file channels-last ([N, H, W, C], as MNIST-style tools do), or save "
+            "the images with numpy.save and read them with data.source = \"npy\", which "
+            "takes either layout");
       return all;
     }
     case DataSource::cifar10:

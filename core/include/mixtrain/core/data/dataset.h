@@ -216,11 +216,14 @@ void normalize_channels(Dataset& data, const ChannelStats& stats);
 // std::invalid_argument when sample_shape does not have three dimensions.
 void channels_last_to_first(Dataset& data);
 
-// Throws sdk::ConfigError at `where` (key `key`, e.g. "data.npy.layout") when `data`'s images
-// read as {C, H, W} are implausible — C not 1, 3 or 4 while H or W is 4 pixels or fewer, as a
-// channels-last [N, 32, 32, 3] array read channels-first is (32 channels of 32×3 pixels) — naming
-// the shape found and, by `channels_last` (how the data were read), the other layout. Plain
-// features and plausible images pass.
+// Whether `data`'s images read as {C, H, W} look like the other layout's: C not 1, 3 or 4 while H
+// or W is 4 pixels or fewer, as a channels-last [N, 32, 32, 3] array read channels-first is (32
+// channels of 32×3 pixels). false for plain features.
+bool implausible_image_layout(const Dataset& data);
+
+// Throws sdk::ConfigError at `where` (key `key`, e.g. "data.npy.layout") when
+// implausible_image_layout(data), naming the shape found and, by `channels_last` (how the data
+// were read), the other layout. Plain features and plausible images pass.
 void check_image_plausible(const Dataset& data, const std::string& origin, bool channels_last,
                            const sdk::SourceLocation& where, const std::string& key);
 
