@@ -101,18 +101,31 @@ void check_sampling_options(const SamplingOptions& o) {
                          "use 0 (every id the model outputs) or the data's vocabulary size");
 }
 
-void apply_repetition_penalty(std::span<float> logits, std::span<const std::int32_t> context,
-                              double penalty) {
+namespace {
+
+// The penalty on ids given each once (and within `logits`), in float, as Hugging Face's processor
+// computes it on fp32 scores.
+void penalize_distinct(std::span<float> logits, std::span<const std::int32_t> distinct,
+                       double penalty) {
   if (penalty == 1.0) return;
-  // In float, as Hugging Face's processor computes it on fp32 scores; each id once.
   const auto p = static_cast<float>(penalty);
-  std::unordered_set<std::int32_t> seen;
-  for (const std::int32_t id : context) {
-    if (id < 0 || static_cast<std::size_t>(id) >= logits.size() || !seen.insert(id).second)
-      continue;
+  for (const std::int32_t id : distinct) {
     float& l = logits[static_cast<std::size_t>(id)];
     l = l < 0.0f ? l * p : l / p;
   }
+}
+
+}  // namespace
+
+void apply_repetition_penalty(std::span<float> logits, std::span<const std::int32_t> context,
+                              double penalty) {
+  if (penalty == 1.0) return;
+  std::unordered_set<std::int32_t> seen;
+  std::vector<std::int32_t> distinct;
+  for (const std::int32_t id : context)
+    if (id >= 0 && static_cast<std::size_t>(id) < logits.size() && seen.insert(id).second)
+      distinct.push_back(id);
+  penalize_distinct(logits, distinct, penalty);
 }
 
 std::vector<double> sampling_distribution(std::span<const float> logits, const SamplingOptions& o) {
@@ -204,7 +217,7 @@ std::vector<std::int32_t> generate(Model& model, std::span<const std::int32_t> p
     // Ids past `drawn` (a padded output layer's) are never candidates.
     const std::span<float> candidates = std::span<float>(logits).first(drawn);
     check_finite_logits(candidates, i);
-    apply_repetition_penalty(candidates, seen.ids(), o.repetition_penalty);
+    penalize_distinct(candidates, seen.ids(), o.repetition_penalty);  // ids each once, in range
     const std::int32_t next = sample_token(candidates, o, rng);
     out.push_back(next);
     context.push_back(next);
