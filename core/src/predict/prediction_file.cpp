@@ -46,8 +46,18 @@ std::vector<std::pair<std::int32_t, float>> top_k(std::span<const float> values,
   std::iota(order.begin(), order.end(), 0);
   const auto n =
       std::min<std::size_t>(static_cast<std::size_t>(std::max<std::int64_t>(k, 0)), order.size());
+  // A NaN ranks as eval's argmax and top-k accuracy rank it (train/top_k.h): first at index 0,
+  // last anywhere else. Comparing NaNs by value would not be a strict weak ordering, which
+  // partial_sort needs (a NaN among the logits dropped the largest class from the result).
+  const auto group = [&](std::int32_t i) {
+    if (!std::isnan(values[static_cast<std::size_t>(i)])) return 1;
+    return i == 0 ? 0 : 2;
+  };
   std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), order.end(),
                     [&](std::int32_t a, std::int32_t b) {
+                      const int ga = group(a), gb = group(b);
+                      if (ga != gb) return ga < gb;
+                      if (ga != 1) return a < b;
                       const float va = values[static_cast<std::size_t>(a)];
                       const float vb = values[static_cast<std::size_t>(b)];
                       return va > vb || (va == vb && a < b);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -147,6 +148,31 @@ TEST(TopK, KeepsTheKLargestWithTiesToTheLowerIndex) {
   EXPECT_EQ(best[1], (std::pair<std::int32_t, float>{1, 3.0f}));
   EXPECT_EQ(best[2], (std::pair<std::int32_t, float>{2, 3.0f}));
   EXPECT_EQ(top_k(v, 9).size(), v.size());
+}
+
+// A NaN among the logits (a diverged head) ranks as eval's top-k accuracy ranks it: last, unless
+// it is class 0, which the argmax scan takes first. The old comparator let a NaN break the sort's
+// ordering, so the largest class could go missing from the result.
+TEST(TopK, RanksANaNAsEvalsTopKAccuracyDoes) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (std::size_t at = 1; at < 12; ++at) {
+    std::vector<float> v = {0.1f, 0.2f, 0.3f, 0.05f, 0.15f, 0.25f,
+                            0.667f, 0.35f, 0.01f, 0.02f, 0.4f, 0.03f};
+    v[at] = nan;
+    const auto best = top_k(v, 11);
+    ASSERT_EQ(best.size(), 11u);
+    EXPECT_EQ(best[0].first, at == 6 ? 10 : 6) << "NaN at " << at;
+    for (std::size_t i = 0; i < best.size(); ++i)
+      EXPECT_NE(best[i].first, static_cast<std::int32_t>(at)) << "NaN at " << at << " ranked " << i;
+    for (std::size_t i = 1; i < best.size(); ++i)
+      EXPECT_GE(best[i - 1].second, best[i].second) << "NaN at " << at;
+    const auto all = top_k(v, 12);
+    EXPECT_EQ(all.back().first, static_cast<std::int32_t>(at));
+  }
+  std::vector<float> first = {nan, 1.0f, 2.0f};
+  const auto best = top_k(first, 2);
+  EXPECT_EQ(best[0].first, 0);
+  EXPECT_EQ(best[1].first, 2);
 }
 
 TEST(NpyHeader, OneDimensionalShapesKeepTheirComma) {

@@ -9,7 +9,7 @@
 // - The array is [rows, classes], or [rows, T, classes] with all positions. With top_k = k > 0 it
 //   is [rows, k] (or [rows, T, k]) of a structured dtype with fields `class` (<i4) and `score`
 //   (<f4, the logit or probability): the k largest values of each position, largest first, ties
-//   to the lower class, as `np.load(f)["class"]` reads them.
+//   to the lower class (NaNs as top_k() below ranks them), as `np.load(f)["class"]` reads them.
 // - append() takes batches in row order; commit() checks every row came, then renames the file
 //   into place (sdk::AtomicFileWriter: an existing file is replaced whole, and a failure or an
 //   uncommitted writer leaves no partial file). Errors: sdk::CheckpointError for I/O (naming the
@@ -66,7 +66,8 @@ class PredictionFile {
 
 // Softmax of one position's logits, in double (x − max before exp), rounded to float.
 void softmax(std::span<const float> logits, std::span<float> out);
-// The k largest of `values`, largest first, ties to the lower index: (index, value) pairs.
+// The k largest of `values`, largest first, ties to the lower index: (index, value) pairs. A NaN
+// ranks as eval's top-k accuracy ranks it: first at index 0, after every number elsewhere.
 std::vector<std::pair<std::int32_t, float>> top_k(std::span<const float> values, std::int64_t k);
 // The .npy header (magic, version 1.0, length, dict padded so the data start at a multiple of
 // 64 bytes) for `descr` (e.g. "'<f4'") and `shape`.
