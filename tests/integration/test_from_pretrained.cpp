@@ -253,7 +253,14 @@ TEST_F(FromPretrained, ABadFolderOrAContradictingKeyExits2AndLeavesNoRunFolder) 
     Edit edit;
     std::vector<std::string> expected;
     std::string sets = "";
+    std::string config = "";  // a config of its own instead of kPretrained
   };
+  // kPretrained on the text source's bytes: its token files read as text.
+  std::string on_text = kPretrained;
+  const std::string tokens_data = "source = \"tokens\"\ntrain = \"train.bin\"";
+  ASSERT_NE(on_text.find(tokens_data), std::string::npos);
+  on_text.replace(on_text.find(tokens_data), tokens_data.size(),
+                  "source = \"text\"\npath = \"train.bin\"");
   const std::vector<Case> cases = {
       {"missing", [](const fs::path& f) { fs::remove_all(f); }, {"missing does not exist"}},
       {"no-config",
@@ -302,6 +309,11 @@ TEST_F(FromPretrained, ABadFolderOrAContradictingKeyExits2AndLeavesNoRunFolder) 
       {"other-vocab",
        config_json([](json& c) { c["vocab_size"] = 100; }),
        {"vocab_size = 100 but the data's vocab_size is 64"}},
+      {"text-bytes",
+       nullptr,
+       {"data.source = \"text\" feeds the model bytes", "make_token_file.py --tokenizer"},
+       " --set data.vocab_size=256",
+       on_text},
       {"fewer-positions", config_json([](json& c) { c["n_positions"] = c["n_ctx"] = 8; }),
        {"the data's block_size = 16 is longer than", "n_positions = 8"}},
       {"init-from",
@@ -324,7 +336,9 @@ TEST_F(FromPretrained, ABadFolderOrAContradictingKeyExits2AndLeavesNoRunFolder) 
       fs::copy(dir_ / "hf", dir_ / folder, fs::copy_options::recursive);
       c.edit(dir_ / folder);
     }
-    const auto r = run("train " + pretrained_ + " --set model.from_pretrained=" + folder + c.sets +
+    const std::string config =
+        c.config.empty() ? pretrained_ : write_file(c.name + ".toml", c.config).string();
+    const auto r = run("train " + config + " --set model.from_pretrained=" + folder + c.sets +
                            " --run-dir run-" + c.name,
                        dir_);
     EXPECT_EQ(r.exit_code, 2) << c.name << "\n" << r.err;

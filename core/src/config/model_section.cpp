@@ -465,6 +465,17 @@ void read_pretrained_gpt(const Config& config, Experiment& e, const sdk::Options
                pretrained.weights_file.string() + " holds them)");
   // The nodes point at the key that sized them.
   const GptPreset p = gpt_preset_of(o, at, e);
+  // A byte-level BPE vocabulary does not put byte b at id b (GPT-2's id 0 is "!"), so a folder's
+  // model trained on the text source's bytes would learn its embeddings under other tokens'
+  // names, whatever the two vocabulary sizes.
+  if (e.data.source == DataSource::text)
+    throw sdk::ConfigError(at, "model.from_pretrained",
+                           "data.source = \"text\" feeds the model bytes, but " +
+                               pretrained.config_file.string() +
+                               "'s model reads its tokenizer's ids, which are not bytes",
+                           "tokenize the text with the folder's tokenizer "
+                           "(samples/data_tools/make_token_file.py --tokenizer) and train on "
+                           "data.source = \"tokens\"");
   if (e.data.vocab_size > 0 && e.data.vocab_size != p.vocab_size)
     throw sdk::ConfigError(at, "model.from_pretrained",
                            pretrained.config_file.string() +
