@@ -52,8 +52,12 @@ std::map<std::string, std::string> exported_metadata(const std::map<std::string,
   }
   if (auto it = m.find("policy"); it != m.end()) {
     auto j = nlohmann::json::parse(it->second, nullptr, false);
-    if (j.is_object() && j.contains("component") && j["component"].is_string())
+    if (j.is_object() && j.contains("component") && j["component"].is_string()) {
       meta["policy"] = j["component"].get<std::string>();
+      // The policy's state (delayed scaling's amax histories and scales): eval, predict and
+      // sample of the export scale as eval of the checkpoint does, not from scales of 1.
+      meta["mixtrain.policy_state"] = it->second;
+    }
   }
   if (auto it = m.find("config"); it != m.end()) meta["mixtrain.config"] = it->second;
   // {"mean": [...], "std": [...]} per channel: the Normalize the weights were trained behind.

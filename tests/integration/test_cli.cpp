@@ -499,6 +499,17 @@ TEST_F(Cli, InferenceWithAnotherModelThanTheCheckpointsIsRefusedOrWarned) {
                   "precision.policy = \"fp32\" -> \"bf16-mixed\"; the numbers are this "
                   "config's"))
       << r.err;
+  // An export carries the run's config as "mixtrain.config": eval of it warns the same.
+  const auto exported = dir_ / "w.safetensors";
+  r = run("export " + dir.string() + " --format safetensors --out " + exported.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run("eval " + (dir_ / "gelu.toml").string() + " --checkpoint " + exported.string() +
+          " --set precision.policy=bf16-mixed");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.err,
+                  "was trained with another model or precision: model.layers[1].type = "
+                  "\"relu\" -> \"gelu\", "))
+      << r.err;
   r = run("eval " + (dir / "config.toml").string() + " --checkpoint " + dir.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_FALSE(has(r.err, "another model")) << r.err;

@@ -253,6 +253,21 @@ TEST_F(CliExport, ARunThatEvaluatesItsEmaExportsTheEma) {
   EXPECT_NE(run_ema, run_master);
   EXPECT_EQ(loss("ema.safetensors", "master"), run_ema);
   EXPECT_EQ(loss("master.safetensors", "master"), run_master);
+  // Under the run's own eval.weights = "ema", the EMA export is taken silently and the master
+  // export is named for what it holds.
+  auto as_run = [&](const std::string& checkpoint) {
+    const auto e = run("eval " + config + " --checkpoint " + checkpoint, dir_);
+    EXPECT_EQ(e.exit_code, 0) << e.err;
+    return e;
+  };
+  const auto of_ema = as_run("ema.safetensors");
+  EXPECT_EQ(json::parse(of_ema.out)["eval_loss"].get<double>(), run_ema);
+  EXPECT_EQ(of_ema.err.find("EMA"), std::string::npos) << of_ema.err;
+  const auto of_master = as_run("master.safetensors");
+  EXPECT_EQ(json::parse(of_master.out)["eval_loss"].get<double>(), run_master);
+  EXPECT_NE(of_master.err.find("is an export of the run's master weights, not its EMA"),
+            std::string::npos)
+      << of_master.err;
   // Each export says which weights it holds.
   EXPECT_EQ(read_st(dir_ / "ema.safetensors").metadata["mixtrain.weights"], "ema");
   EXPECT_EQ(read_st(dir_ / "master.safetensors").metadata["mixtrain.weights"], "master");
@@ -321,6 +336,30 @@ TEST_F(CliExport, DroppingOrChangingTheEmaOrAFormatThatCannotKeepItIsSaid) {
       << r.err;
   for (const auto& f : fs::directory_iterator(dir_ / "st" / "checkpoints"))
     EXPECT_EQ(f.path().filename().string().find("probe"), std::string::npos) << f.path();
+}
+
+// Delayed scaling's amax histories travel in the export: eval of it scales as eval of the
+// checkpoint does (without them it evaluated from scales of 1, other numbers with no warning).
+TEST_F(CliExport, ADelayedScalingRunsExportEvaluatesUnderItsScales) {
+  const auto run_dir = dir_ / "run";
+  auto r = run("train " + quickstart() +
+               " --set precision.policy=fp8-delayed --set run.steps=30 --set run.eval_every=0"
+               " --set backend.threads=1 --run-dir " +
+               run_dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run("export " + run_dir.string() + " --format safetensors --out w.safetensors", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto meta = read_st(dir_ / "w.safetensors").metadata;
+  EXPECT_EQ(meta.at("policy"), "fp8-delayed");
+  EXPECT_EQ(json::parse(meta.at("mixtrain.policy_state").get<std::string>())["component"],
+            "fp8-delayed");
+  const auto config_file = (run_dir / "config.toml").string();
+  const auto of_run = run("eval " + config_file + " --checkpoint " + run_dir.string());
+  const auto of_export =
+      run("eval " + config_file + " --checkpoint " + (dir_ / "w.safetensors").string());
+  ASSERT_EQ(of_run.exit_code, 0) << of_run.err;
+  ASSERT_EQ(of_export.exit_code, 0) << of_export.err;
+  EXPECT_EQ(json::parse(of_export.out), json::parse(of_run.out)) << of_export.out;
 }
 
 // A run whose escalation promoted an op exports that plan with the weights: the export evaluates

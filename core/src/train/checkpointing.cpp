@@ -622,7 +622,9 @@ void refuse_what_the_model_lacks(const CheckpointFile& file,
 // (label smoothing, dropout, the initialisation) or where the weights come from
 // (model.from_pretrained; the checkpoint's weights replace them).
 std::vector<std::string> model_changes_since(const Trainer::State& s, const CheckpointFile& file) {
-  const auto saved = file.st.metadata.find("config");
+  // A checkpoint carries its run's config as "config", an export as "mixtrain.config".
+  auto saved = file.st.metadata.find("config");
+  if (saved == file.st.metadata.end()) saved = file.st.metadata.find("mixtrain.config");
   if (saved == file.st.metadata.end()) return {};
   static constexpr std::string_view kTrainingOnly[] = {
       "label_smoothing", "dropout", "p", "init_std", "zero_init", "from_pretrained"};
@@ -899,12 +901,21 @@ void restore_for_inference(Trainer::State& s, const CheckpointFile& file) {
     if (taken > 0) {
       s.model->refresh_working_copies();
       reset_ema(s);
-    } else {
+    } else if (const auto kind = file.st.metadata.find("mixtrain.weights");
+               kind == file.st.metadata.end()) {
       s.log.warn(file.path.string() + " holds no EMA of the weights; eval.weights = \"ema\" " +
                  "evaluates its weights as they are");
+    } else if (kind->second != "ema") {
+      // An export holds one set, and says which (export_command.cpp): its EMA is silent.
+      s.log.warn(file.path.string() + " is an export of the run's " + kind->second +
+                 " weights, not its EMA; eval.weights = \"ema\" evaluates them as they are "
+                 "(export the run again with --weights ema for its average)");
     }
   }
-  const auto saved = file.st.metadata.find("policy");
+  // A checkpoint keeps the policy's state as "policy"; an export names the policy there for other
+  // tools and keeps the state as "mixtrain.policy_state".
+  auto saved = file.st.metadata.find("mixtrain.policy_state");
+  if (saved == file.st.metadata.end()) saved = file.st.metadata.find("policy");
   if (saved == file.st.metadata.end()) return;
   const json j = json::parse(saved->second, nullptr, false);
   if (!j.is_object() || !j.contains("component") || j["component"] != s.e.policy_name) return;
