@@ -206,8 +206,8 @@ Dataset idx_images(const IdxArray& fx, bool keep_bytes) {
 
 }  // namespace
 
-Dataset load_idx_images(const fs::path& images) {
-  return idx_images(read_idx(images, /*for_labels=*/false), /*keep_bytes=*/false);
+Dataset load_idx_images(const fs::path& images, bool keep_bytes) {
+  return idx_images(read_idx(images, /*for_labels=*/false), keep_bytes);
 }
 
 Dataset load_idx(const fs::path& images, const fs::path& labels, std::int32_t classes,

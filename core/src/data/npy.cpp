@@ -361,8 +361,8 @@ Dataset npy_features(const fs::path& features, const NpyArray& fx, bool keep_byt
 
 // ---- .npy -----------------------------------------------------------------------------------
 
-Dataset load_npy_features(const fs::path& features) {
-  return npy_features(features, read_npy(features, /*for_labels=*/false), /*keep_bytes=*/false);
+Dataset load_npy_features(const fs::path& features, bool keep_bytes) {
+  return npy_features(features, read_npy(features, /*for_labels=*/false), keep_bytes);
 }
 
 Dataset load_npy(const fs::path& features, const fs::path& labels, std::int32_t classes,

@@ -138,12 +138,18 @@ PredictionInput load_table(const PredictionInputSpec& spec, const Dataset& train
                            "a .npy input, an IDX label file beside IDX images");
     }
   }
+  // Byte images stay bytes where the run kept its own so: a quarter of the float form's memory
+  // (a uint8 input held as floats peaked at six times its size), decoded batch by batch through
+  // the same table, so the predictions are the same bits.
+  const bool bytes = trained.is_bytes();
   switch (kind) {
     case TableFile::npy:
-      data = labelled ? load_npy(file, spec.labels, trained.classes) : load_npy_features(file);
+      data = labelled ? load_npy(file, spec.labels, trained.classes, /*channels_last=*/false, bytes)
+                      : load_npy_features(file, bytes);
       break;
     case TableFile::idx:
-      data = labelled ? load_idx(file, spec.labels, trained.classes) : load_idx_images(file);
+      data = labelled ? load_idx(file, spec.labels, trained.classes, bytes)
+                      : load_idx_images(file, bytes);
       break;
     case TableFile::cifar10:
       if (labelled)
@@ -152,7 +158,7 @@ PredictionInput load_table(const PredictionInputSpec& spec, const Dataset& train
                                  "labels, but --labels " +
                                  spec.labels.string() + " was given too",
                              "leave out --labels");
-      data = load_cifar10(std::span<const fs::path>(&file, 1));
+      data = load_cifar10(std::span<const fs::path>(&file, 1), bytes);
       // The .npy and IDX loaders check labels against trained.classes; CIFAR-10 has its 10.
       if (data.classes > trained.classes)
         throw sdk::DataError(file.string() + ": labels of " + std::to_string(data.classes) +

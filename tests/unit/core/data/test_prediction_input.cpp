@@ -127,6 +127,29 @@ TEST(PredictionInput, TheRunsNormalisationIsApplied) {
   EXPECT_EQ(in.data.x, expected.x);
 }
 
+// A run that kept its images as bytes reads uint8 inputs as bytes too (a quarter of the memory of
+// floats): they decode, normalised, to the floats a run that kept floats reads, bit for bit.
+TEST(PredictionInput, ByteImagesStayBytesWhereTheRunKeptItsOwnAndDecodeToTheSameFloats) {
+  ScratchDir dir;
+  Bytes pixels(2 * 2 * 3 * 4);  // 2 images [H=2, W=3, C=4] channels-last
+  for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<unsigned char>(i * 5);
+  write_file(dir / "x.npy", npy_bytes(npy_dict("|u1", {2, 2, 3, 4}), pixels));
+  const ChannelStats stats{{0.1, 0.2, 0.3, 0.4}, {0.5, 0.25, 2.0, 1.5}};
+  const Dataset as_floats = trained_images(4, 2, 3, 10);
+  Dataset as_bytes = as_floats;
+  as_bytes.pixels.assign(static_cast<std::size_t>(as_bytes.features), 0);
+  as_bytes.pixel_values.assign(4 * 256, 0.0f);
+  const auto floats = load(dir / "x.npy", as_floats, ImageLayout::automatic, {}, stats);
+  auto bytes = load(dir / "x.npy", as_bytes, ImageLayout::automatic, {}, stats);
+  EXPECT_FALSE(floats.data.is_bytes());
+  ASSERT_TRUE(bytes.data.is_bytes());
+  EXPECT_TRUE(bytes.data.x.empty());
+  EXPECT_EQ(bytes.data.sample_shape, (Shape{4, 2, 3}));
+  EXPECT_EQ(bytes.description, floats.description);
+  decode_pixels(bytes.data);
+  EXPECT_EQ(bytes.data.x, floats.data.x);
+}
+
 TEST(PredictionInput, LabelsAreCheckedAgainstTheModelsClasses) {
   ScratchDir dir;
   Dataset trained;

@@ -156,8 +156,8 @@ Dataset load_npy(const std::filesystem::path& features, const std::filesystem::p
                  std::int32_t classes = 0, bool channels_last = false, bool keep_bytes = false);
 // The features half of load_npy (the same dtypes, shapes and checks) for data without labels
 // (`mixtrain predict`): y is empty and classes 0, so the result is not a complete Dataset until
-// the caller gives it labels.
-Dataset load_npy_features(const std::filesystem::path& features);
+// the caller gives it labels. `keep_bytes` as for load_npy.
+Dataset load_npy_features(const std::filesystem::path& features, bool keep_bytes = false);
 
 // MNIST IDX: images u8 [N, H, W] (magic 0x00000803) become N one-channel images (sample_shape
 // {1, H, W}) scaled to [0, 1]; [N, D] gives plain features (sample_shape {}) and [N, H, W, C]
@@ -169,7 +169,7 @@ Dataset load_npy_features(const std::filesystem::path& features);
 Dataset load_idx(const std::filesystem::path& images, const std::filesystem::path& labels,
                  std::int32_t classes = 0, bool keep_bytes = false);
 // The images half of load_idx, for data without labels: y empty, classes 0 (as load_npy_features).
-Dataset load_idx_images(const std::filesystem::path& images);
+Dataset load_idx_images(const std::filesystem::path& images, bool keep_bytes = false);
 
 // CIFAR-10 binary batches (data_batch_1.bin … data_batch_5.bin, test_batch.bin): records of one
 // label byte (0..9) and 3072 pixel bytes — the 32×32 red plane, then green, then blue, each
