@@ -194,6 +194,11 @@ void write_hf_folder(const ExportArgs& args, const sdk::CheckpointFormat& writer
 void write_export(const ExportArgs& args, const sdk::CheckpointFormat& writer,
                   sdk::TrainingState state, const fs::path& source, const fs::path& out,
                   const std::string& from) {
+  // A killed export left its temporary file (a checkpoint's size) where the next one writes.
+  for (const auto& stale : remove_abandoned_temp_files(
+           peft_layout(args) || hf_layout(args) ? out / kPeftWeightsFile : out))
+    std::cerr << "removed " << stale.string() << ", the temporary file of a writer that was killed"
+              << std::endl;
   if (peft_layout(args)) return write_peft_folder(writer, std::move(state), source, out, from);
   if (args.merge_lora) {
     if (!has_lora_adapters(state))

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "mixtrain/sdk/error.h"
+#include "mixtrain/sdk/support/atomic_file_writer.h"
 
 namespace mixtrain::cli {
 
@@ -85,6 +86,13 @@ void check_output_folder(const fs::path& out, const std::vector<std::string>& fi
     check_writable_folder(named, named / files.front(), "--out");
   else
     check_writable_folder(named.parent_path(), named, "--out");
+}
+
+// A writer killed by a signal it cannot catch (SIGKILL, a second Ctrl-C) or a power cut leaves its
+// temporary file (an output's size) beside the output; the next command writing there clears it.
+std::vector<fs::path> remove_abandoned_temp_files(const fs::path& out) {
+  const fs::path folder = out.parent_path().empty() ? fs::path(".") : out.parent_path();
+  return sdk::remove_stale_temp_files(folder);
 }
 
 }  // namespace mixtrain::cli

@@ -13,6 +13,9 @@
 // is false (with `force` the writer replaces its own files and leaves the others), or lies in, or
 // is, a folder that does not exist or takes no new files. A missing folder is fine: the writer
 // creates it.
+// remove_abandoned_temp_files(): the temporary files that killed writers left in the output's
+// folder (sdk::remove_stale_temp_files: only those no live writer holds a lock on), removed before
+// a new output is written there, and returned for the log.
 #pragma once
 
 #include <filesystem>
@@ -27,5 +30,6 @@ void check_output_file(const std::filesystem::path& out, const CommandInputs& in
                        const std::string& flag, const std::string& example_name);
 void check_output_folder(const std::filesystem::path& out, const std::vector<std::string>& files,
                          const CommandInputs& inputs, bool force);
+std::vector<std::filesystem::path> remove_abandoned_temp_files(const std::filesystem::path& out);
 
 }  // namespace mixtrain::cli

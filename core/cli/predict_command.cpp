@@ -16,6 +16,7 @@
 #include "mixtrain/core/console/progress_report.h"
 #include "mixtrain/core/data/prediction_input.h"
 #include "mixtrain/core/predict/prediction_file.h"
+#include "mixtrain/core/train/interrupt.h"
 #include "model_session.h"
 #include "output_file.h"
 
@@ -112,18 +113,32 @@ int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
   log.info("predicting " + data.description);
 
   const std::int64_t positions = trained.labels_per_row();
+  for (const auto& stale : remove_abandoned_temp_files(out))
+    log.info("removed " + stale.string() + ", the temporary file of a writer that was killed");
+  // Ctrl-C, SIGTERM or a hang-up stops between batches: the writer unwinds and deletes its
+  // temporary file (it was left behind, an output's size each time), and --out stays as it was.
+  static constexpr char kStopping[] =
+      "\ninterrupted: stopping after this batch; no predictions are written (press Ctrl-C again "
+      "to quit at once)\n";
+  core::InterruptGuard interrupt_guard(kStopping);
+  struct Interrupted {};
   core::PredictionFile file(out, format, data.data.rows, positions, classes);
   core::EvalResult result;
   double seconds = 0.0;
-  {
+  try {
     PredictProgress progress(data.data.rows, isatty(STDERR_FILENO) != 0);
     std::int64_t done = 0;
     result = trainer.predict(data.data, data.labelled_rows, [&](const core::PredictionBatch& b) {
+      if (core::interrupt_requested()) throw Interrupted{};
       file.append(b.rows, b.logits);
       done += b.rows;
       progress.done(done);
     });
     seconds = progress.seconds();
+  } catch (const Interrupted&) {  // the live line has ended: the warning gets a line of its own
+    log.warn("interrupted after " + std::to_string(file.rows_written()) + " of " +
+             std::to_string(data.data.rows) + " rows: " + out.string() + " is not written");
+    return core::interrupted_exit_code();
   }  // the live line ends here, so the log lines below get lines of their own
   if (const auto warning = file.commit(); !warning.empty()) log.warn(warning);
   char elapsed[64];

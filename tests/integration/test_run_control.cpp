@@ -497,4 +497,44 @@ TEST_F(RunControl, UnderflowRecordsNameTheStepsLossScaleUnderAccumulation) {
 }
 
 }  // namespace
+// Ctrl-C or SIGTERM stops `predict` between batches: it exits 128 + the signal, deletes its
+// temporary file (each interrupted run left one, an output's size) and leaves an existing --out
+// as it was. A temporary file a killed writer left (no lock held) is removed by the next predict.
+// Every window of a text at stride 1 through a tiny GPT takes minutes: the signal comes first.
+TEST_F(RunControl, PredictStopsOnSigtermLeavingNoTemporaryFileAndTheOldOutput) {
+  const auto gpt = config("gpt-tiny-fp32.toml");
+  ASSERT_EQ(run("export " + gpt + " --initial --out g.safetensors", dir_).exit_code, 0);
+  write_file("p.npy", "the previous predictions");
+  write_file(".p.npy.tmp.999999999.0", "a killed writer's partial file");
+  auto temporaries = [&] {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir_))
+      if (e.path().filename().string().starts_with(".p.npy.tmp."))
+        names.push_back(e.path().filename().string());
+    return names;
+  };
+  Spawned p("predict " + gpt +
+                " --checkpoint g.safetensors --input /usr/share/common-licenses/GPL-3"
+                " --stride 1 --top-k 1 --force --out p.npy",
+            dir_ / "out.txt", dir_ / "err.txt", dir_);
+  ASSERT_GT(p.pid(), 0);
+  ASSERT_TRUE(eventually(
+      [&] {
+        const auto t = temporaries();
+        return t.size() == 1 && t[0] != ".p.npy.tmp.999999999.0";
+      },
+      120s))
+      << slurp(dir_ / "err.txt");
+  p.signal(SIGTERM);
+  const auto status = p.wait(120s);
+  ASSERT_TRUE(status.has_value()) << "still running after SIGTERM";
+  ASSERT_TRUE(WIFEXITED(*status)) << "ended by the signal, not by a clean stop";
+  EXPECT_EQ(WEXITSTATUS(*status), 128 + SIGTERM) << slurp(dir_ / "err.txt");
+  const auto err = slurp(dir_ / "err.txt");
+  EXPECT_TRUE(has(err, "removed ")) << err;
+  EXPECT_TRUE(has(err, "p.npy is not written")) << err;
+  EXPECT_TRUE(temporaries().empty());
+  EXPECT_EQ(slurp(dir_ / "p.npy"), "the previous predictions");
+}
+
 }  // namespace mixtrain::test

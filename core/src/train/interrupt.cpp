@@ -19,6 +19,11 @@ static_assert(std::atomic<int>::is_always_lock_free);
 struct sigaction g_previous_int {
 }, g_previous_term{}, g_previous_hup{};
 bool g_watch_hup = false;
+// What the first signal prints: the guard's owner says what a clean stop does.
+constexpr char kTrainingMessage[] =
+    "\ninterrupted: finishing this step, then writing a checkpoint and summary.json "
+    "(press Ctrl-C again to quit at once)\n";
+std::atomic<const char*> g_message{kTrainingMessage};
 
 extern "C" void on_interrupt(int signal) {
   const int saved_errno = errno;  // the interrupted code may be about to read it
@@ -36,18 +41,17 @@ extern "C" void on_interrupt(int signal) {
   ign.sa_handler = SIG_IGN;
   sigemptyset(&ign.sa_mask);
   if (g_watch_hup) sigaction(SIGHUP, &ign, nullptr);
-  static const char msg[] =
-      "\ninterrupted: finishing this step, then writing a checkpoint and summary.json "
-      "(press Ctrl-C again to quit at once)\n";
+  const char* msg = g_message.load();
   // Nothing useful to do when stderr is gone.
-  [[maybe_unused]] auto n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+  [[maybe_unused]] auto n = ::write(STDERR_FILENO, msg, std::strlen(msg));
   errno = saved_errno;
 }
 
 }  // namespace
 
-InterruptGuard::InterruptGuard() {
+InterruptGuard::InterruptGuard(const char* message) {
   g_requested.store(0);
+  g_message.store(message != nullptr ? message : kTrainingMessage);
   struct sigaction sa {};
   sa.sa_handler = on_interrupt;
   sigemptyset(&sa.sa_mask);

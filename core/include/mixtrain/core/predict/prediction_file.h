@@ -54,6 +54,7 @@ class PredictionFile {
   std::string commit();
   // The array's shape, as written in the header.
   const std::vector<std::int64_t>& shape() const { return shape_; }
+  std::int64_t rows_written() const { return written_rows_; }
 
  private:
   PredictionFormat format_;

@@ -6,7 +6,8 @@
 // - An InterruptGuard installs the handlers for its lifetime and restores the previous ones when
 //   destroyed. One guard at a time per process.
 // - The first signal sets the flag read by interrupt_requested() and prints one line to stderr
-//   (async-signal-safe write), then restores the default disposition of the signals, so a
+//   (async-signal-safe write: the guard's `message`, a static string; training's by default),
+//   then restores the default disposition of the signals, so a
 //   second one terminates the process by that signal, as a shell expects. SIGHUP is watched only
 //   when it was not ignored (nohup keeps ignoring it), and is ignored after the first signal: a
 //   hang-up arrives twice, and the clean stop it asked for must finish (SIGHUP then stays ignored
@@ -21,7 +22,8 @@ namespace mixtrain::core {
 
 class InterruptGuard {
  public:
-  InterruptGuard();
+  // `message` (null: training's) must outlive the guard: a string literal.
+  explicit InterruptGuard(const char* message = nullptr);
   ~InterruptGuard();
   InterruptGuard(const InterruptGuard&) = delete;
   InterruptGuard& operator=(const InterruptGuard&) = delete;
