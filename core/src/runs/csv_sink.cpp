@@ -1,5 +1,6 @@
 #include "runs/csv_sink.h"
 
+#include <cmath>
 #include <fstream>
 
 #include "mixtrain/core/runs/summary.h"
@@ -18,8 +19,11 @@ std::string header_line() {
   return line;
 }
 
+// Empty for null, as the README promises: a record's NaN (a diverged loss) is a double here, which
+// dump() would spell "null", a word most CSV readers take for text.
 std::string field_of(const json& v) {
   if (v.is_null()) return {};
+  if (v.is_number_float() && !std::isfinite(v.get<double>())) return {};
   if (v.is_string()) return csv_field(v.get<std::string>());
   return v.dump();  // numbers and booleans as metrics.jsonl spells them
 }

@@ -64,6 +64,18 @@ TEST(CsvRow, EvaluationTopKBecomesAColumnPair) {
   EXPECT_EQ(row, "100,,,,,,,,,,,,,0.25,0.9,5,1.0");
 }
 
+// A diverged step's NaN is a double in the record (metrics.jsonl writes it null): its field is
+// empty like a null's, not the word "null", which CSV readers take for text.
+TEST(CsvRow, NonFiniteNumbersAreEmptyFieldsLikeNulls) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  const json rec = {{"step", 15}, {"loss", nan}, {"grad_norm", nullptr}, {"eval_loss", inf}};
+  const std::string row = csv_row(rec);
+  EXPECT_EQ(row.find("null"), std::string::npos) << row;
+  EXPECT_EQ(row.rfind("15,,,", 0), 0u) << row;
+  EXPECT_EQ(row, "15,,,,,,,,,,,,,,,,");
+}
+
 TEST(CsvRow, PerTensorRecordsAreNotRows) {
   EXPECT_EQ(csv_row(json{{"step", 5}, {"underflow", json::object()}}), "");
   EXPECT_EQ(csv_row(json{{"step", 5}, {"fp8", json::object()}}), "");
