@@ -1,11 +1,13 @@
 // load_run(): reading one run folder (metrics.jsonl, summary.json, config.toml) into a RunData,
 // and RunData's own accessors.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <fstream>
 #include <limits>
 #include <map>
 #include <sstream>
+#include <type_traits>
 
 #include <toml++/toml.h>
 #include <nlohmann/json.hpp>
@@ -126,17 +128,25 @@ void read_metrics(RunData& run, const fs::path& file) {
     if (auto it = j.find("fp8"); it != j.end() && it->is_object())
       for (const auto& [slot, v] : it->items()) {
         if (!v.is_object()) continue;
+        // Read as the losses are: null (a non-finite number) is NaN, which a maximum and the
+        // last scale pass over; another type is damage, named at its line.
         auto& d = run.fp8_slots[slot];
-        d.dtype = v.value("dtype", d.dtype);
-        d.max_saturated_share = std::max(d.max_saturated_share, v.value("saturated_share", 0.0));
-        d.max_underflow_share = std::max(d.max_underflow_share, v.value("underflow_share", 0.0));
-        d.last_scale = v.value("scale", d.last_scale);
+        if (auto t = v.find("dtype"); t != v.end() && t->is_string()) d.dtype = t->get<std::string>();
+        const std::string at = where + " fp8 '" + slot + "'";
+        d.max_saturated_share =
+            std::max(d.max_saturated_share, number_or_nan(v, "saturated_share", at, 0.0));
+        d.max_underflow_share =
+            std::max(d.max_underflow_share, number_or_nan(v, "underflow_share", at, 0.0));
+        if (const double scale = number_or_nan(v, "scale", at, kNaN); !std::isnan(scale))
+          d.last_scale = scale;
       }
     if (auto it = j.find("underflow"); it != j.end() && it->is_object())
       for (const auto& [tensor, v] : it->items())
         if (v.is_object()) {
           auto& worst = run.max_gradient_underflow[tensor];
-          worst = std::max(worst, v.value("flushed_share", 0.0));
+          worst = std::max(worst,
+                           number_or_nan(v, "flushed_share", where + " underflow '" + tensor + "'",
+                                         0.0));
         }
     if (auto it = j.find("escalation"); it != j.end() && it->is_object()) {
       RunData::Escalation e;
@@ -210,7 +220,20 @@ void flatten_toml(const toml::node& node, const std::string& prefix,
       flatten_toml(*a->get(i), prefix + "[" + std::to_string(i) + "]", out);
   } else {
     std::ostringstream os;
-    node.visit([&](const auto& v) { os << v; });
+    node.visit([&](const auto& v) {
+      // A float as the config spells it (0.1), not toml++'s 17 digits (0.10000000000000001):
+      // the shortest text that reads back as the same double.
+      if constexpr (std::is_same_v<std::remove_cvref_t<decltype(v)>, toml::value<double>>) {
+        char text[32];
+        const auto end = std::to_chars(text, text + sizeof text, v.get()).ptr;
+        std::string spelled(text, end);
+        if (std::isfinite(v.get()) && spelled.find_first_of(".e") == std::string::npos)
+          spelled += ".0";
+        os << spelled;
+      } else {
+        os << v;
+      }
+    });
     out[prefix] = os.str();
   }
 }

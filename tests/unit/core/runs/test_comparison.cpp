@@ -178,6 +178,37 @@ TEST_F(Compare, DiagnosticsOfSkippedStepsAreLeftOut) {
   EXPECT_TRUE(run.steps[1].skipped);
 }
 
+// null is metrics.jsonl's spelling of a non-finite number: in an FP8 or underflow record (a
+// third-party policy's statistics) it is passed over as a NaN loss is, not an internal error; a
+// field of another type is damage named at its line.
+TEST_F(Compare, NullDiagnosticsArePassedOverAndWrongTypesNamedAtTheirLine) {
+  write("r/metrics.jsonl",
+        "{\"step\":1,\"loss\":1.0}\n"
+        "{\"step\":1,\"fp8\":{\"fc1.matmul.input\":{\"dtype\":\"fp8_e4m3\",\"scale\":2.0,"
+        "\"saturated_share\":0.25}}}\n"
+        "{\"step\":2,\"fp8\":{\"fc1.matmul.input\":{\"dtype\":\"fp8_e4m3\",\"scale\":null,"
+        "\"saturated_share\":null,\"underflow_share\":null}}}\n"
+        "{\"step\":2,\"underflow\":{\"fc1 input gradient\":{\"flushed_share\":null}}}\n"
+        "{\"step\":2,\"loss\":0.5}\n");
+  const auto run = core::load_run(root_ / "r");
+  const auto& slot = run.fp8_slots.at("fc1.matmul.input");
+  EXPECT_EQ(slot.max_saturated_share, 0.25);
+  EXPECT_EQ(slot.max_underflow_share, 0.0);
+  EXPECT_EQ(slot.last_scale, 2.0);
+  EXPECT_EQ(run.max_gradient_underflow.at("fc1 input gradient"), 0.0);
+
+  write("r/metrics.jsonl",
+        "{\"step\":1,\"loss\":1.0}\n"
+        "{\"step\":1,\"fp8\":{\"fc1.matmul.input\":{\"scale\":\"big\"}}}\n");
+  try {
+    core::load_run(root_ / "r");
+    FAIL() << "no error";
+  } catch (const sdk::DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("metrics.jsonl:2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'scale'"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(Compare, AMalformedLineIsReportedWithFileAndLine) {
   auto dir = baseline();
   write("base/metrics.jsonl",
@@ -402,7 +433,8 @@ TEST_F(Compare, RunsThatTrainADifferentModelOrDataAreWarnedKeyByKey) {
                          // Another precision, same model and data: what a comparison is for.
                          run("same", config_toml("bf16-mixed", 128, "noise = 1.0\n")),
                          run("wider", config_toml("fp32", 64, "noise = 1.0\n")),
-                         run("noisier", config_toml("fp32", 128, "noise = 2.0\nseed = 3\n"))});
+                         // 0.1 as the config spells it, not toml++'s 0.10000000000000001.
+                         run("noisier", config_toml("fp32", 128, "noise = 0.1\nseed = 3\n"))});
   ASSERT_TRUE(c.rows[1].setup_differences.has_value());
   EXPECT_TRUE(c.rows[1].setup_differences->empty());
   ASSERT_EQ(c.rows[2].setup_differences->size(), 1u);
@@ -413,7 +445,7 @@ TEST_F(Compare, RunsThatTrainADifferentModelOrDataAreWarnedKeyByKey) {
   EXPECT_NE(warnings[0].find("model.layers[0].out = 64 (baseline 128)"), std::string::npos)
       << warnings[0];
   EXPECT_NE(warnings[1].find("noisier"), std::string::npos) << warnings[1];
-  EXPECT_NE(warnings[1].find("data.synthetic.noise = 2.0 (baseline 1.0)"), std::string::npos)
+  EXPECT_NE(warnings[1].find("data.synthetic.noise = 0.1 (baseline 1.0)"), std::string::npos)
       << warnings[1];
   EXPECT_NE(warnings[1].find("data.synthetic.seed = 3 (baseline (absent))"), std::string::npos)
       << warnings[1];
