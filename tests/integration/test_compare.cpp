@@ -40,7 +40,8 @@ TEST_F(CompareCli, ComparesAnAdamwAndAnSgdRun) {
   EXPECT_EQ(j["runs"][1]["optimizer"], "sgd");
   // Logged every 5 steps, smoothed over 25: steps 25, 30, 35 and 40 have full windows.
   EXPECT_EQ(j["loss_gap"]["window_steps"], 25);
-  EXPECT_EQ(j["runs"][1]["common_steps"].get<int>(), 4);
+  EXPECT_EQ(j["runs"][1]["common_steps"].get<int>(), 8);
+  EXPECT_EQ(j["runs"][1]["smoothed_steps"].get<int>(), 4);
   EXPECT_GT(j["runs"][1]["max_rel_loss_gap"].get<double>(), 0.0);
   EXPECT_NE(r.out.find("max gap, 25-step mean loss"), std::string::npos) << r.out;
   EXPECT_NE(slurp(a / "compare.md").find("max gap, 25-step mean loss"), std::string::npos);

@@ -199,11 +199,13 @@ RunComparison compare_runs(std::vector<RunData> runs) {
     // Single-batch losses differ by batch noise alone; the smoothed curves differ by what the runs
     // do differently. Both are averaged over the same steps (those both logged), so runs logged
     // at different intervals compare means of the same batches.
+    const auto base_losses = finite_losses(runs.front());
+    for (const auto& [step, loss] : finite_losses(run)) row.common_steps += base_losses.count(step);
     const SmoothedPair pair = smoothed_common_losses(runs.front(), run);
     row.gap_window_steps = pair.window_steps;
     for (const auto& [step, losses] : pair.at) {
       const auto [loss, base_loss] = losses;
-      ++row.common_steps;
+      ++row.smoothed_steps;
       const double gap = std::fabs(loss - base_loss) / std::max(std::fabs(base_loss), 1e-12);
       if (!row.max_rel_loss_gap || gap > *row.max_rel_loss_gap)
         row.max_rel_loss_gap = gap, row.max_rel_loss_gap_step = step;

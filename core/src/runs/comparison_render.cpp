@@ -345,6 +345,7 @@ std::string comparison_json(const RunComparison& c) {
          {"max_rel_loss_gap", opt_json(r.max_rel_loss_gap)},
          {"max_rel_loss_gap_step", opt_json(r.max_rel_loss_gap_step)},
          {"common_steps", r.common_steps},
+         {"smoothed_steps", r.smoothed_steps},
          {"max_rel_loss_gap_window_steps", r.gap_window_steps},
          {"skipped_steps", r.skipped_steps},
          {"loss_scale_min", opt_json(r.loss_scale_min)},

@@ -61,11 +61,12 @@ TEST_F(Compare, TheGapIsMeasuredOnTheSmoothedCurveNotOnSingleBatches) {
   EXPECT_EQ(c.smoothing_window_steps(), 5);
   // Single batches of `noisy` are 20% off; its five-step means only by one unpaired batch.
   EXPECT_NEAR(*c.rows[1].max_rel_loss_gap, 0.04, 1e-12);
-  EXPECT_EQ(c.rows[1].common_steps, 16);  // steps 5..20
+  EXPECT_EQ(c.rows[1].common_steps, 20);    // both logged every step
+  EXPECT_EQ(c.rows[1].smoothed_steps, 16);  // steps 5..20 have a full window
   // A real offset survives the smoothing whole.
   EXPECT_NEAR(*c.rows[2].max_rel_loss_gap, 0.1, 1e-12);
   EXPECT_EQ(c.rows[0].max_rel_loss_gap, 0.0);
-  EXPECT_EQ(c.rows[0].common_steps, 16);
+  EXPECT_EQ(c.rows[0].smoothed_steps, 16);
 
   const auto text = core::comparison_text(c);
   EXPECT_NE(text.find("max gap, 5-step mean loss"), std::string::npos) << text;
@@ -88,7 +89,8 @@ TEST_F(Compare, RunsLoggedAtOtherIntervalsAverageTheSameSteps) {
   ASSERT_TRUE(c.rows[1].max_rel_loss_gap.has_value());
   EXPECT_EQ(*c.rows[1].max_rel_loss_gap, 0.0);
   EXPECT_EQ(c.rows[1].gap_window_steps, 50);
-  EXPECT_EQ(c.rows[1].common_steps, 2);  // steps 50 and 60
+  EXPECT_EQ(c.rows[1].common_steps, 6);    // steps 10, 20, ..., 60
+  EXPECT_EQ(c.rows[1].smoothed_steps, 2);  // steps 50 and 60
   // The other way round as well.
   c = compare_runs({curve_run("tenth", 10, 10, tenth), curve_run("base", 1, 1, every)});
   EXPECT_EQ(*c.rows[1].max_rel_loss_gap, 0.0);
