@@ -6,6 +6,7 @@
 // tokenizer folder transformers loads offline, adapters that trained, PEFT's logits within 1e-4 of
 // mixtrain's (compare_with_peft.py's line), and sampled ids that decode to text beginning with the
 // prompt. Skipped, saying so, where the peers venv lacks transformers, torch or peft.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -137,7 +138,9 @@ TEST_F(FinetuneWalk, TokenFileWithAMissingTokenizerFolderExits2NamingIt) {
 
 // make_token_file.py --tokenizer reads a folder holding only tokenizer.json, or only vocab.json and
 // merges.txt (what the docs say suffices; AutoTokenizer alone would ask for config.json), to the
-// same ids as the whole model folder; a corrupt tokenizer.json exits 2 naming the folder.
+// same ids as the whole model folder, a <|endoftext|> in the text its id on every path (the bare
+// vocab.json + merges.txt tokenizer split it into pieces); each file is encoded on its own, with
+// --eot-id before each; a corrupt tokenizer.json exits 2 naming the folder.
 TEST_F(FinetuneWalk, TokenFileReadsATokenizerFolderWithoutTheModelsConfig) {
   if (!peers_import("transformers, torch"))
     GTEST_SKIP() << peers_missing_message("transformers and torch", "tokenizer folders");
@@ -160,8 +163,10 @@ TEST_F(FinetuneWalk, TokenFileReadsATokenizerFolderWithoutTheModelsConfig) {
   fs::create_directories(dir_ / "bpe-only");
   fs::copy_file(dir_ / "whole" / "vocab.json", dir_ / "bpe-only" / "vocab.json");
   fs::copy_file(dir_ / "whole" / "merges.txt", dir_ / "bpe-only" / "merges.txt");
+  write_file("text.txt", slurp(text) + "<|endoftext|>Exhibit");
+  write_file("tail.txt", "s of the License\n");
   for (const std::string folder : {"whole", "json-only", "bpe-only"})
-    ASSERT_EQ(sh(python + " " + tool + " " + text + " --tokenizer " + folder + " --out " + folder +
+    ASSERT_EQ(sh(python + " " + tool + " text.txt --tokenizer " + folder + " --out " + folder +
                  ".bin"),
               0)
         << folder << ": " << slurp(dir_ / "err.txt");
@@ -169,10 +174,34 @@ TEST_F(FinetuneWalk, TokenFileReadsATokenizerFolderWithoutTheModelsConfig) {
   ASSERT_GT(whole.size(), 1024u + 2 * 1000u);
   EXPECT_EQ(slurp(dir_ / "json-only.bin"), whole);
   EXPECT_EQ(slurp(dir_ / "bpe-only.bin"), whole);
+  // The ids of a token file: uint16, little-endian, after the 1024-byte header.
+  auto ids = [&](const std::string& name) {
+    const std::string bytes = slurp(dir_ / name);
+    std::vector<int> out;
+    for (std::size_t at = 1024; at + 1 < bytes.size(); at += 2)
+      out.push_back(static_cast<unsigned char>(bytes[at]) |
+                    static_cast<unsigned char>(bytes[at + 1]) << 8);
+    return out;
+  };
+  const auto text_ids = ids("whole.bin");
+  EXPECT_EQ(std::count(text_ids.begin(), text_ids.end(), 0), 1);  // make_tiny_gpt2's <|endoftext|>
+
+  ASSERT_EQ(sh(python + " " + tool + " tail.txt --tokenizer whole --out tail.bin"), 0)
+      << slurp(dir_ / "err.txt");
+  ASSERT_EQ(sh(python + " " + tool + " text.txt tail.txt --tokenizer bpe-only --eot-id 0 --out " +
+               "two.bin"),
+            0)
+      << slurp(dir_ / "err.txt");
+  std::vector<int> expected{0};
+  expected.insert(expected.end(), text_ids.begin(), text_ids.end());
+  expected.push_back(0);
+  const auto tail_ids = ids("tail.bin");
+  expected.insert(expected.end(), tail_ids.begin(), tail_ids.end());
+  EXPECT_EQ(ids("two.bin"), expected);
 
   fs::create_directories(dir_ / "corrupt");
   write_file("corrupt/tokenizer.json", "{\"model\": ");
-  EXPECT_EQ(sh(python + " " + tool + " " + text + " --tokenizer corrupt --out corrupt.bin"), 2);
+  EXPECT_EQ(sh(python + " " + tool + " text.txt --tokenizer corrupt --out corrupt.bin"), 2);
   const auto err = slurp(dir_ / "err.txt");
   EXPECT_TRUE(has(err, "--tokenizer corrupt: ")) << err;
   EXPECT_FALSE(has(err, "Traceback")) << err;
