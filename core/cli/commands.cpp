@@ -352,13 +352,16 @@ int run_eval(const ConfigArgs& cfg, const std::string& checkpoint, const std::st
   std::cout << j.dump() << std::endl;
   // JSON has no NaN (the loss prints as null): say what a non-finite loss means.
   if (!std::isfinite(r.loss))
-    core::core_logger("eval").warn(
-        "the evaluation's loss is not finite: the checkpoint's weights hold NaN or infinity, or "
-        "the forward overflows under precision.policy = " +
-        session.experiment.policy_name +
-        " (--set precision.policy=fp32 tells the two apart; a run's escalation plan travels in its "
-        "checkpoints and exports)");
+    core::core_logger("eval").warn(nonfinite_loss_warning(session.experiment.policy_name));
   return 0;
+}
+
+std::string nonfinite_loss_warning(const std::string& policy_name) {
+  return "the evaluation's loss is not finite: the checkpoint's weights hold NaN or infinity, or "
+         "the forward overflows under precision.policy = " +
+         policy_name +
+         " (--set precision.policy=fp32 tells the two apart; a run's escalation plan travels in "
+         "its checkpoints and exports)";
 }
 
 int run_compare(const std::vector<std::string>& run_dirs, const std::string& out_dir) {

@@ -37,6 +37,8 @@ int run_plugins(const std::string& describe);
 int run_describe(const std::string& section);
 // `layout`: "native" or "gpt2" (a Hugging Face GPT-2 file, core/gpt2_layout.h).
 int run_eval(const ConfigArgs& cfg, const std::string& checkpoint, const std::string& layout);
+// What eval and predict say of a loss that is not finite (their JSON prints it as null).
+std::string nonfinite_loss_warning(const std::string& policy_name);
 // Parity table of runs against the first; writes compare.{json,md,svg} into out_dir (empty: the
 // first run's folder).
 int run_compare(const std::vector<std::string>& run_dirs, const std::string& out_dir);

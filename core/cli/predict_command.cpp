@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -91,6 +92,11 @@ int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
         "--positions all is for language models; this model makes one "
         "prediction per input row",
         "leave out --positions");
+  if (args.image_layout != "auto" && !trained.is_image())
+    throw sdk::UserError("--image-layout " + args.image_layout +
+                             " says how images are laid out; this model reads " +
+                             (trained.is_tokens() ? "token windows" : "rows of plain features"),
+                         "leave out --image-layout");
   if (args.stride != 0 && !trained.is_tokens())
     throw sdk::UserError("--stride " + std::to_string(args.stride) +
                              " spaces a language model's token windows; this model makes one "
@@ -111,6 +117,9 @@ int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
       core::load_prediction_input(spec, session.experiment.data, trained, trainer.normalization());
   auto log = core::core_logger("predict");
   log.info("predicting " + data.description);
+  if (out.extension() != ".npy")
+    log.warn("--out " + out.string() + " is written as a NumPy .npy array (numpy.load reads it "
+             "whatever its name); name it .npy to say so");
 
   const std::int64_t positions = trained.labels_per_row();
   for (const auto& stale : remove_abandoned_temp_files(out))
@@ -158,6 +167,8 @@ int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
   // A path is bytes: one that is not UTF-8 is written with U+FFFD where a byte is not, rather than
   // failing the command after its file is written.
   std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+  if (data.labelled_rows > 0 && !std::isfinite(result.loss))
+    log.warn(nonfinite_loss_warning(session.experiment.policy_name));
   return 0;
 }
 

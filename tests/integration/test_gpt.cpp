@@ -193,6 +193,13 @@ TEST_F(CliGpt, SampleFromNonFiniteLogitsExitsTwo) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(json::parse(r.out)["eval_loss"].is_null()) << r.out;
   EXPECT_TRUE(has(r.err, "the evaluation's loss is not finite")) << r.err;
+  // So does `predict` of labelled windows.
+  r = run("predict " + config("gpt-tiny-fp32.toml") + kSmall + " --checkpoint " +
+          (dir_ / "nan.safetensors").string() + " --input /usr/share/common-licenses/GPL-3 --out " +
+          (dir_ / "p.npy").string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(json::parse(r.out)["loss"].is_null()) << r.out;
+  EXPECT_TRUE(has(r.err, "the evaluation's loss is not finite")) << r.err;
 }
 
 TEST_F(CliGpt, SampleWithAnotherModelsCheckpointExits2NamingTheMismatch) {

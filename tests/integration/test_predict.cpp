@@ -337,6 +337,18 @@ TEST_F(Predict, BadInputExits2NamingTheFixAndNeverOverwritesWithoutForce) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("--stride 5 spaces a language model's token windows"), std::string::npos)
       << r.err;
+  // And --image-layout to images (it was ignored).
+  r = run(base + "--input x.npy --out p.npy --image-layout nhwc", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--image-layout nhwc says how images are laid out; this model reads rows "
+                       "of plain features"),
+            std::string::npos)
+      << r.err;
+  // Another name than .npy is written as .npy, and said so.
+  r = run(base + "--input x.npy --out p.csv", dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("--out p.csv is written as a NumPy .npy array"), std::string::npos) << r.err;
+  EXPECT_EQ(slurp(dir_ / "p.csv").rfind("\x93NUMPY", 0), 0u);
   // An existing file is kept without --force, replaced with it.
   std::ofstream(dir_ / "keep.npy") << "precious";
   r = run(base + "--input x.npy --out keep.npy", dir_);
