@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
-#include <iterator>
 #include <limits>
 #include <string_view>
 
@@ -39,12 +38,34 @@ tensorboard::Event event_at(std::int64_t step) {
 constexpr std::string_view kEventFilePrefix = "events.out.tfevents.";
 constexpr std::string_view kTrimmedPrefix = ".events-trimmed.";
 
-std::string read_file(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in.good() && !in.eof())
-    throw sdk::UserError("cannot read " + file.string(), "check the run folder's permissions");
-  return bytes;
+// What an event record is to a resume's trim.
+struct EventRecord {
+  bool step_event = false;  // parsed, and not the file-version record
+  bool session_start = false;
+  bool run_text = false;  // what a starting run writes at its first step (run/config, ...)
+  std::int64_t step = 0;
+};
+
+EventRecord classify(const std::string& data) {
+  tensorboard::Event e;
+  EventRecord r;
+  // An event that does not parse is kept as it is: only a step past the cut is abandoned.
+  if (e.ParseFromArray(data.data(), static_cast<int>(data.size())) && !e.has_file_version()) {
+    r.step_event = true;
+    r.step = e.step();
+    r.session_start =
+        e.has_session_log() && e.session_log().status() == tensorboard::SessionLog::START;
+    r.run_text = e.has_summary() && e.summary().value_size() > 0;
+    for (const auto& v : e.summary().value()) r.run_text = r.run_text && v.tag().starts_with("run/");
+  }
+  return r;
+}
+
+// Whether a resume abandons the event: a step from the file's cut on, or a continuation's run
+// texts, which sit at the step it resumed from, one before its first step (the run resuming now
+// writes its own there).
+bool abandoned(const EventRecord& r, std::int64_t cut) {
+  return r.step_event && (r.step >= cut || (r.run_text && r.step >= cut - 1));
 }
 
 }  // namespace
@@ -59,31 +80,24 @@ std::int64_t drop_events_after_step(const fs::path& dir, std::int64_t step, cons
     if (name.rfind(kTrimmedPrefix, 0) == 0) fs::remove(f.path(), ec);
   }
   std::sort(files.begin(), files.end());  // TensorBoard's order: a resumed run's file is later
-  struct Record {
-    std::string_view data;
-    bool step_event = false;  // parsed, and not the file-version record
-    bool session_start = false;
-    bool run_text = false;  // what a starting run writes at its first step (run/config, ...)
-    std::int64_t step = 0;
+  // Two passes over each file, a record at a time (a long run's event files are hundreds of MB,
+  // and a resume from the newest checkpoint, the usual one, changes nothing): what each file
+  // holds, then a rewrite of only the files that hold abandoned events.
+  struct Scan {
+    std::int64_t first_start = std::numeric_limits<std::int64_t>::max();  // session start <= step
+    std::int64_t last_step = std::numeric_limits<std::int64_t>::min();   // of its step events
+    std::int64_t last_text = std::numeric_limits<std::int64_t>::min();   // of its run texts
   };
-  std::vector<std::string> bytes(files.size());
-  std::vector<std::vector<Record>> records(files.size());
+  std::vector<Scan> scans(files.size());
   for (std::size_t i = 0; i < files.size(); ++i) {
-    bytes[i] = read_file(files[i]);
-    for (const auto data : tfrecord_records(bytes[i])) {
-      tensorboard::Event e;
-      Record r{data};
-      // An event that does not parse is kept as it is: only a step past the cut is abandoned.
-      if (e.ParseFromArray(data.data(), static_cast<int>(data.size())) && !e.has_file_version()) {
-        r.step_event = true;
-        r.step = e.step();
-        r.session_start =
-            e.has_session_log() && e.session_log().status() == tensorboard::SessionLog::START;
-        r.run_text = e.has_summary() && e.summary().value_size() > 0;
-        for (const auto& v : e.summary().value())
-          r.run_text = r.run_text && v.tag().starts_with("run/");
-      }
-      records[i].push_back(r);
+    TfRecordReader reader(files[i]);
+    while (const std::string* data = reader.next()) {
+      const EventRecord r = classify(*data);
+      if (!r.step_event) continue;
+      scans[i].last_step = std::max(scans[i].last_step, r.step);
+      if (r.run_text) scans[i].last_text = std::max(scans[i].last_text, r.step);
+      if (r.session_start && r.step <= step)
+        scans[i].first_start = std::min(scans[i].first_start, r.step);
     }
   }
   // The first abandoned step of each file: past `step`, or from a later file's session start on
@@ -92,23 +106,11 @@ std::int64_t drop_events_after_step(const fs::path& dir, std::int64_t step, cons
   std::int64_t later_start = std::numeric_limits<std::int64_t>::max();
   for (std::size_t i = files.size(); i-- > 0;) {
     cut[i] = std::min(step + 1, later_start);
-    for (const auto& r : records[i])
-      if (r.session_start && r.step <= step) later_start = std::min(later_start, r.step);
+    later_start = std::min(later_start, scans[i].first_start);
   }
   std::int64_t dropped = 0;
   for (std::size_t i = 0; i < files.size(); ++i) {
-    std::string kept;
-    std::int64_t past = 0;
-    for (const auto& r : records[i]) {
-      // A continuation's run texts sit at the step it resumed from, one before its first step:
-      // the run resuming now writes its own there.
-      if (r.step_event && (r.step >= cut[i] || (r.run_text && r.step >= cut[i] - 1))) {
-        ++past;
-        continue;
-      }
-      kept += tfrecord_frame(r.data);
-    }
-    if (past == 0) continue;
+    if (scans[i].last_step < cut[i] && scans[i].last_text < cut[i] - 1) continue;
     // The whole file goes aside as a second link first, then the trimmed one replaces it by a
     // rename: at every moment the folder holds one of the two, and a kill loses neither.
     fs::create_directories(aside, ec);
@@ -133,9 +135,18 @@ std::int64_t drop_events_after_step(const fs::path& dir, std::int64_t step, cons
               "resume again");
     // Named without "tfevents", which TensorBoard loads: a half-written one is never shown.
     const fs::path trimmed = dir / (std::string(kTrimmedPrefix) + rest);
+    std::int64_t past = 0;
     {
       std::ofstream out(trimmed, std::ios::binary | std::ios::trunc);
-      out.write(kept.data(), static_cast<std::streamsize>(kept.size()));
+      TfRecordReader reader(files[i]);
+      while (const std::string* data = reader.next()) {
+        if (abandoned(classify(*data), cut[i])) {
+          ++past;
+          continue;
+        }
+        const std::string frame = tfrecord_frame(*data);
+        out.write(frame.data(), static_cast<std::streamsize>(frame.size()));
+      }
       out.close();
       if (!out)
         throw sdk::UserError("cannot write " + trimmed.string(),

@@ -2,6 +2,8 @@
 
 #include <boost/crc.hpp>
 
+#include "mixtrain/sdk/error.h"
+
 namespace mixtrain::core {
 
 namespace {
@@ -56,6 +58,37 @@ std::vector<std::string_view> tfrecord_records(std::string_view bytes) {
     at += 16 + length;
   }
   return out;
+}
+
+TfRecordReader::TfRecordReader(const std::filesystem::path& file)
+    : in_(file, std::ios::binary) {
+  std::error_code ec;
+  left_ = std::filesystem::file_size(file, ec);
+  if (!in_ || ec)
+    throw sdk::UserError("cannot read " + file.string(), "check the run folder's permissions");
+}
+
+const std::string* TfRecordReader::next() {
+  // tfrecord_records()' rule, read from the file: a length past the bytes left is a torn record,
+  // so a damaged length never sizes the buffer beyond the file. The first bad record ends it.
+  const auto end = [&]() -> const std::string* {
+    left_ = 0;
+    return nullptr;
+  };
+  if (left_ < 16) return end();
+  char head[12];
+  if (!in_.read(head, sizeof head)) return end();
+  const std::string_view header(head, sizeof head);
+  const std::uint64_t length = read_le(header, 0, 8);
+  if (read_le(header, 8, 4) != masked_crc32c(header.substr(0, 8))) return end();
+  if (length > left_ - 16) return end();
+  data_.resize(length);
+  char tail[4];
+  if (!in_.read(data_.data(), static_cast<std::streamsize>(length)) || !in_.read(tail, 4))
+    return end();
+  if (read_le(std::string_view(tail, 4), 0, 4) != masked_crc32c(data_)) return end();
+  left_ -= 16 + length;
+  return &data_;
 }
 
 }  // namespace mixtrain::core
