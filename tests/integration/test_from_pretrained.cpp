@@ -167,6 +167,31 @@ TEST_F(FromPretrained, AnExportedRunStartsWhereItEndedAndResumesWithoutTheFolder
   EXPECT_TRUE(has(r.out, "done: 3 steps")) << r.out;
 }
 
+// The folder's bos/eos token ids travel with the run (its config.toml's [model.gpt]) to the
+// config.json of its Hugging Face export, so generate() stops where the folder's model stops; a
+// resume needs no folder for them. An id the vocabulary lacks is refused at the key.
+TEST_F(FromPretrained, TheFoldersTokenIdsReachTheExportsConfigJson) {
+  export_initial_folder("hf");
+  json folder_config = json::parse(slurp(dir_ / "hf" / "config.json"));
+  EXPECT_TRUE(folder_config["eos_token_id"].is_null());  // 64 tokens: no <|endoftext|>
+  folder_config["bos_token_id"] = 3;
+  folder_config["eos_token_id"] = 5;
+  write_file("hf/config.json", folder_config.dump());
+  auto r = run("train " + pretrained_ + " --run-dir fine", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run("train --resume fine --set run.steps=3", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run("export fine --layout hf --out out", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json exported = json::parse(slurp(dir_ / "out" / "config.json"));
+  EXPECT_EQ(exported["bos_token_id"], 3);
+  EXPECT_EQ(exported["eos_token_id"], 5);
+  r = run("train " + pretrained_ + " --set model.gpt.eos_token_id=64 --run-dir past", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "eos_token_id")) << r.err;
+  EXPECT_TRUE(has(r.err, "is 64, not a token of the model's 64")) << r.err;
+}
+
 TEST_F(FromPretrained, CheckShowsEachSizeAndTheFieldItCameFrom) {
   // Four heads, which the weights cannot tell; positions that the data (8) does not set.
   export_initial_folder("h4", " --set model.gpt.n_head=4");

@@ -72,7 +72,8 @@ constexpr double kGpt2ConfigDropout = 0.1;
 // config.json of a gpt-preset model: the fields that mean something to it (the sizes, what the
 // preset fixes, no dropout), the token ids and the dtype; transformers fills the rest with
 // GPT2Config's defaults.
-std::string config_json(const std::map<std::string, std::int64_t>& sizes, const char* torch_dtype) {
+std::string config_json(const std::map<std::string, std::int64_t>& sizes, const HfGpt2Model& model,
+                        const char* torch_dtype) {
   Json c;
   c["architectures"] = {"GPT2LMHeadModel"};
   c["model_type"] = "gpt2";
@@ -81,11 +82,16 @@ std::string config_json(const std::map<std::string, std::int64_t>& sizes, const 
   c["n_inner"] = 4 * sizes.at("n_embd");
   for (const auto& f : fixed_fields()) c[f.field] = f.preset;
   for (const char* f : kDropoutFields) c[f] = kGptDropout;
-  // GPT-2's <|endoftext|> (50256) only where the vocabulary has it; a byte-level or smaller
-  // model has no such token, and null keeps generate() from assuming one.
+  // The model's own ids (from_pretrained copies its folder's). By default (-2, or a config from
+  // before the keys): GPT-2's <|endoftext|> (50256) only where the vocabulary has it; a
+  // byte-level or smaller model has no such token, and null keeps generate() from assuming one.
   const bool gpt2_vocab = sizes.at("vocab_size") > 50256;
-  c["bos_token_id"] = gpt2_vocab ? Json(50256) : nullptr;
-  c["eos_token_id"] = gpt2_vocab ? Json(50256) : nullptr;
+  const auto id = [&](const std::optional<std::int64_t>& stated) {
+    if (!stated || *stated == -2) return gpt2_vocab ? Json(50256) : Json(nullptr);
+    return *stated >= 0 ? Json(*stated) : Json(nullptr);
+  };
+  c["bos_token_id"] = id(model.bos_token_id);
+  c["eos_token_id"] = id(model.eos_token_id);
   c["torch_dtype"] = torch_dtype;
   return c.dump(2) + "\n";
 }
@@ -152,9 +158,13 @@ HfGpt2Model hf_gpt2_model(const std::map<std::string, std::string>& metadata,
             ? "export it without --layout: the safetensors export names a ResNet as "
               "torchvision does (model.load_state_dict(safetensors.torch.load_file(path)))"
             : "export it without --layout (safetensors in mixtrain's names)");
-  for (const auto& o : config.table_options("model.gpt"))
-    if (o.key == "n_head" && std::holds_alternative<std::int64_t>(o.value))
-      m.n_head = std::get<std::int64_t>(o.value);
+  for (const auto& o : config.table_options("model.gpt")) {
+    if (!std::holds_alternative<std::int64_t>(o.value)) continue;
+    const std::int64_t v = std::get<std::int64_t>(o.value);
+    if (o.key == "n_head") m.n_head = v;
+    if (o.key == "bos_token_id") m.bos_token_id = v;
+    if (o.key == "eos_token_id") m.eos_token_id = v;
+  }
   if (m.n_head <= 0)
     throw sdk::UserError(origin + "'s config has no [model.gpt] n_head",
                          "the head count is not in the weights; export a checkpoint of a run "
@@ -209,7 +219,7 @@ HfGpt2Folder hf_gpt2_folder(std::vector<sdk::HostTensor> gpt2_tensors, const HfG
                                  {"n_embd", sizes.n_embd},
                                  {"vocab_size", sizes.vocab_size},
                                  {"block_size", sizes.n_positions}},
-                                torch_dtype);
+                                model, torch_dtype);
   return out;
 }
 
@@ -297,6 +307,21 @@ HfGpt2Config parse_hf_gpt2_config(std::string_view text, const std::string& orig
               ")",
           "the gpt preset cannot build this model; from_pretrained builds only what it computes "
           "exactly");
+  }
+  // GPT2Config reads an absent id as 50256; an id the vocabulary lacks, or null, is none (-1).
+  for (const char* f : {"bos_token_id", "eos_token_id"}) {
+    const auto it = c.find(f);
+    std::int64_t id = 50256;
+    if (it != c.end() && it->is_null()) id = -1;
+    else if (it != c.end() && it->is_number_integer() && !it->is_number_unsigned())
+      id = it->get<std::int64_t>();
+    else if (it != c.end() && it->is_number_unsigned() &&
+             it->get<std::uint64_t>() <= std::uint64_t(INT64_MAX))
+      id = static_cast<std::int64_t>(it->get<std::uint64_t>());
+    else if (it != c.end())
+      throw sdk::ConfigError(at, f, "expected a token id (an integer) or null, got " + it->dump());
+    if (id < 0 || id >= sizes["vocab_size"]) id = -1;
+    out.token_ids.push_back({f, f, id});
   }
   for (const char* f : kDropoutFields) {
     const auto it = c.find(f);

@@ -385,6 +385,12 @@ GptPreset gpt_preset_of(const sdk::Options& o, const sdk::SourceLocation& where,
                            "the gpt preset needs a vocabulary size and the data gives none",
                            "use a token data source (data.source = \"tokens\" or \"text\") or set "
                            "vocab_size in [model.gpt]");
+  for (const char* key : {"bos_token_id", "eos_token_id"})
+    if (o.get_int(key) >= p.vocab_size)
+      o.fail(key,
+             "is " + std::to_string(o.get_int(key)) + ", not a token of the model's " +
+                 std::to_string(p.vocab_size),
+             "give an id below vocab_size, or -1 for none");
   return p;
 }
 
@@ -436,6 +442,12 @@ std::vector<sdk::RawOption> sizes_with_pretrained(const Config& config,
               " from [model.gpt] (or set it to " + std::to_string(size.value) + ")");
     sources.push_back(taken + ", also given at " + given->where.to_string());
   }
+  // The token ids do not shape the model: the table's own win.
+  for (const auto& id : pretrained.config.token_ids)
+    if (std::none_of(raw.begin(), raw.end(), [&](const sdk::RawOption& r) { return r.key == id.key; })) {
+      raw.push_back({id.key, id.value, {file, 0, 0}});
+      sources.push_back(id.key + " = " + std::to_string(id.value) + " (its " + id.field + ")");
+    }
   return raw;
 }
 

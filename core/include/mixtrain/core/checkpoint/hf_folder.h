@@ -8,7 +8,9 @@
 //   [model.gpt] in the resolved config a mixtrain export or checkpoint carries
 //   ("mixtrain.config", or "config" beside "mixtrain.state_version"); else, for a file written
 //   elsewhere, an "n_head" entry. The config's model must be the gpt preset: any other model
-//   (layers, a ResNet) is sdk::UserError naming what it is, as is metadata with neither.
+//   (layers, a ResNet) is sdk::UserError naming what it is, as is metadata with neither. The
+//   config's bos_token_id and eos_token_id, when it states them (-1: none, -2: GPT-2's rule
+//   below), go to config.json.
 // - hf_gpt2_folder() takes the weights in the gpt2 layout (to_gpt2_layout()'s output) and
 //   returns the tensors under GPT2LMHeadModel's names ("transformer." + the GPT2Model name),
 //   with no lm_head.weight (the head is tied: save_pretrained leaves it out in safetensors and
@@ -18,8 +20,10 @@
 //   model_type, the sizes (n_layer, n_head, n_embd, vocab_size, n_positions = n_ctx), what the
 //   preset fixes (n_inner = 4·n_embd, activation_function "gelu_new", layer_norm_epsilon 1e-5,
 //   scale_attn_weights, no scale_attn_by_inverse_layer_idx, tie_word_embeddings, no
-//   add_cross_attention), the dropout probabilities (0), bos/eos_token_id (GPT-2's 50256 only
-//   when the vocabulary reaches it, else null) and torch_dtype (`stored`: the dtype the weights
+//   add_cross_attention), the dropout probabilities (0), bos/eos_token_id (the model's, null for
+//   -1; for -2 or a config that states none: GPT-2's 50256 only when the vocabulary reaches it,
+//   else null)
+//   and torch_dtype (`stored`: the dtype the weights
 //   are written in). sdk::UserError when n_embd is not a multiple of n_head or `stored` has no
 //   torch dtype. The tensors are taken as a GPT-2's (to_gpt2_layout() has checked them); sizes
 //   are read as gpt2_sizes() reads them.
@@ -32,8 +36,10 @@
 //   null or 4·n_embd, and each fixed field above, GPT2Config's default standing in for an
 //   absent one). Dropout is training noise, not the function: a non-zero attn_pdrop, embd_pdrop
 //   or resid_pdrop (GPT2Config's 0.1 when absent) is accepted and named in `notes`, since the
-//   preset trains without it. Fields that do not change the logits' function are not read:
-//   architectures, initializer_range, token ids, use_cache, reorder_and_upcast_attn (the same
+//   preset trains without it. bos_token_id and eos_token_id become `token_ids` (an integer in
+//   [0, vocab_size), null or absent as GPT2Config reads them: 50256, -1 for null or an id past
+//   the vocabulary). Other fields that do not change the logits' function are not read:
+//   architectures, initializer_range, use_cache, reorder_and_upcast_attn (the same
 //   attention, computed in another order and width), ...
 // - open_hf_gpt2_folder() checks a folder holds what from_pretrained reads: config.json (parsed
 //   as above, its refusals as above) and model.safetensors. sdk::UserError naming the path: no
@@ -46,6 +52,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,6 +72,9 @@ inline constexpr std::string_view kHfShardIndexFile = "model.safetensors.index.j
 // size the weights have or fixed by the preset.
 struct HfGpt2Model {
   std::int64_t n_head = 0;
+  // The token ids generate() starts and stops with: -1 none, -2 GPT-2's rule (config_json);
+  // nullopt when the config states none (a run before the keys existed).
+  std::optional<std::int64_t> bos_token_id, eos_token_id;
 };
 
 // `origin` names the file in messages.
@@ -90,6 +100,8 @@ struct HfGpt2Size {
 struct HfGpt2Config {
   // n_layer, n_head, n_embd, vocab_size, block_size: every size of [model.gpt], in that order.
   std::vector<HfGpt2Size> sizes;
+  // bos_token_id, eos_token_id, under [model.gpt]'s names (the same as config.json's).
+  std::vector<HfGpt2Size> token_ids;
   // Fields read and accepted that the preset does not model, each a sentence naming it.
   std::vector<std::string> notes;
 };
