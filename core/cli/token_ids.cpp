@@ -12,10 +12,12 @@ namespace {
 
 constexpr const char* kForm = "give token ids as whole numbers separated by commas, e.g. 464,3290";
 
+// Line ends too: ids kept in a file written on Windows arrive as "464,3290\r\n".
 std::string_view trim(std::string_view s) {
-  const auto b = s.find_first_not_of(" \t");
+  constexpr const char* kSpace = " \t\r\n";
+  const auto b = s.find_first_not_of(kSpace);
   if (b == std::string_view::npos) return {};
-  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+  return s.substr(b, s.find_last_not_of(kSpace) - b + 1);
 }
 
 }  // namespace

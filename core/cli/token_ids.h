@@ -5,8 +5,9 @@
 //
 // Contract
 // - The form: whole decimal numbers separated by commas, spaces around each allowed
-//   ("464,3290, 318"), every one in [0, 2^31 - 1]; format_token_ids() writes it back without
-//   spaces, so `sample --print-ids` output is a valid --prompt-ids.
+//   ("464,3290, 318"), line ends too (a Windows file's "\r\n"), every one in [0, 2^31 - 1];
+//   format_token_ids() writes it back without spaces, so `sample --print-ids` output is a valid
+//   --prompt-ids.
 // - parse_token_ids() throws sdk::UserError naming `flag` and the item (its text and 1-based
 //   position) that is empty, not a whole number or out of range, and says the form;
 //   token_ids_flag() is the same check as a CLI11 validator, so a malformed list exits 2 as the
