@@ -25,6 +25,15 @@ CpuBackend::CpuBackend(int threads, Bf16GemmPath bf16_gemm, Bf16ConvPath bf16_co
 
 CpuBackend::~CpuBackend() = default;
 
+void CpuBackend::flush_denormals() {
+  if (flush_) return;
+  if (!DenormalFlush::supported())
+    throw sdk::BackendError("backend_cpu: flush_denormals: this CPU has no flush-to-zero mode the "
+                            "backend can set (x86's MXCSR)",
+                            "remove flush_denormals from [backend.cpu]");
+  flush_ = std::make_unique<DenormalFlush>(threads());
+}
+
 sdk::BackendCapabilities CpuBackend::capabilities() const {
   const CpuInfo cpu = detect_cpu();
   sdk::BackendCapabilities caps;

@@ -33,15 +33,19 @@
 //   F(4,3) with their activations reordered to and from oneDNN's blocked layout around the call.
 // - gemm_strided_batched runs one cached 3-D oneDNN matmul where one can express the call
 //   (cpu_gemm.h) and a loop over gemm() otherwise.
+// - flush_denormals() (the `flush_denormals` option) flushes subnormal floats to zero on the
+//   backend's threads for the backend's lifetime (cpu_denormals.h).
 // - Errors: sdk::BackendError naming the op, the offending tensor, its dtype/shape, and a fix.
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 
 #include "cpu_context.h"
+#include "cpu_denormals.h"
 #include "mixtrain/sdk/device_backend.h"
 #include "mixtrain/sdk/facet_list.h"  // the interfaces find_facet serves, for its callers
 #include "mixtrain/sdk/support/facet_registry.h"
@@ -58,6 +62,10 @@ class CpuBackend final : public sdk::DeviceBackend {
   ~CpuBackend() override;
 
   int threads() const noexcept { return context_.threads(); }
+  // Subnormal operands and results become 0 on this backend's threads until it is destroyed
+  // (cpu_denormals.h); BackendError where the CPU has no such mode.
+  void flush_denormals();
+  bool flushes_denormals() const noexcept { return flush_ != nullptr; }
   // oneDNN matmul primitives created so far (one per distinct GEMM key); for tests and tuning.
   std::size_t cached_gemm_primitives() const noexcept;
   // oneDNN's implementation ("gemm:jit", "brg:avx512_core", ...) of the last GEMM primitive run
@@ -101,6 +109,7 @@ class CpuBackend final : public sdk::DeviceBackend {
  private:
   CpuContext context_;
   sdk::FacetSet facets_ = sdk::make_facets(context_);  // after context_: they refer to it
+  std::unique_ptr<DenormalFlush> flush_;
 };
 
 }  // namespace mixtrain::backend_cpu

@@ -424,5 +424,37 @@ TEST(backend_cpu_capabilities, ReportsKindThreadsAndHonestGemmSupport) {
   EXPECT_THROW(CpuBackend(-1), sdk::BackendError);
 }
 
+// flush_denormals: while the backend lives, a subnormal operand is 0 on every thread of its team
+// (the tensor is large enough to be split among them), as with torch.set_flush_denormal(True);
+// before and after, subnormals are computed exactly.
+TEST(backend_cpu_kernels, FlushDenormalsZeroesSubnormalsOnEveryThreadWhileTheBackendLives) {
+  if (!DenormalFlush::supported()) GTEST_SKIP() << "no flush-to-zero control on this CPU";
+  const float tiny = 1e-39f;  // below fp32's smallest normal, 2^-126
+  ASSERT_EQ(std::fpclassify(tiny), FP_SUBNORMAL);
+  const std::int64_t n = 1 << 18;
+  auto axpy_of_tiny = [&](CpuBackend& be) {
+    DeviceTensor x(be, DType::fp32, {n}, std::vector<float>(static_cast<std::size_t>(n), tiny));
+    DeviceTensor y(be, DType::fp32, {n});
+    sdk::facet<sdk::ActivationFacet>(be)->axpy(2.0f, x, y);
+    return y.get();
+  };
+  auto count = [](const std::vector<float>& v, float value) {
+    return std::count(v.begin(), v.end(), value);
+  };
+  {
+    CpuBackend plain(2);
+    EXPECT_FALSE(plain.flushes_denormals());
+    EXPECT_EQ(count(axpy_of_tiny(plain), 2.0f * tiny), n);
+  }
+  {
+    CpuBackend flushing(2);
+    flushing.flush_denormals();
+    EXPECT_TRUE(flushing.flushes_denormals());
+    EXPECT_EQ(count(axpy_of_tiny(flushing), 0.0f), n);
+  }
+  CpuBackend after(2);
+  EXPECT_EQ(count(axpy_of_tiny(after), 2.0f * tiny), n);
+}
+
 }  // namespace
 }  // namespace mixtrain::backend_cpu::testing
