@@ -6,7 +6,7 @@
 #
 # Packages: the build's list in cmake/setup-debian.sh (`--print-build-packages`), so the two
 # cannot drift, less the ones a GPU build does not need, each named in `not_fetched` below with
-# its reason (tests/gpu_kit/check_fetch_list.sh holds the exclusions to that list), each with the
+# its reason (tests/contracts/gpu_kit_packages.sh holds the exclusions to that list), each with the
 # runtime libraries it depends on, resolved with apt-cache (first alternative of each "a | b").
 # Never fetched: the base system any machine with a C++ compiler has (libc, libstdc++, libgcc,
 # libgomp) and dependencies the build never reads (catch2 via libspdlog-dev, googletest's sources

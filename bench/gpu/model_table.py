@@ -19,7 +19,14 @@ gradient and weight gradient of every GEMM and convolution; no recomputation cou
             for QKᵀ and PV over the whole T×T square (the causal half is not discounted, as
             PaLM's and nanoGPT's MFU do not).
 MFU = model FLOP/s ÷ --peak-tflops (default 989.4: H100/H200 SXM dense BF16) for every row.
-Peak memory: mixtrain's summary.json peak_memory_bytes; PyTorch's torch.cuda.max_memory_allocated().
+Peak memory, like with like. "whole run": mixtrain's summary.json peak_memory_bytes (the backend's
+high-water mark from the start: every tensor and scratch, no trial workspaces, since convolution
+autotuning is off unless a +convtune row says so); PyTorch's torch.cuda.max_memory_allocated() over
+the whole run, cudnn.benchmark's trial workspaces included. "steady": the timed windows alone
+(PyTorch: after torch.cuda.reset_peak_memory_stats() following the warm-up). mixtrain records no
+steady figure (metrics.jsonl's device_peak_memory_bytes is the same running high-water mark, never
+reset), so its column says "-" and its whole-run peak, an upper bound of its steady one, is
+compared with PyTorch's steady peak too: that comparison favours PyTorch.
 Predicted: the peak `mixtrain check` predicted for the same run (check-<policy>.txt), so a GPU run
 shows how far the memory plan's forecast is from the device allocator's count.
 """
@@ -114,7 +121,7 @@ def torch_row(work, m, unit):
     extra = t.get("layout") or t.get("attention")
     return {"name": f"{name}{', ' + extra if extra else ''}", "fw": "pytorch", "key": m,
             "rate": t[f"{unit}_per_s"], "peak": t.get("peak_device_memory_bytes"),
-            "loss": t.get("final_loss")}
+            "steady": t.get("steady_peak_device_memory_bytes"), "loss": t.get("final_loss")}
 
 
 def main():
@@ -162,18 +169,20 @@ def main():
     print(f"{what}; {flop_per_unit / 1e9:.2f} GFLOP of model math per {unit[:-1]} (training); MFU "
           f"against {a.peak_tflops:g} TFLOP/s.")
     print()
-    cols = ["run", f"{unit}/s", "model TFLOP/s", "MFU", "peak mem MiB", "predicted MiB",
+    cols = ["run", f"{unit}/s", "model TFLOP/s", "MFU", "peak MiB, whole run", "peak MiB, steady",
+            "predicted MiB",
             "vs PyTorch AMP bf16", "vs mixtrain bf16", "final loss"]
     table = []
     for r in rows:
         if "error" in r:
             state = "not run" if r["error"].startswith("not run") else "failed"
-            table.append([r["name"], state, "-", "-", "-", "-", "-", "-", r["error"]])
+            table.append([r["name"], state, "-", "-", "-", "-", "-", "-", "-", r["error"]])
             continue
         tflops = r["rate"] * flop_per_unit / 1e12
         table.append([r["name"], f"{r['rate']:.0f}", f"{tflops:.1f}",
                       f"{100.0 * tflops / a.peak_tflops:.1f}%",
                       f"{r['peak'] / MiB:.0f}" if r.get("peak") else "-",
+                      f"{r['steady'] / MiB:.0f}" if r.get("steady") else "-",
                       f"{r['predicted'] / MiB:.0f}" if r.get("predicted") else "-",
                       ratio(r["rate"], tbf16 and tbf16["rate"]),
                       ratio(r["rate"], mbf16 and mbf16["rate"]),
@@ -191,8 +200,10 @@ def main():
     print()
     print(f"- mixtrain bf16-mixed vs PyTorch AMP bf16, {unit}/s: "
           f"{ratio(mbf16 and mbf16['rate'], tbf16 and tbf16['rate'])}")
-    print(f"- peak memory, mixtrain bf16-mixed vs PyTorch AMP bf16: "
-          f"{ratio(mbf16 and mbf16.get('peak'), tbf16 and tbf16.get('peak'))}")
+    print(f"- peak memory, mixtrain bf16-mixed vs PyTorch AMP bf16, whole run against whole run: "
+          f"{ratio(mbf16 and mbf16.get('peak'), tbf16 and tbf16.get('peak'))}; mixtrain's whole run "
+          f"against PyTorch's steady peak (timed windows, no cudnn.benchmark trials; favours PyTorch): "
+          f"{ratio(mbf16 and mbf16.get('peak'), tbf16 and tbf16.get('steady'))}")
     # Issue 36's fp32 targets: each FP32 mode against PyTorch's same mode.
     for p in ("fp32", "tf32"):
         m, t = find("mixtrain", p), find("pytorch", p)

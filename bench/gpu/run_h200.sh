@@ -4,8 +4,10 @@
 # peaks, the name is historical): unpack the Debian packages that
 # bench/gpu/fetch_debs.sh fetched into .debs/ into a private prefix, build mixtrain with the CUDA
 # backend for sm_90, then
-#   test  ctest -L gpu_kit --output-on-failure (the tests of the programs the CMakeLists mark
-#         for the kit)
+#   test  ctest -L gpu_kit -LE gpu_kit_host --output-on-failure (the tests of the programs the
+#         CMakeLists mark for the kit, less those that need no GPU: the programs that reach no
+#         CUDA library, labelled gpu_kit_host by cmake/MixtrainGpuKit.cmake, and the conformance
+#         suite's CPU instances; CI runs those on every push)
 #   resnet50, gpt2  the issues' headline models against PyTorch eager (AMP bf16, FP32, TF32;
 #         AMP bf16), images/s or tokens/s, RN_POLICIES and GPT_POLICIES
 #   profile  where the time goes: `mixtrain train --profile` on ResNet-50 and GPT-2 small, and
@@ -26,6 +28,9 @@
 #         shape and the wide MLP's fwd/dgrad/wgrad GEMMs, one timing method for all
 #   gpt2medium  the gpt2 stage at GPT-2 medium's shape (24 layers, 16 heads, 1024 wide), where
 #         FP8 has more GEMM to win; last, with what the budget leaves (or alone in a second call)
+# A session's device time (15 minutes, the machine's start included) holds two calls, not one
+# long one: CALL=1 (the default) builds, tests and measures the headline bf16 pairs, CALL=2 the rest
+# on the same warm machine (bench/gpu/README.md, "The GPU session: two calls").
 # $OUT holds at most 7 files, none in a folder (the device tool brings back a flat, short list),
 # rewritten after every stage (the model tables and profile.md after every run) so a run cut
 # short still returns what it measured:
@@ -34,7 +39,9 @@
 #   gemm.txt     the gemm and gemmsweep stages            models.md   the model stages' tables
 #   profile.md   mixtrain's and PyTorch's profiles        runs.tar.gz every run's raw files
 # Every stage runs under `timeout`, clamped to what is left of BUDGET_S; a failed stage never
-# stops the next one (stages that need the build are skipped when it failed; PyTorch rows still run).
+# stops the next one, except debs, configure and build: when one of those fails the script
+# collects what it has and ends (PyTorch rows alone would spend minutes of device time on figures
+# with nothing to compare them to).
 #
 # Usage, from the repository root: bash bench/gpu/run_h200.sh      (see bench/gpu/README.md)
 # Environment (defaults in brackets):
@@ -44,10 +51,22 @@
 #          start of every call, so it must be new, empty or a folder of this script's own (it
 #          marks those with a .run_h200-state file; anything else is refused). Two calls at once,
 #          or a dry run beside a real one, need two.
-#   BUDGET_S [560]       wall-clock budget of the whole script, seconds
+#   TIMEOUT_S [330 for CALL=1, 360 for CALL=2]  the device call's timeout_s, which the script
+#          cannot see: give the same number to both
+#   BUDGET_S [TIMEOUT_S - 40]  wall-clock budget of the whole script, seconds (the 40: the last
+#          stage's kill grace, the final collect and its tar)
+#   CALL [1]  which call of the session's plan sets the defaults of STAGES and the model policies:
+#          1  STAGES "env debs configure build test resnet50 gpt2 profile", the bf16 pairs only
+#             (RN_POLICIES, RN_TORCH, GPT_POLICIES, GPT_TORCH = bf16); the profile if time is left
+#          2  STAGES "env build resnet50 gpt2 gemm resnet50v gpt2v wide gemmsweep gpt2medium", with
+#             debs and configure first unless the first call's prefix and build are still there
+#             (a warm machine); RN_POLICIES = RN_TORCH = "fp32 tf32", GPT_POLICIES "bf16 fp8
+#             fp8-block" (bf16: the fp8 rows' base), GPT_TORCH none (call 1 measured it)
+#          all  every stage and policy, as one call did before (a dry run, or a longer lease)
 #   STAGES ["env debs configure build test resnet50 gpt2 profile gemm resnet50v gpt2v wide gemmsweep
-#           gpt2medium"]  any subset
-#          (always run in this order)
+#           gpt2medium", less what CALL leaves out]  any subset (always run in this order)
+#   CHECK_POLICIES [bf16]  the policies whose `mixtrain check` (a CUDA start-up and a rehearsed
+#          step each) fills the model tables' predicted column
 #   PROFILE_STEPS [8: mixtrain's profiled steps; PyTorch profiles 3 after its warmup]  PROFILE_TOP [30]
 #   DEBS [.debs]  DEBROOT [/tmp/debroot]  BUILD_DIR [build-h200]  JOBS [nproc]  CUDA_ARCHS [90]
 #   CMAKE_EXTRA_ARGS  more -D options for the configure stage (word-split)
@@ -56,13 +75,17 @@
 #   PYTHON [python3: the interpreter with PyTorch]   MIXTRAIN_BIN [$BUILD_DIR/bin/mixtrain]
 #   GEMM_SIZE [8192]  GEMM_SECONDS [1]  GEMM_AUTOTUNE [8: the gemm stage's tuned run]  SWEEP_ROUNDS [5]  SWEEP_CANDIDATES [8]  (the sweep's wide
 #   cases use WIDE_BATCH and WIDE_HIDDEN)
+#   RN_STEPS [60], RN_LOG_EVERY [10], GPT_STEPS [120], GPT_LOG_EVERY [20]: mixtrain's first window
+#   is dropped and the median of the rest taken; PyTorch warms up for 5 steps and 1 s at least
+#   (TORCH_WARMUP_S), then times the same windows
 #   WIDE_BATCH [16384]  WIDE_FEATURES [256]  WIDE_HIDDEN [8192]  WIDE_STEPS [30]  WIDE_LOG_EVERY [5]
 #   WIDE_POLICIES ["bf16 fp32 fp8 tf32 fp16"]  WIDE_TORCH ["bf16 fp32"]  (run order: the headline
 #   pair first, so a budget that runs out loses the least)  WIDE_BACKEND [cuda]  TORCH_DEVICE [cuda]
 #   TORCH_FUSED [true: fused AdamW, PyTorch's fastest on CUDA]  PEAK_TFLOPS [989.4]
 #   DRY_RUN=1  a check of the scripting on a machine without a GPU: CPU backend and CPU PyTorch at
 #              a tiny size (GPT: 2 layers, 64 wide, a 256-token vocabulary; PROFILE_STEPS=3),
-#              /usr/bin/python3, JOBS=2, BUDGET_S=3600 (the GPU-only parts then report
+#              /usr/bin/python3, JOBS=2, BUDGET_S=7200 and every stage's cap CAP_SCALE=10 times
+#              the GPU's (a 2-core build takes ten minutes, not one; the GPU-only parts then report
 #              "no CUDA device" / skip, as they should)
 set -uo pipefail
 
@@ -73,12 +96,12 @@ cd "$ROOT"
 if [[ ${DRY_RUN:-0} == 1 ]]; then
   : "${WIDE_BACKEND:=cpu}" "${TORCH_DEVICE:=cpu}" "${TORCH_FUSED:=default}" "${PYTHON:=/usr/bin/python3}"
   : "${WIDE_BATCH:=64}" "${WIDE_FEATURES:=32}" "${WIDE_HIDDEN:=64}" "${WIDE_STEPS:=6}" "${WIDE_LOG_EVERY:=2}"
-  : "${JOBS:=2}" "${BUDGET_S:=3600}" "${GEMM_SIZE:=256}" "${DEBROOT:=/tmp/debroot-dry}"
+  : "${JOBS:=2}" "${BUDGET_S:=7200}" "${CAP_SCALE:=10}" "${GEMM_SIZE:=256}" "${DEBROOT:=/tmp/debroot-dry}"
   : "${BUILD_DIR:=$ROOT/build-h200-dry}" "${OUT:=$ROOT/build-gpu-out-dry}"
   : "${MODEL_BACKEND:=cpu}" "${RN_BATCH:=2}" "${RN_IMAGE:=32}" "${RN_STEPS:=6}" "${RN_LOG_EVERY:=2}"
   : "${GPT_BATCH:=2}" "${GPT_LAYERS:=2}" "${GPT_HEADS:=2}" "${GPT_WIDTH:=64}" "${GPT_TOKENS:=64}"
   : "${GPT2M_LAYERS:=3}" "${GPT2M_HEADS:=2}" "${GPT2M_WIDTH:=64}" "${GPT2M_BATCH:=2}" "${GPT2M_POLICIES:=bf16}"
-  : "${GPT_STEPS:=6}" "${GPT_LOG_EVERY:=2}" "${GPT_POLICIES:=bf16}" "${MODEL_RUN_CAP:=300}"
+  : "${GPT_STEPS:=6}" "${GPT_LOG_EVERY:=2}" "${GPT_POLICIES:=bf16}" "${MODEL_RUN_CAP:=300}" "${TORCH_WARMUP_S:=0}"
   # GPT-2's 50257-token vocabulary makes the LM head most of a tiny model's work on a CPU: the
   # final eval over the token file's held-out split alone took ~54 s, past the profile stage's
   # 45 s share per GPT run, and 8 profiled steps more. A byte-sized vocabulary and 3 profiled
@@ -88,12 +111,32 @@ if [[ ${DRY_RUN:-0} == 1 ]]; then
   : "${STATE:=/tmp/mixtrain-gpu-state-dry}"  # not a real run's state folder
 fi
 export OUT=${OUT:-$ROOT/build-gpu-out}
-export BUDGET_S=${BUDGET_S:-560}
-# Exported: the stages run in `bash -c` and ask whether the build stage is in this call.
-export STAGES=${STAGES:-env debs configure build test resnet50 gpt2 profile gemm resnet50v gpt2v wide gemmsweep gpt2medium}
 export DEBS=${DEBS:-$ROOT/.debs}
 export DEBROOT=${DEBROOT:-/tmp/debroot}
 export BUILD=${BUILD_DIR:-$ROOT/build-h200}
+# The session's plan (bench/gpu/README.md): 15 minutes of device time hold a machine's start (1-2
+# min) and two calls, so no call may take all of them (a 600 s call left no time to run again).
+# Call 1 builds, tests and measures the headline bf16 pairs (mixtrain against PyTorch AMP), call 2
+# the rest on the same warm machine. The budget is the call's timeout less the last stage's kill
+# grace, the final collect and the tar.
+export CALL=${CALL:-1}
+case $CALL in
+  1) : "${TIMEOUT_S:=330}" "${STAGES:=env debs configure build test resnet50 gpt2 profile}"
+     : "${RN_POLICIES:=bf16}" "${RN_TORCH:=bf16}" "${GPT_POLICIES:=bf16}" "${GPT_TORCH=bf16}" ;;
+  2) : "${TIMEOUT_S:=360}"
+     # A warm machine still has the first call's prefix and build: the build stage (ninja, nothing
+     # to do) only confirms them. A fresh one (the first went back) unpacks and configures again.
+     if [[ -z ${STAGES:-} ]]; then
+       STAGES="env build resnet50 gpt2 gemm resnet50v gpt2v wide gemmsweep gpt2medium"
+       [[ -f $BUILD/build.ninja && -x $DEBROOT/wrap/c++ ]] || STAGES="env debs configure ${STAGES#env }"
+     fi
+     : "${RN_POLICIES:=fp32 tf32}" "${RN_TORCH:=fp32 tf32}" "${GPT_POLICIES:=bf16 fp8 fp8-block}" "${GPT_TORCH=}" ;;
+  all) : "${TIMEOUT_S:=600}" ;;
+  *) echo "run_h200.sh: CALL=$CALL: 1, 2 or all" >&2; exit 2 ;;
+esac
+export TIMEOUT_S BUDGET_S=${BUDGET_S:-$((TIMEOUT_S - 40))} CAP_SCALE=${CAP_SCALE:-1}
+# Exported: the stages run in `bash -c` and ask whether the build stage is in this call.
+export STAGES=${STAGES:-env debs configure build test resnet50 gpt2 profile gemm resnet50v gpt2v wide gemmsweep gpt2medium}
 export JOBS=${JOBS:-$(nproc)}
 export CUDA_ARCHS=${CUDA_ARCHS:-90}
 export BUILD_TARGETS=${BUILD_TARGETS:-gpu_kit}
@@ -107,12 +150,15 @@ export WIDE_POLICIES=${WIDE_POLICIES:-bf16 fp32 fp8 tf32 fp16} WIDE_TORCH=${WIDE
 export WIDE_BACKEND=${WIDE_BACKEND:-cuda} TORCH_DEVICE=${TORCH_DEVICE:-cuda} TORCH_FUSED=${TORCH_FUSED:-true}
 export PEAK_TFLOPS=${PEAK_TFLOPS:-989.4}
 export MODEL_BACKEND=${MODEL_BACKEND:-cuda} MODEL_RUN_CAP=${MODEL_RUN_CAP:-60}
-export RN_BATCH=${RN_BATCH:-128} RN_IMAGE=${RN_IMAGE:-224} RN_STEPS=${RN_STEPS:-30} RN_LOG_EVERY=${RN_LOG_EVERY:-5}
+# Windows long enough to time (GPT-2 small runs a step in ~18 ms: 5-step windows were 90 ms), the
+# first dropped as warm-up; a few seconds per run at most, next to its start-up's ten or more.
+export RN_BATCH=${RN_BATCH:-128} RN_IMAGE=${RN_IMAGE:-224} RN_STEPS=${RN_STEPS:-60} RN_LOG_EVERY=${RN_LOG_EVERY:-10}
 export RN_POLICIES=${RN_POLICIES:-bf16 fp32 tf32} RN_TORCH=${RN_TORCH:-bf16 fp32 tf32}
 export RN_VARIANTS=${RN_VARIANTS-bf16+convtune bf16+wgrad16 bf16+nofuse bf16+convaxpy bf16+floatpixels bf16+pageable bf16+graphs bf16+waited bf16+nondetconv bf16+tune}
 export GPT_BATCH=${GPT_BATCH:-8} GPT_LAYERS=${GPT_LAYERS:-12} GPT_HEADS=${GPT_HEADS:-12} GPT_WIDTH=${GPT_WIDTH:-768}
-export GPT_TOKENS=${GPT_TOKENS:-1024} GPT_VOCAB=${GPT_VOCAB:-50257} GPT_STEPS=${GPT_STEPS:-30} GPT_LOG_EVERY=${GPT_LOG_EVERY:-5}
-export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 fp8-block} GPT_TORCH=${GPT_TORCH:-bf16}
+export GPT_TOKENS=${GPT_TOKENS:-1024} GPT_VOCAB=${GPT_VOCAB:-50257} GPT_STEPS=${GPT_STEPS:-120} GPT_LOG_EVERY=${GPT_LOG_EVERY:-20}
+export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 fp8-block} GPT_TORCH=${GPT_TORCH-bf16}
+export TORCH_WARMUP_S=${TORCH_WARMUP_S:-1} CHECK_POLICIES=${CHECK_POLICIES-bf16}
 export GPT_VARIANTS=${GPT_VARIANTS-fp8+plaincast bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+graphs bf16+waited bf16+tune}
 export GPT2M_LAYERS=${GPT2M_LAYERS:-24} GPT2M_HEADS=${GPT2M_HEADS:-16} GPT2M_WIDTH=${GPT2M_WIDTH:-1024}
 export GPT2M_BATCH=${GPT2M_BATCH:-8} GPT2M_POLICIES=${GPT2M_POLICIES:-bf16 fp8 fp8+plaincast}
@@ -147,9 +193,9 @@ left() { echo $((BUDGET_S - ($(date +%s) - T0))); }
 names=() statuses=() secs=()
 
 # run_stage NAME WANT_SECONDS RESERVE_SECONDS: runs stage_NAME under timeout
-# min(WANT, time left - RESERVE), output to $STATE/NAME.log and stdout.
+# min(WANT x CAP_SCALE, time left - RESERVE), output to $STATE/NAME.log and stdout.
 run_stage() {
-  local name=$1 want=$2 reserve=$3 cap rc start status
+  local name=$1 want=$(($2 * CAP_SCALE)) reserve=$3 cap rc start status
   cap=$(($(left) - reserve))
   ((cap > want)) && cap=$want
   start=$(date +%s)
@@ -161,6 +207,8 @@ run_stage() {
     status="skipped (budget spent: $(left) s left)"
   else
     echo "=== [$(date -u +%T)] stage $name (cap ${cap} s, $(left) s of the budget left) ==="
+    # The summary in $OUT names the stage under way: a call killed in it says where it stopped.
+    write_summary "$name (since $(date -u +%T), cap ${cap} s)" >"$OUT/summary.txt"
     export STAGE_CAP=$cap
     timeout -k 10 "$cap" bash -c "stage_$name" 2>&1 | tee "$STATE/$name.log"
     rc=${PIPESTATUS[0]}
@@ -182,6 +230,37 @@ needs() {  # needs STAGE REASON...: marks the given later stages skipped unless 
   [[ -f $STATE/ok-$dep || " $STAGES " != *" $dep "* ]] && return 0
   for s in "$@"; do echo "needs the $dep stage, which did not succeed" >"$STATE/skip-$s"; done
 }
+# reserve STAGE...: the seconds to keep for those later stages, those in STAGES only (a stage this
+# call does not run keeps nothing back): each stage's least useful share, the headline pair's
+# two runs (a mixtrain run with its bf16 check and its PyTorch peer, start-ups, cuDNN's plans and
+# cudnn.benchmark's trials included: ~45-65 s for ResNet-50, ~25-40 s for GPT-2 small).
+reserve() {
+  local s total=0
+  for s in "$@"; do
+    [[ " $STAGES " == *" $s "* ]] || continue
+    case $s in resnet50) total=$((total + 70)) ;; gpt2) total=$((total + 50)) ;; esac
+  done
+  echo "$total"
+}
+# stop_unless_built: after the build stage, ends the script (a final collect, the summary, exit 1)
+# when debs, configure or build was asked for and did not succeed. What would follow is either
+# skipped for want of the build or PyTorch's rows alone: minutes of device time for no comparison.
+stop_unless_built() {
+  local s failed="" later=(test resnet50 gpt2 profile gemm resnet50v gpt2v wide gemmsweep gpt2medium)
+  for s in debs configure build; do
+    [[ " $STAGES " == *" $s "* && ! -f $STATE/ok-$s ]] && failed+=" $s"
+  done
+  [[ -z $failed ]] && return 0
+  echo "=== stopping: the${failed} stage did not succeed (see build.log); nothing after it runs ==="
+  for s in "${later[@]}"; do
+    names+=("$s") secs+=(0)
+    if [[ " $STAGES " == *" $s "* ]]; then statuses+=("skipped (the script stopped: the${failed} stage did not succeed)")
+    else statuses+=("skipped (not in STAGES)"); fi
+  done
+  collect
+  cat "$OUT/summary.txt"
+  exit 1
+}
 
 # --- stages (each runs in its own bash under timeout; exported below) -----------------------------
 stage_env() {
@@ -197,11 +276,34 @@ stage_env() {
     echo "nvcc: $(nvcc --version 2>&1 | tail -2 | tr '\n' ' ')"
     echo "c++: $(${CXX:-g++} --version 2>&1 | head -1)"
     echo "cmake: $(cmake --version 2>&1 | head -1)   ninja: $(ninja --version 2>&1)"
-    echo "python: $(command -v "$PYTHON") $("$PYTHON" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>&1 | tail -1)"
-    echo "PyTorch's cuDNN: $("$PYTHON" -c 'import torch; print(torch.backends.cudnn.version())' 2>&1 | tail -1)"
+    # One Python start for the versions and the libraries PyTorch loads (cuDNN, cuBLAS, cuBLASLt,
+    # the CUDA runtime, each as it reports itself): the other side of mixtrain's, below.
+    echo "python: $(command -v "$PYTHON")"
+    timeout 60 "$PYTHON" "$HERE/cuda_libs.py" torch 2>&1 | tail -n 8
     echo "debs: $(ls "$DEBS"/*.deb 2>/dev/null | wc -l) in $DEBS"
     echo "git: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null) $(git -C "$ROOT" status --porcelain 2>/dev/null | wc -l) changed files"
   } | tee "$STATE/env.txt"
+  # A build already here (a second call): what mixtrain loads, beside PyTorch's above.
+  mixtrain_libs 2>/dev/null
+  return 0
+}
+
+# mixtrain_libs: the CUDA libraries mixtrain's CUDA runtime loads under MIX_LD_PATH (ldd), each with
+# the version it reports (cuda_libs.py), into $STATE/mixtrain-libs.txt (summary.txt shows it
+# beside PyTorch's). cuDNN's, above all: the build's headers and the library it runs may come from
+# two places (the toolkit, PyTorch's wheel).
+mixtrain_libs() {
+  local so libs=()
+  for so in "$BUILD"/lib/mixtrain/plugins/backend_cuda/*.so*; do
+    [[ -f $so ]] || continue
+    mapfile -t -O "${#libs[@]}" libs < <(LD_LIBRARY_PATH=$MIX_LD_PATH ldd "$so" 2>/dev/null |
+      awk '$1 ~ /^lib(cudnn|cublasLt|cublas|cudart)\.so/ && $3 ~ /^\// { print $3 }')
+  done
+  ((${#libs[@]})) || return 1
+  {
+    echo "mixtrain's CUDA runtime loads (ldd under the kit's LD_LIBRARY_PATH):"
+    "$PYTHON" "$HERE/cuda_libs.py" paths "${libs[@]}" 2>&1
+  } | tee "$STATE/mixtrain-libs.txt"
 }
 
 stage_debs() {
@@ -239,11 +341,38 @@ PY
   # Debian's -dev packages link absolutely into the root (zlib1g-dev: usr/lib/.../libz.so ->
   # /lib/.../libz.so.1.2.13); on this image such a link dangles or reaches another version, and
   # CMake then falls back to libz.a, which cannot go into a shared library. Point them inside.
-  local link target
+  local link target outside=() dangling=0
   while IFS= read -r link; do
     target=$(readlink "$link")
     if [[ $target == /* && -e $DEBROOT$target ]]; then ln -sfn "$DEBROOT$target" "$link"; fi
   done < <(find "$DEBROOT" -type l)
+  # What still points out of the prefix reaches the image's own file (another version, maybe) or
+  # nothing; fetch_debs.sh checked the same links against the development machine's root, not this
+  # one. A dangling one stops here, naming it; the others are listed. /usr/share and /usr/src
+  # (docs, googletest's sources) are never read.
+  while IFS= read -r link; do
+    target=$(readlink "$link")
+    [[ $target == /* && $target != "$DEBROOT"/* ]] || continue
+    if [[ -e $target ]]; then outside+=("${link#"$DEBROOT"} -> $target (the image's)")
+    else outside+=("${link#"$DEBROOT"} -> $target (dangling)"); dangling=1; fi
+  done < <(find "$DEBROOT" -type l -not -path "$DEBROOT/usr/share/*" -not -path "$DEBROOT/usr/src/*")
+  ((${#outside[@]})) && printf 'link out of the prefix: %s\n' "${outside[@]}"
+  ((dangling == 0)) || { echo "dangling links out of the prefix (above): a package missing from .debs"; exit 1; }
+  # The carried .debs against the list the tree asks for today (fetch_debs.sh --print-top, from
+  # cmake/setup-debian.sh): the contract test holds the two scripts' lists together, not what was
+  # fetched, so a .debs fetched before the list gained a package fails here, naming it.
+  local top missing=() p
+  if [[ -f $DEBS/MANIFEST.txt ]]; then
+    top=$(bash "$HERE/fetch_debs.sh" --print-top) || { echo "bench/gpu/fetch_debs.sh --print-top failed"; exit 1; }
+    for p in $top; do awk -v p="$p" '$1 == p { found = 1 } END { exit !found }' "$DEBS/MANIFEST.txt" || missing+=("$p"); done
+    ((${#missing[@]} == 0)) || {
+      echo "$DEBS/MANIFEST.txt lacks ${missing[*]}, which the build needs today: run bench/gpu/fetch_debs.sh again"
+      exit 1
+    }
+    echo "MANIFEST.txt holds each of the $(wc -w <<<"$top") packages fetch_debs.sh --print-top lists"
+  else
+    echo "no MANIFEST.txt in $DEBS (fetch_debs.sh writes one): the carried packages are not checked against the list"
+  fi
   for f in usr/include/toml++/toml.h usr/include/boost/dll.hpp usr/include/spdlog/spdlog.h \
            usr/include/gtest/gtest.h usr/include/CLI/CLI.hpp usr/include/nlohmann/json.hpp \
            usr/lib/x86_64-linux-gnu/libdnnl.so usr/lib/x86_64-linux-gnu/cmake/dnnl \
@@ -292,13 +421,15 @@ EOF
   local fe_root=""
   [[ -f $DEBS/cudnn-frontend/include/cudnn_frontend.h ]] && fe_root="$DEBS/cudnn-frontend"
   echo "cuDNN frontend: ${fe_root:-not carried (the CUDA backend builds without flash attention)}"
+  # MIXTRAIN_WITH_MPI=OFF: fetch_debs.sh carries no Open MPI (one GPU, one process), and an image's
+  # own MPI, where it has one, must not put the mpi communicator into the kit's build.
   CUDAHOSTCXX="$DEBROOT/wrap/c++" cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     ${cudnn_root:+-DMIXTRAIN_CUDNN_ROOT="$cudnn_root"} \
     ${fe_root:+-DMIXTRAIN_CUDNN_FRONTEND_ROOT="$fe_root"} \
     -DCMAKE_CXX_COMPILER="$DEBROOT/wrap/c++" \
     -DProtobuf_PROTOC_EXECUTABLE="$DEBROOT/wrap/protoc" \
     -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST \
-    -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS" -DMIXTRAIN_WITH_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS" -DMIXTRAIN_WITH_CUDA=ON -DMIXTRAIN_WITH_MPI=OFF \
     -DCMAKE_PREFIX_PATH="$DEBROOT/usr;$LIBDIR/cmake" \
     -DCMAKE_POLICY_VERSION_MINIMUM=3.5 -DCMAKE_MAKE_PROGRAM="$(command -v ninja)" ${CMAKE_EXTRA_ARGS:-}
   grep -i "cudnn" "$STATE/configure.log" 2>/dev/null | tail -3
@@ -316,6 +447,13 @@ stage_build() {
   for t in $BUILD_TARGETS; do
     if ninja -C "$BUILD" -t query "$t" >/dev/null 2>&1; then targets+=("$t"); else echo "build: no target $t here, skipped"; fi
   done
+  # None left (no build.ninja, or gpu_kit undefined: CMake defines it only with the CUDA backend,
+  # i.e. nvcc was not found): `cmake --build --target` with no name would build everything else.
+  if ((${#targets[@]} == 0)); then
+    echo "build: none of BUILD_TARGETS ($BUILD_TARGETS) is a target in $BUILD (gpu_kit exists only when" \
+      "CMake found the CUDA toolkit: see configure's output)" | tee "$STATE/build.note"
+    return 1
+  fi
   if cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}"; then
     # Which cuDNN, cuBLAS, CUPTI and NVRTC the CUDA backend's runtime will load here (an image's
     # LD_LIBRARY_PATH comes before the RUNPATH).
@@ -325,11 +463,18 @@ stage_build() {
       echo "--- $(basename "$so") loads:"
       LD_LIBRARY_PATH=$MIX_LD_PATH ldd "$so" 2>&1 | grep -E 'cudnn|cublas|cupti|nvrtc|cudart|not found'
     done
+    mixtrain_libs
     return 0
   fi
-  echo "=== build failed under the project's -Werror; continuing with -Wno-error appended, to tell warnings from errors ==="
-  echo "built only with -Wno-error: this compiler warns where the project's -Werror stops (see build.log)" >"$STATE/build.note"
-  MIXTRAIN_NO_WERROR=1 cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}"
+  echo "=== build failed under the project's -Werror; again with -Wno-error appended, to tell warnings from errors ==="
+  # The note says what the fallback found, once it has run: warnings only, or errors.
+  if MIXTRAIN_NO_WERROR=1 cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}"; then
+    echo "built only with -Wno-error: this compiler warns where the project's -Werror stops (see build.log)" >"$STATE/build.note"
+    mixtrain_libs
+    return 0
+  fi
+  echo "build failed (see build.log)" >"$STATE/build.note"
+  return 1
 }
 
 stage_gemm() {
@@ -350,9 +495,9 @@ stage_gemm() {
     LD_LIBRARY_PATH=$MIX_LD_PATH timeout --foreground -k 5 $((cap / 8)) "$BUILD/bin/bench_gemm_cuda" --size "$GEMM_SIZE" --seconds "$GEMM_SECONDS" --only fp8 --fp8-fast-accum 1
     echo "(fast-accumulation exit $?)"
     echo
-    echo "## PyTorch's matmul on the same GPU (reference): bench/gpu/torch_gemm.py --size $GEMM_SIZE"
+    echo "## PyTorch's matmul on the same GPU (reference, timed as bench_gemm_cuda times): bench/gpu/torch_gemm.py --size $GEMM_SIZE --seconds $GEMM_SECONDS"
     echo
-    timeout --foreground -k 5 $((cap / 3)) "$PYTHON" "$HERE/torch_gemm.py" --size "$GEMM_SIZE"
+    timeout --foreground -k 5 $((cap / 3)) "$PYTHON" "$HERE/torch_gemm.py" --size "$GEMM_SIZE" --seconds "$GEMM_SECONDS"
     echo "(exit $?)"
   } 2>&1 | tee "$PARTS/gemm.txt"
   rc1=$(grep -m1 -oE '^\(exit [0-9]+\)' "$PARTS/gemm.txt" | grep -oE '[0-9]+')
@@ -392,12 +537,21 @@ stage_gemmsweep() {
   [[ $rc1 == 0 ]]
 }
 
+# The kit's tests that need the device: -LE gpu_kit_host leaves out the programs that reach no CUDA
+# library (cmake/MixtrainGpuKit.cmake labels them), -E the conformance suite's CPU instances
+# (conformance/<test>/cpu_one_thread: the CPU backend, through the same program as the CUDA
+# instances). CI runs both on every push; here they would cost the device's time for nothing.
 stage_test() {
-  LD_LIBRARY_PATH=$MIX_LD_PATH ctest --test-dir "$BUILD" -L gpu_kit --output-on-failure \
-    -j "$((JOBS < 8 ? JOBS : 8))" --timeout $((STAGE_CAP > 30 ? STAGE_CAP - 10 : STAGE_CAP)) 2>&1 | tee "$PARTS/tests.log"
+  local sel=(-L gpu_kit -LE gpu_kit_host -E '^conformance/.*/cpu[^/]*$') all run
+  # -N lists (discovery, PRE_TEST, runs each program: the prefix's libraries too).
+  all=$(LD_LIBRARY_PATH=$MIX_LD_PATH ctest --test-dir "$BUILD" -N -L gpu_kit 2>/dev/null | grep -oE '^Total Tests: [0-9]+' | grep -oE '[0-9]+')
+  run=$(LD_LIBRARY_PATH=$MIX_LD_PATH ctest --test-dir "$BUILD" -N "${sel[@]}" 2>/dev/null | grep -oE '^Total Tests: [0-9]+' | grep -oE '[0-9]+')
+  echo "ctest ${sel[*]}: ${run:-?} of the ${all:-?} gpu_kit tests (the rest need no GPU)" | tee "$PARTS/tests.log"
+  LD_LIBRARY_PATH=$MIX_LD_PATH ctest --test-dir "$BUILD" "${sel[@]}" --output-on-failure \
+    -j "$((JOBS < 8 ? JOBS : 8))" --timeout $((STAGE_CAP > 30 ? STAGE_CAP - 10 : STAGE_CAP)) 2>&1 | tee -a "$PARTS/tests.log"
   local rc=${PIPESTATUS[0]} skipped
   skipped=$(grep -cE '\*\*\*Skipped|Not Run.*Skipped' "$PARTS/tests.log")
-  echo "$(grep -m1 -E 'tests passed' "$PARTS/tests.log")${skipped:+; $skipped skipped}" >"$STATE/test.note"
+  echo "$(grep -m1 -E 'tests passed' "$PARTS/tests.log")${skipped:+; $skipped skipped}; ${run:-?} of ${all:-?} gpu_kit tests (the host-only ones left out)" >"$STATE/test.note"
   return "$rc"
 }
 
@@ -467,6 +621,7 @@ stage_wide() {
     [[ -f $W/note.txt ]] && { echo; echo "Notes:"; sed 's/^/- /' "$W/note.txt"; }
   } >"$PARTS/wide_mlp.md"
   cat "$PARTS/wide_mlp.md"
+  ((mix)) || { echo "wide: no mixtrain build, so no mixtrain row: FAILED"; return 1; }
   [[ $rc == 0 ]] && ! grep -qE '^\| [^|]+ \| +failed +\|' "$PARTS/wide_mlp.md"
 }
 # model_run MODEL JOB CAP CONFIG OVERRIDES...: one mixtrain run (mixtrain:<policy>) or one PyTorch
@@ -521,11 +676,13 @@ model_run() {
       [[ $p == *+convaxpy* ]] && variant+=(--set backend.cuda.conv_dgrad_accumulate=false)
       [[ $p == *+convtune* ]] && variant+=(--set backend.cuda.conv_autotune=8)
       [[ $p == *+wgrad16* ]] && variant+=(--set backend.cuda.conv_wgrad_in_operand_dtype=true)
-      # The memory plan's forecast, the table's "predicted" column: for each policy as it is, not
-      # for every variant (each check rehearses a step, which costs device time); cuDNN's plans
-      # for every convolution shape take a while on a fresh GPU, hence the minute.
+      # The memory plan's forecast, the table's "predicted" column: for the CHECK_POLICIES (bf16)
+      # as they are, in the base stages only, not for every policy or variant: each check is a CUDA
+      # start-up and a rehearsed step, device time; cuDNN's plans for every convolution shape
+      # take a while on a fresh GPU, hence the minute.
       # The check counts against the job's cap: a third of it at most, the rest trains.
-      [[ $p == "$base" ]] && LD_LIBRARY_PATH=$MIX_LD_PATH timeout --foreground -k 5 \
+      [[ $p == "$base" && " $CHECK_POLICIES " == *" $p "* && -z ${TABLE_STAGE:-} ]] &&
+        LD_LIBRARY_PATH=$MIX_LD_PATH timeout --foreground -k 5 \
         $((cap / 3 < 60 ? cap / 3 : 60)) "$MIXTRAIN_BIN" check "$config" "$@" \
         --set "precision.policy=$(policy_name "$base")" >"$W/check-$p.txt" 2>&1
       cap=$((cap - ($(date +%s) - t0)))
@@ -557,8 +714,11 @@ policy_name() {
 model_stage() {
   local name=$1 config=$2 policies=$3 modes=$4 table_args=$5 job cap order=() left run_policies
   shift 5
-  local table=${TABLE_STAGE:-$name}
+  local table=${TABLE_STAGE:-$name} w seen=" "
   export W=$STATE/$table
+  # Each policy once in the table (a variant stage adds its bases, which the base stage may list).
+  for w in $policies; do [[ $seen == *" $w "* ]] || seen+="$w "; done
+  policies=$seen
   if [[ -z ${TABLE_STAGE:-} ]]; then
     rm -rf "$W"; mkdir -p "$W"
     echo "mixtrain: $config $*" | tee "$W/overrides.txt"
@@ -566,6 +726,8 @@ model_stage() {
     run_policies=$policies left=" $modes "
   else
     mkdir -p "$W"
+    # A variant stage alone writes the overrides its base stage would have.
+    [[ -f $W/overrides.txt ]] || echo "mixtrain: $config $*" | tee "$W/overrides.txt"
     run_policies=$RUN_POLICIES left=" "
   fi
   for p in $run_policies; do
@@ -584,11 +746,25 @@ model_stage() {
     [[ $job == mixtrain:* ]] && ((!mix)) && continue
     model_run "$job" "$cap" "$config" "$@"
     model_stage_table "$table" "$policies" "$modes" "$table_args" >/dev/null
+    collect_tables  # into $OUT now: a call killed in the next run still returns this one
   done
   model_stage_table "$table" "$policies" "$modes" "$table_args"
   local rc=$?
+  collect_tables
   for p in $run_policies; do tail -n 40 "$W/mixtrain-$p.log" >"$W/mixtrain-$p.tail" 2>/dev/null; done
+  # PyTorch's rows alone compare with nothing: a stage without its mixtrain rows failed.
+  ((mix)) || { echo "$name: no mixtrain build, so no mixtrain row: FAILED"; return 1; }
   return $rc
+}
+
+# collect_tables: the model tables and profile.md so far into $OUT (models.md, profile.md), from the
+# stages' bash as well as from collect: a model stage and the profile call it after every run.
+collect_tables() {
+  local f
+  for f in resnet50.md gpt2.md gpt2medium.md wide_mlp.md; do [[ -f $PARTS/$f ]] && { cat "$PARTS/$f"; echo; }; done >"$STATE/models.all"
+  [[ -s $STATE/models.all ]] && cp "$STATE/models.all" "$OUT/models.md"
+  [[ -f $PARTS/profile.md ]] && cp "$PARTS/profile.md" "$OUT/profile.md"
+  return 0
 }
 
 # model_stage_table NAME POLICIES MODES TABLE_ARGS: $PARTS/NAME.md from the runs in $W so far
@@ -615,13 +791,16 @@ model_stage_table() {
 
 # The models' mixtrain overrides, one argument per line (resnet50_sets, gpt2_sets), shared by
 # their stages and the profile stage. No checkpoint: PyTorch's peers write none either, and a
-# GPT-2's is GBs of the budget's disk time. gpt2_tokens writes the random token file they train on.
+# GPT-2's is GBs of the budget's disk time. No flip: the config mirrors half of each batch on the
+# host, the PyTorch peer trains on one resident batch untouched; the same work on both sides.
+# gpt2_tokens writes the random token file they train on.
 resnet50_sets() {
   printf '%s\n' --set "backend.type=$MODEL_BACKEND" --set "data.batch_size=$RN_BATCH" \
     --set "data.eval_batch_size=$RN_BATCH" --set "data.synthetic.rows=$((RN_BATCH * 2 + 64))" \
     --set "data.synthetic.height=$RN_IMAGE" --set "data.synthetic.width=$RN_IMAGE" \
     --set "data.synthetic.max_shift=$((RN_IMAGE / 10))" --set data.synthetic.num_classes=1000 \
-    --set model.resnet.classes=1000 --set data.pixels=uint8 --set "run.log_every=$RN_LOG_EVERY" \
+    --set model.resnet.classes=1000 --set data.pixels=uint8 --set data.augment.horizontal_flip=false \
+    --set "run.log_every=$RN_LOG_EVERY" \
     --set run.eval_every=0 \
     --set run.underflow_every=0 --set checkpoint.every=0 --set checkpoint.final=false
 }
@@ -659,7 +838,7 @@ stage_resnet50() {
   local sets shape
   mapfile -t sets < <(resnet50_sets)
   shape=$(eval echo "$RN_TORCH_SHAPE")
-  export TORCH_ARGS="$shape --warmup 5 --windows $((RN_STEPS / RN_LOG_EVERY - 1)) --steps-per-window $RN_LOG_EVERY"
+  export TORCH_ARGS="$shape --warmup 5 --warmup-seconds $TORCH_WARMUP_S --windows $((RN_STEPS / RN_LOG_EVERY - 1)) --steps-per-window $RN_LOG_EVERY"
   model_stage resnet50 "$ROOT/configs/resnet50-bf16.toml" "$RN_POLICIES" "$RN_TORCH" \
     "--model resnet50 --batch $RN_BATCH --image $RN_IMAGE --classes 1000" \
     "${sets[@]}" --set "run.steps=$RN_STEPS"
@@ -670,7 +849,7 @@ stage_gpt2() {
   gpt2_tokens || return 1
   mapfile -t sets < <(gpt2_sets)
   shape=$(eval echo "$GPT_TORCH_SHAPE")
-  export TORCH_ARGS="$shape --warmup 3 --windows $((GPT_STEPS / GPT_LOG_EVERY - 1)) --steps-per-window $GPT_LOG_EVERY"
+  export TORCH_ARGS="$shape --warmup 5 --warmup-seconds $TORCH_WARMUP_S --windows $((GPT_STEPS / GPT_LOG_EVERY - 1)) --steps-per-window $GPT_LOG_EVERY"
   model_stage "${STAGE_NAME:-gpt2}" "$ROOT/configs/gpt-tiny-bf16.toml" "$GPT_POLICIES" "$GPT_TORCH" \
     "--model gpt2 --batch $GPT_BATCH --layers $GPT_LAYERS --width $GPT_WIDTH --tokens $GPT_TOKENS --vocab $GPT_VOCAB" \
     "${sets[@]}" --set "run.steps=$GPT_STEPS"
@@ -679,11 +858,27 @@ stage_gpt2() {
 # The variants (A/B of one option each against the base stage's bf16 or fp8 row), after the
 # headline stages and the profiles; their rows join the base stage's table.
 stage_resnet50v() {
-  TABLE_STAGE=resnet50 RUN_POLICIES=$RN_VARIANTS RN_POLICIES="$RN_POLICIES $RN_VARIANTS" \
+  local bases
+  bases=$(variant_bases resnet50 "$RN_VARIANTS")
+  TABLE_STAGE=resnet50 RUN_POLICIES="$bases $RN_VARIANTS" RN_POLICIES="$RN_POLICIES $bases $RN_VARIANTS" \
     stage_resnet50
 }
 stage_gpt2v() {
-  TABLE_STAGE=gpt2 RUN_POLICIES=$GPT_VARIANTS GPT_POLICIES="$GPT_POLICIES $GPT_VARIANTS" stage_gpt2
+  local bases
+  bases=$(variant_bases gpt2 "$GPT_VARIANTS")
+  TABLE_STAGE=gpt2 RUN_POLICIES="$bases $GPT_VARIANTS" GPT_POLICIES="$GPT_POLICIES $bases $GPT_VARIANTS" stage_gpt2
+}
+# variant_bases TABLE VARIANTS: the base policies (bf16 of bf16+graphs, fp8 of fp8+plaincast) that
+# have not run in $STATE/TABLE (this call), first one first: a variant stage alone (STAGES="env
+# gpt2v"), or one whose base stage ran other policies (call 2's resnet50: fp32, tf32), runs its
+# bases too, or its rows would have nothing to be read against.
+variant_bases() {
+  local v b out=" "
+  for v in $2; do
+    b=${v%%+*}
+    [[ -d $STATE/$1/mixtrain-$b || $out == *" $b "* ]] || out+="$b "
+  done
+  echo "$out"
 }
 
 # GPT-2 medium: the gpt2 stage with GPT2M_* in place of the shape (batch GPT2M_BATCH), same policies.
@@ -745,7 +940,7 @@ stage_profile() {
     ((cap >= 10)) || return 1
     # shellcheck disable=SC2086
     timeout --foreground -k 5 "$cap" "$PYTHON" "$HERE/torch_models.py" --device "$TORCH_DEVICE" --precision bf16 $2 \
-      --warmup 3 --profile-steps 3 --profile-top "$PROFILE_TOP" --profile-out "$P/torch-$1.txt" \
+      --warmup 3 --warmup-seconds "$TORCH_WARMUP_S" --profile-steps 3 --profile-top "$PROFILE_TOP" --profile-out "$P/torch-$1.txt" \
       >"$P/torch-$1.json" 2>"$P/torch-$1.log"
   }
   local model config cap
@@ -783,7 +978,7 @@ profile_md() {
     echo "bf16 (mixtrain bf16-mixed, PyTorch AMP bf16), the model stages' shapes. mixtrain: \`train --profile\`,"
     echo "$PROFILE_STEPS steps (timed from the end of the first; each op waited for, so GPU ops are timed one by one),"
     echo "then the device's kernels as CUPTI traced them (the top 30, to read beside PyTorch's table), then the plans"
-    echo "that ran the ops. PyTorch: torch.profiler over 3 steps after 3 warm-up steps, top $PROFILE_TOP by GPU (self) time."
+    echo "that ran the ops. PyTorch: torch.profiler over 3 steps after a warm-up of 3 steps and ${TORCH_WARMUP_S} s at least, top $PROFILE_TOP by GPU (self) time."
     for model in resnet50 gpt2; do
       [[ -f $P/mixtrain-$model.log ]] && mixtrain_profile_section "$model: mixtrain" "$P/mixtrain-$model.log"
       if [[ -f $P/torch-$model.log ]]; then
@@ -802,6 +997,7 @@ profile_md() {
       mixtrain_profile_section "resnet50: mixtrain, convolutions autotuned over 8 cuDNN engines per shape (each plan line: the default engine's time beside the fastest)" \
         "$P/mixtrain-resnet50-convtune.log"
   } >"$PARTS/profile.md"
+  collect_tables  # into $OUT after every profiled run
   return 0
 }
 
@@ -814,9 +1010,7 @@ collect() {
   [[ -f $PARTS/tests.log ]] && tail -c 8000000 "$PARTS/tests.log" >"$OUT/tests.log"
   for f in gemm.txt gemm_sweep.txt; do [[ -f $PARTS/$f ]] && cat "$PARTS/$f"; done >"$STATE/gemm.all"
   [[ -s $STATE/gemm.all ]] && cp "$STATE/gemm.all" "$OUT/gemm.txt"
-  for f in resnet50.md gpt2.md gpt2medium.md wide_mlp.md; do [[ -f $PARTS/$f ]] && { cat "$PARTS/$f"; echo; }; done >"$STATE/models.all"
-  [[ -s $STATE/models.all ]] && cp "$STATE/models.all" "$OUT/models.md"
-  [[ -f $PARTS/profile.md ]] && cp "$PARTS/profile.md" "$OUT/profile.md"
+  collect_tables
   local runs=()
   for f in wide resnet50 gpt2 gpt2medium profile; do [[ -d $STATE/$f ]] && runs+=("$f"); done
   # Checkpoints never travel: a run cut by its stage's timeout may leave GBs of them.
@@ -828,12 +1022,22 @@ collect() {
   return 0
 }
 
+# write_summary [RUNNING]: the status table (RUNNING: the stage under way, a last row), the
+# headline ratio lines of the model tables so far, the gemm sweep's table, the versions.
 write_summary() {
-  local i
-  echo "run_h200.sh summary ($(date -u +%FT%TZ), $(($(date +%s) - T0)) s of ${BUDGET_S} s)"
+  local i f
+  echo "run_h200.sh summary ($(date -u +%FT%TZ), $(($(date +%s) - T0)) s of ${BUDGET_S} s; call $CALL)"
   echo
   printf '| %-10s | %-5s | %s\n' stage secs status
   for i in "${!names[@]}"; do printf '| %-10s | %5s | %s\n' "${names[$i]}" "${secs[$i]}" "${statuses[$i]}"; done
+  [[ -n ${1:-} ]] && printf '| %-10s | %5s | %s\n' "${1%% *}" - "running ${1#* }"
+  echo
+  # The tables' headline lines (models.md has the tables themselves): their ratios, those with
+  # a figure (a line of "-" alone compares rows this call did not run).
+  for f in resnet50 gpt2 gpt2medium wide_mlp; do
+    [[ -f $PARTS/$f.md ]] || continue
+    grep -E '^- (mixtrain .* vs |peak memory)' "$PARTS/$f.md" | grep -E '[0-9]x' | sed "s/^- /- $f: /"
+  done
   echo
   if [[ -s $STATE/gemm_sweep_table.md ]]; then
     echo "gemm sweep (TFLOP/s medians, one timing method; details in gemm_sweep.txt):"
@@ -841,32 +1045,36 @@ write_summary() {
     echo
   fi
   cat "$STATE/env.txt" 2>/dev/null
+  cat "$STATE/mixtrain-libs.txt" 2>/dev/null
   echo
   echo "files in \$OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
 }
-export -f stage_env stage_debs stage_configure stage_build stage_gemm stage_gemmsweep stage_test stage_wide \
+export -f stage_env mixtrain_libs stage_debs stage_configure stage_build stage_gemm stage_gemmsweep stage_test stage_wide \
   stage_resnet50 stage_gpt2 stage_resnet50v stage_gpt2v stage_gpt2medium stage_profile profile_md \
   profile_mixtrain mixtrain_profile_section model_stage model_stage_table model_run policy_name \
-  resnet50_sets gpt2_sets gpt2_tokens
+  resnet50_sets gpt2_sets gpt2_tokens collect_tables variant_bases
 
 # --- the run --------------------------------------------------------------------------------------
-echo "run_h200.sh: budget ${BUDGET_S} s, stages: $STAGES; results in $OUT"
+echo "run_h200.sh: call $CALL, budget ${BUDGET_S} s (TIMEOUT_S ${TIMEOUT_S}), stages: $STAGES; results in $OUT"
 run_stage env 30 0
-run_stage debs 90 0
+run_stage debs 60 0
 needs debs configure build
-run_stage configure 150 0
+run_stage configure 120 0
 needs configure build
-run_stage build 400 150
+# The build keeps back only what the headline pair needs at least (the tests get what is left
+# after that pair's share); a build its cap cuts keeps its objects, so the next call's build goes
+# on from there.
+run_stage build 300 "$(reserve resnet50 gpt2)"
+stop_unless_built
 needs build gemm gemmsweep test
 # The CUDA tests first: whether the backend is right matters more than how fast it is.
-# The CUDA tests first: whether the backend is right matters more than how fast it is.
-run_stage test 150 200
+run_stage test 120 "$(reserve resnet50 gpt2)"
 # The issues' headline measurements next, before anything can starve them: ResNet-50 and GPT-2
 # small against PyTorch (bf16, fp32, tf32; bf16, fp8, fp8-block), then where their time goes
 # (the profiles). Then the GEMM rates, the A/B variants (their rows join the same tables), the
 # wide MLP, the GEMM sweep and GPT-2 medium, with what is left.
-run_stage resnet50 200 120
-run_stage gpt2 160 80
+run_stage resnet50 200 "$(reserve gpt2)"
+run_stage gpt2 160 0
 run_stage profile 260 0
 run_stage gemm 60 0
 run_stage resnet50v 300 60

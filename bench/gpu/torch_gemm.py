@@ -5,8 +5,13 @@ through PyTorch's own cuBLAS/cuBLASLt calls on the same GPU, timed with CUDA eve
 Rows: fp32 (torch.set_float32_matmul_precision("highest"): no TF32), tf32 ("high"), bf16, fp16
 (torch.matmul, output in the input dtype), fp8 (torch._scaled_mm, e4m3 x e4m3 with unit scales,
 bf16 output; skipped where this PyTorch or GPU lacks it). Operands: uniform(-1, 1), B stored
-[n, k] and used transposed, as bench_gemm_cuda does. Per row: 3 warm-up products, then ITERS
-back-to-back products between two CUDA events; TFLOP/s = 2·m·n·k / (elapsed / ITERS).
+[n, k] and used transposed, as bench_gemm_cuda does. Timed as bench_gemm_cuda times (its
+time_gemm): 3 warm-up products, one more sizes a batch (>= 50 ms, at least 2 products), then
+batches of back-to-back products bracketed by torch.cuda.synchronize() and the host's clock for
+--seconds per dtype (at least 5 batches); TFLOP/s = 2·m·n·k / time per product, for the median
+and the fastest batch. (20 products straight after the warm-up, as this script once timed, caught
+the clocks before a sustained load brings them down: session 10 read 794 TFLOP/s for bf16 that way
+against 672 for bench_gemm_cuda's median.)
 
 Prints a markdown table and one JSON line (prefixed "json: "). Without a GPU: one line
 "no CUDA device: ..." and exit code 2.
@@ -19,7 +24,9 @@ input dtype, as autograd produces it under autocast).
 """
 import argparse
 import json
+import statistics
 import sys
+import time
 
 import torch
 
@@ -30,7 +37,7 @@ PEAKS = {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--size", type=int, default=8192)
-    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--seconds", type=float, default=1.0, help="timed seconds per dtype (>= 5 batches)")
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--batch", type=int, default=16384)
     ap.add_argument("--hidden", type=int, default=8192)
@@ -49,17 +56,23 @@ def main():
     b32 = torch.rand(n, n, device=dev, generator=g) * 2 - 1
     flop = 2.0 * n * n * n
 
-    def timed(fn):
+    def timed(fn):  # bench_gemm_cuda.cpp's time_gemm: (median, fastest) seconds per call, calls
         for _ in range(3):
             fn()
         torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(args.iters):
-            fn()
-        end.record()
+        t0 = time.perf_counter()
+        fn()
         torch.cuda.synchronize()
-        return start.elapsed_time(end) / 1e3 / args.iters
+        per_batch = max(2, int(0.05 / max(time.perf_counter() - t0, 1e-6)))
+        per_call, calls, start = [], 0, time.perf_counter()
+        while len(per_call) < 5 or time.perf_counter() - start < args.seconds:
+            t0 = time.perf_counter()
+            for _ in range(per_batch):
+                fn()
+            torch.cuda.synchronize()
+            per_call.append((time.perf_counter() - t0) / per_batch)
+            calls += per_batch
+        return statistics.median(per_call), min(per_call), calls
 
     def fp8_fn():
         a8 = a32.to(torch.float8_e4m3fn)
@@ -80,18 +93,19 @@ def main():
                 fn = lambda a=a, b=b: a @ b.t()
             else:
                 fn = fp8_fn()
-            t = timed(fn)
-            tf = flop / t / 1e12
+            med, best, calls = timed(fn)
+            tf = flop / med / 1e12
             results[name] = tf
-            rows.append(f"| {name:<5} | {tf:9.1f} | {t * 1e3:8.3f} | {100 * tf / PEAKS[name]:8.1f}% |")
+            rows.append(f"| {name:<5} | {tf:14.1f} | {flop / best / 1e12:12.1f} | {med * 1e3:7.3f} | "
+                        f"{100 * tf / PEAKS[name]:18.1f}% | {calls:5d} |")
         except Exception as e:  # a dtype this PyTorch/GPU lacks must not stop the others
             rows.append(f"| {name:<5} | failed: {type(e).__name__}: {str(e).splitlines()[0][:120]} |")
         finally:
             torch.set_float32_matmul_precision("highest")
     print(f"PyTorch {torch.__version__} (CUDA {torch.version.cuda}) on {torch.cuda.get_device_name(dev)}: "
-          f"C = A @ B.t(), m=n=k={n}, {args.iters} timed products per dtype (CUDA events)")
-    print("| dtype | TFLOP/s | ms/call | % of peak |")
-    print("|-------|--------:|--------:|----------:|")
+          f"C = A @ B.t(), m=n=k={n}, >= {args.seconds:g} s of >= 50 ms batches per dtype, median / fastest batch")
+    print("| dtype | TFLOP/s median | TFLOP/s best | ms/call | % of peak (median) | calls |")
+    print("|-------|---------------:|-------------:|--------:|-------------------:|------:|")
     for r in rows:
         print(r)
     if "fp8" in results and "bf16" in results:

@@ -3,7 +3,9 @@
 
   --model resnet50  torchvision's ResNet-50 (v1.5, Bottleneck, stride on the 3x3), --image
                     pixels square, --classes outputs; SGD (lr 0.1, momentum 0.9, weight decay
-                    1e-4), as configs/resnet50-bf16.toml; channels_last unless --layout nchw.
+                    1e-4), as configs/resnet50-bf16.toml, fused on CUDA where this PyTorch has
+                    it (fused=True: one kernel over every parameter, as mixtrain's update is;
+                    else the default foreach); channels_last unless --layout nchw.
                     Without torchvision (the CPU dry run's PyTorch 1.13), the same network
                     written out below with torchvision's module names.
   --model gpt2      a GPT-2 decoder as mixtrain's `gpt` preset builds it (pre-LN blocks, GELU
@@ -21,8 +23,13 @@
 Inputs are one random batch resident on the device (labels/tokens too): the peer pays no data
 loading, which favours it (mixtrain's synthetic/token sources run its host pipeline every step).
 Timed windows are bracketed by a device synchronize; steps/s is the median over windows after
---warmup steps. Peak memory: torch.cuda.max_memory_allocated() (cuda), ru_maxrss (cpu), both
-over the whole run, warm-up included, as mixtrain's peak is.
+the warm-up: at least --warmup steps and at least --warmup-seconds (cudnn.benchmark's trials, the
+allocator's growth and the clocks' ramp all land in it, not in a window). Peak memory:
+torch.cuda.max_memory_allocated() twice: peak_device_memory_bytes over the whole run, warm-up
+included (cudnn.benchmark's trial workspaces too), as mixtrain's summary.json peak covers its
+whole run; and steady_peak_device_memory_bytes over the timed windows alone
+(torch.cuda.reset_peak_memory_stats() after the warm-up), a training step's own peak. On the CPU:
+ru_maxrss, whole run.
 Prints one JSON object (the kit's model_table.py reads it); {"error": ...} and exit 2 when the
 device asked for is missing.
 
@@ -227,7 +234,9 @@ def main():
     ap.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="bf16")
     ap.add_argument("--batch", type=int, required=True)
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave)")
-    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=5, help="warm-up steps, at least")
+    ap.add_argument("--warmup-seconds", type=float, default=1.0,
+                    help="warm-up time, at least (steps go on until both are reached)")
     ap.add_argument("--windows", type=int, default=5)
     ap.add_argument("--steps-per-window", type=int, default=5)
     ap.add_argument("--profile-steps", type=int, default=0,
@@ -286,9 +295,17 @@ def main():
         y = torch.randint(0, a.classes, (a.batch,), device=dev)
         decay = [p for n, p in model.named_parameters() if p.dim() > 1]
         rest = [p for n, p in model.named_parameters() if p.dim() <= 1]
-        opt = torch.optim.SGD([{"params": decay, "weight_decay": 1e-4}, {"params": rest, "weight_decay": 0.0}],
-                              lr=0.1, momentum=0.9)
-        meta.update(image=a.image, classes=a.classes, layout=a.layout, blocks=blocks, widths=widths)
+        groups = [{"params": decay, "weight_decay": 1e-4}, {"params": rest, "weight_decay": 0.0}]
+        # fused=True (PyTorch 2.3+ on CUDA): one kernel for the whole update, as mixtrain's SGD is;
+        # an older PyTorch refuses the argument and gets the default (foreach) instead.
+        kw = {"fused": True} if cuda else {}
+        try:
+            opt = torch.optim.SGD(groups, lr=0.1, momentum=0.9, **kw)
+        except (TypeError, RuntimeError, ValueError):
+            opt = torch.optim.SGD(groups, lr=0.1, momentum=0.9)
+            kw = {}
+        meta.update(image=a.image, classes=a.classes, layout=a.layout, blocks=blocks, widths=widths,
+                    fused_sgd=bool(kw))
         per_step = {"images": a.batch}
     else:
         model, attn = gpt(torch, a)
@@ -321,14 +338,21 @@ def main():
         return loss
 
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    for _ in range(a.warmup):
+    t0, warm = time.perf_counter(), 0
+    while warm < a.warmup or time.perf_counter() - t0 < a.warmup_seconds:
         step()
-    sync()
+        sync()
+        warm += 1
+    meta.update(warmup_steps=warm, warmup_s=time.perf_counter() - t0)
     if a.profile_steps > 0:
         print(json.dumps(profile(torch, a, meta, step, sync, cuda)))
         return 0
-    # No torch.cuda.reset_peak_memory_stats() here: mixtrain's peak (summary.json) covers its
-    # whole run, warm-up steps included, so PyTorch's peak covers the same span, from the start.
+    # Both peaks: the whole run's (mixtrain's summary.json peak covers its whole run, warm-up
+    # included; PyTorch's then holds cudnn.benchmark's trial workspaces), and the timed windows'
+    # alone, after a reset: what a training step itself holds at its peak.
+    whole_peak = torch.cuda.max_memory_allocated() if cuda else None
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     windows, loss = [], None
     for _ in range(a.windows):
         t0 = time.perf_counter()
@@ -342,7 +366,9 @@ def main():
     for k, v in per_step.items():
         out[f"{k}_per_s"] = sps * v
     if cuda:
-        out["peak_device_memory_bytes"] = torch.cuda.max_memory_allocated()
+        steady = torch.cuda.max_memory_allocated()
+        out["peak_device_memory_bytes"] = max(whole_peak, steady)
+        out["steady_peak_device_memory_bytes"] = steady
         out["gpu"] = torch.cuda.get_device_name()
     print(json.dumps(out))
     return 0

@@ -3,6 +3,10 @@
 # cmake/setup-debian.sh's build list, less an exclusion list with a reason per package. This
 # holds the exclusions to that list, so a package the build gains is fetched (a bare GPU machine
 # once lacked protobuf, which setup-debian.sh had gained), and an exclusion cannot go stale.
+# The lists are names; what was fetched is another matter: where ROOT/.debs/MANIFEST.txt exists (a
+# checkout that ran fetch_debs.sh, before a GPU session; CI has none), every package the fetch list
+# names must be in it, or the .debs are older than the list and the GPU machine would lack one.
+# (run_h200.sh's debs stage checks the same on the GPU machine.)
 #
 #   bash tests/contracts/gpu_kit_packages.sh ROOT      exit 0 when the lists agree, else 1 with
 #                                                      one line per disagreement
@@ -37,5 +41,13 @@ for p in "${build[@]}"; do
     echo "setup-debian.sh installs '$p', which fetch_debs.sh neither fetches nor excludes with a reason"; problems=1
   fi
 done
+manifest=$root/.debs/MANIFEST.txt checked=""
+if [[ -f $manifest ]]; then
+  for p in "${top[@]}"; do
+    awk -v p="$p" '$1 == p { found = 1 } END { exit !found }' "$manifest" ||
+      { echo "$manifest lacks '$p', which fetch_debs.sh fetches today: run bench/gpu/fetch_debs.sh again"; problems=1; }
+  done
+  checked="; .debs/MANIFEST.txt holds them all"
+fi
 if ((problems)); then exit 1; fi
-echo "gpu kit packages: ${#top[@]} fetched, ${#names[@]} excluded with a reason, of ${#build[@]} the build installs"
+echo "gpu kit packages: ${#top[@]} fetched, ${#names[@]} excluded with a reason, of ${#build[@]} the build installs$checked"
