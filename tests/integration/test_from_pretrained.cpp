@@ -179,17 +179,60 @@ TEST_F(FromPretrained, TheFoldersTokenIdsReachTheExportsConfigJson) {
   write_file("hf/config.json", folder_config.dump());
   auto r = run("train " + pretrained_ + " --run-dir fine", dir_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  fs::rename(dir_ / "hf", dir_ / "moved");
   r = run("train --resume fine --set run.steps=3", dir_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(has(r.err, "another model")) << r.err;
   r = run("export fine --layout hf --out out", dir_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json exported = json::parse(slurp(dir_ / "out" / "config.json"));
   EXPECT_EQ(exported["bos_token_id"], 3);
   EXPECT_EQ(exported["eos_token_id"], 5);
+  fs::rename(dir_ / "moved", dir_ / "hf");
   r = run("train " + pretrained_ + " --set model.gpt.eos_token_id=64 --run-dir past", dir_);
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_TRUE(has(r.err, "eos_token_id")) << r.err;
   EXPECT_TRUE(has(r.err, "is 64, not a token of the model's 64")) << r.err;
+  // GPT2Config takes a list of ids too: read as none, and said, not refused.
+  folder_config["eos_token_id"] = json::array({3, 4});
+  write_file("hf/config.json", folder_config.dump());
+  r = run("check " + pretrained_, dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.out + r.err, "eos_token_id = [3,4] is not one token id")) << r.out << r.err;
+}
+
+// A folder without a tokenizer (a byte-level model's export) reads bytes: it trains on the text
+// source, which a folder with a tokenizer is refused (the bad-input test's text-bytes case).
+TEST_F(FromPretrained, AByteLevelFolderWithoutATokenizerTrainsOnText) {
+  export_initial_folder("hf256", " --set model.gpt.vocab_size=256 --set data.vocab_size=256");
+  const auto cfg = write_file("bytes.toml", R"(
+[run]
+name = "bytes"
+seed = 4
+steps = 2
+log_every = 1
+eval_every = 0
+[backend]
+type = "cpu"
+threads = 2
+[precision]
+policy = "fp32"
+[scaler]
+type = "none"
+[optimizer]
+type = "adamw"
+[model]
+from_pretrained = "hf256"
+[data]
+source = "text"
+path = "/usr/share/common-licenses/GPL-3"
+block_size = 16
+batch_size = 4
+[checkpoint]
+fsync = false
+)");
+  const auto r = run("train " + cfg.string() + " --run-dir bytes", dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
 TEST_F(FromPretrained, CheckShowsEachSizeAndTheFieldItCameFrom) {
@@ -335,7 +378,7 @@ TEST_F(FromPretrained, ABadFolderOrAContradictingKeyExits2AndLeavesNoRunFolder) 
        config_json([](json& c) { c["vocab_size"] = 100; }),
        {"vocab_size = 100 but the data's vocab_size is 64"}},
       {"text-bytes",
-       nullptr,
+       [](const fs::path& f) { std::ofstream(f / "tokenizer.json") << "{}"; },
        {"data.source = \"text\" feeds the model bytes", "make_token_file.py --tokenizer"},
        " --set data.vocab_size=256",
        on_text},

@@ -318,8 +318,12 @@ HfGpt2Config parse_hf_gpt2_config(std::string_view text, const std::string& orig
     else if (it != c.end() && it->is_number_unsigned() &&
              it->get<std::uint64_t>() <= std::uint64_t(INT64_MAX))
       id = static_cast<std::int64_t>(it->get<std::uint64_t>());
-    else if (it != c.end())
-      throw sdk::ConfigError(at, f, "expected a token id (an integer) or null, got " + it->dump());
+    else if (it != c.end()) {
+      // GPT2Config takes anything here (a list of ids, say); the export then names none.
+      id = -1;
+      out.notes.push_back(origin + ": " + f + " = " + it->dump() +
+                          " is not one token id; a Hugging Face export names none");
+    }
     if (id < 0 || id >= sizes["vocab_size"]) id = -1;
     out.token_ids.push_back({f, f, id});
   }

@@ -477,14 +477,18 @@ void read_pretrained_gpt(const Config& config, Experiment& e, const sdk::Options
                pretrained.weights_file.string() + " holds them)");
   // The nodes point at the key that sized them.
   const GptPreset p = gpt_preset_of(o, at, e);
-  // A byte-level BPE vocabulary does not put byte b at id b (GPT-2's id 0 is "!"), so a folder's
-  // model trained on the text source's bytes would learn its embeddings under other tokens'
-  // names, whatever the two vocabulary sizes.
-  if (e.data.source == DataSource::text)
+  // A byte-level BPE vocabulary does not put byte b at id b (GPT-2's id 0 is "!"), so a folder
+  // with a tokenizer holds a model whose embeddings trained on the text source's bytes would
+  // learn under other tokens' names, whatever the two vocabulary sizes. A folder without one (a
+  // byte-level model's export) reads bytes.
+  const auto has = [&](const char* name) { return std::filesystem::exists(folder / name); };
+  if (e.data.source == DataSource::text &&
+      (has("tokenizer.json") || (has("vocab.json") && has("merges.txt"))))
     throw sdk::ConfigError(at, "model.from_pretrained",
                            "data.source = \"text\" feeds the model bytes, but " +
                                pretrained.config_file.string() +
-                               "'s model reads its tokenizer's ids, which are not bytes",
+                               "'s model reads the ids of the tokenizer beside it, which are not "
+                               "bytes",
                            "tokenize the text with the folder's tokenizer "
                            "(samples/data_tools/make_token_file.py --tokenizer) and train on "
                            "data.source = \"tokens\"");

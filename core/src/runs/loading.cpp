@@ -261,7 +261,9 @@ void read_config(RunData& run, const fs::path& file) {
     // and evaluate on different data, which is not a precision effect.
     if (const auto* seed = tbl.at_path("run.seed").node()) flatten_toml(*seed, "run.seed", setup);
     // How batches are prepared and evaluated, not what they hold: the same rows either way.
-    for (const char* key : {"data.prefetch", "data.pin_memory", "data.eval_batch_size"})
+    // The token ids only name ends of text for an export's generate(): the same model either way.
+    for (const char* key : {"data.prefetch", "data.pin_memory", "data.eval_batch_size",
+                            "model.gpt.bos_token_id", "model.gpt.eos_token_id"})
       setup.erase(key);
     run.setup = std::move(setup);
   } catch (const toml::parse_error&) {

@@ -627,7 +627,8 @@ std::vector<std::string> model_changes_since(const Trainer::State& s, const Chec
   if (saved == file.st.metadata.end()) saved = file.st.metadata.find("mixtrain.config");
   if (saved == file.st.metadata.end()) return {};
   static constexpr std::string_view kTrainingOnly[] = {
-      "label_smoothing", "dropout", "p", "init_std", "zero_init", "from_pretrained"};
+      "label_smoothing", "dropout",      "p",           "init_std",
+      "zero_init",       "from_pretrained", "bos_token_id", "eos_token_id"};
   return changed_values(
       saved->second, resolved_toml(s.e),
       [](std::string_view key) {
@@ -908,8 +909,8 @@ void restore_for_inference(Trainer::State& s, const CheckpointFile& file) {
     } else if (kind->second != "ema") {
       // An export holds one set, and says which (export_command.cpp): its EMA is silent.
       s.log.warn(file.path.string() + " is an export of the run's " + kind->second +
-                 " weights, not its EMA; eval.weights = \"ema\" evaluates them as they are "
-                 "(export the run again with --weights ema for its average)");
+                 " weights, not an EMA; eval.weights = \"ema\" evaluates them as they are (a "
+                 "run with [ema] exports its average with --weights ema)");
     }
   }
   // A checkpoint keeps the policy's state as "policy"; an export names the policy there for other
