@@ -2,6 +2,7 @@
 // (core/predict/prediction_file.h), with the loss and accuracy where the inputs have labels.
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -117,7 +118,9 @@ int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
       core::load_prediction_input(spec, session.experiment.data, trained, trainer.normalization());
   auto log = core::core_logger("predict");
   log.info("predicting " + data.description);
-  if (out.extension() != ".npy")
+  std::string extension = out.extension().string();
+  for (char& c : extension) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (extension != ".npy")
     log.warn("--out " + out.string() + " is written as a NumPy .npy array (numpy.load reads it "
              "whatever its name); name it .npy to say so");
 
@@ -145,10 +148,13 @@ int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
     });
     seconds = progress.seconds();
   } catch (const Interrupted&) {  // the live line has ended: the warning gets a line of its own
+  }  // the live line ends here, so the log lines below get lines of their own
+  // Also a signal after the last batch: the handler said nothing would be written.
+  if (core::interrupt_requested()) {
     log.warn("interrupted after " + std::to_string(file.rows_written()) + " of " +
              std::to_string(data.data.rows) + " rows: " + out.string() + " is not written");
     return core::interrupted_exit_code();
-  }  // the live line ends here, so the log lines below get lines of their own
+  }
   if (const auto warning = file.commit(); !warning.empty()) log.warn(warning);
   char elapsed[64];
   std::snprintf(elapsed, sizeof elapsed, "%.1f s", seconds);

@@ -265,7 +265,7 @@ TEST_F(CliExport, ARunThatEvaluatesItsEmaExportsTheEma) {
   EXPECT_EQ(of_ema.err.find("EMA"), std::string::npos) << of_ema.err;
   const auto of_master = as_run("master.safetensors");
   EXPECT_EQ(json::parse(of_master.out)["eval_loss"].get<double>(), run_master);
-  EXPECT_NE(of_master.err.find("is an export of the run's master weights, not its EMA"),
+  EXPECT_NE(of_master.err.find("is an export of the run's master weights, not an EMA"),
             std::string::npos)
       << of_master.err;
   // Each export says which weights it holds.
