@@ -14,11 +14,9 @@ namespace {
 #ifdef MIXTRAIN_HAS_MXCSR
 constexpr unsigned kFlushBits = 0x8040u;  // FTZ (bit 15) and DAZ (bit 6)
 
-void set_on_team(int threads, bool on) {
-  const auto apply = [on] {
-    const unsigned csr = _mm_getcsr();
-    _mm_setcsr(on ? (csr | kFlushBits) : (csr & ~kFlushBits));
-  };
+// Sets the two bits to `bits` (of kFlushBits) on the calling thread and the team.
+void set_on_team(int threads, unsigned bits) {
+  const auto apply = [bits] { _mm_setcsr((_mm_getcsr() & ~kFlushBits) | bits); };
   apply();  // the calling thread, whose state new OpenMP threads copy
 #pragma omp parallel num_threads(threads)
   apply();
@@ -37,8 +35,8 @@ bool DenormalFlush::supported() noexcept {
 
 DenormalFlush::DenormalFlush(int threads) : threads_(threads) {
 #ifdef MIXTRAIN_HAS_MXCSR
-  already_set_ = (_mm_getcsr() & kFlushBits) == kFlushBits;
-  set_on_team(threads_, true);
+  previous_ = _mm_getcsr() & kFlushBits;
+  set_on_team(threads_, kFlushBits);
 #else
   throw std::logic_error("DenormalFlush: no FTZ/DAZ control on this architecture");
 #endif
@@ -46,7 +44,7 @@ DenormalFlush::DenormalFlush(int threads) : threads_(threads) {
 
 DenormalFlush::~DenormalFlush() {
 #ifdef MIXTRAIN_HAS_MXCSR
-  if (!already_set_) set_on_team(threads_, false);
+  set_on_team(threads_, previous_);
 #endif
 }
 

@@ -9,8 +9,10 @@
 // Contract
 // - DenormalFlush(threads) sets MXCSR's FTZ and DAZ bits on the calling thread and on every
 //   thread of an OpenMP team of `threads` (oneDNN runs on the same OpenMP threads); threads
-//   OpenMP starts later copy the calling thread's state. The destructor clears the bits again on
-//   the same threads, unless the calling thread had both set before (then they stay).
+//   started later (a larger OpenMP team, the data loader's prefetch thread) copy the calling
+//   thread's state. The calling thread is the training thread: its host code (data generation,
+//   losses summed on the host) flushes too. The destructor gives the same threads the calling
+//   thread's two bits as they were before; threads started meanwhile keep theirs.
 // - supported(): false off x86, where the constructor throws std::logic_error (the plugin
 //   refuses the option there).
 #pragma once
@@ -28,7 +30,7 @@ class DenormalFlush {
 
  private:
   int threads_;
-  bool already_set_ = false;
+  unsigned previous_ = 0;  // the calling thread's FTZ and DAZ bits before
 };
 
 }  // namespace mixtrain::backend_cpu
