@@ -69,7 +69,9 @@ BATCH_PIECES = 8
 # word of its own. Plain "\n(?=\S)" would cut inside words: a space or "\r" before the "\n" is
 # one "\s+" word with it. Python's \s holds all of Unicode's White_Space (and \x1c-\x1f), so its
 # \S allows no cut the pre-tokenizer's \S would not.
-LINE_CUT = re.compile(r"(?<=\S)\n(?=\S)")
+# A Windows line end ("\r\n") is cut between its two characters, where the pre-tokenizer splits
+# too ("\r" is a word of its own before the "\n"); without that a CRLF file was one piece.
+LINE_CUT = re.compile(r"(?<=\S)\n(?=\S)|(?<=\S\r)(?=\n\S)")
 
 
 def write_tokens(out, tokens, begin, end):
@@ -218,7 +220,9 @@ def encode(text, tokenizer, tokens, in_pieces):
             raise ValueError("its ids reach %d, past a token file's uint16" % max(ids)) from None
 
     if not in_pieces:
-        append(tokenizer.encode(text))  # the whole text at once: memory grows with it
+        # The whole text at once (memory grows with it); no BOS or EOS of the tokenizer's own,
+        # as in pieces: --eot-id is the separator.
+        append(tokenizer.encode(text, add_special_tokens=False))
         return
     backend = tokenizer.backend_tokenizer
     # tokenizer.encode lifts tokenizer.json's truncation and padding; the backend would apply them.
