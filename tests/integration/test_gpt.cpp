@@ -91,9 +91,10 @@ TEST_F(CliGpt, SamplesTheSameTextForTheSameSeedOverAKvCache) {
   for (unsigned char c : a.out.substr(0, a.out.size() - 1))
     expected += (expected.empty() ? "" : ",") + std::to_string(c);
   EXPECT_EQ(ids.out, expected + "\n");
-  // Ids read from a file written on Windows end with "\r\n": the same prompt.
+  // Ids read from a file written on Windows end with "\r\n": the same prompt. (The space after
+  // it keeps the shell's command substitution from dropping the "\n".)
   auto crlf = run("sample " + cfg + " --checkpoint " + run_dir.string() +
-                  " --prompt-ids \"$(printf '84,104, 105,115,32,76,105,99,101,110\\r\\n')\""
+                  " --prompt-ids \"$(printf '84,104, 105,115,32,76,105,99,101,110\\r\\n ')\""
                   " --print-ids --tokens 100 --top-k 20 --seed 7");
   ASSERT_EQ(crlf.exit_code, 0) << crlf.err;
   EXPECT_EQ(crlf.out, ids.out);
