@@ -439,6 +439,14 @@ TEST_F(Compare, RunsThatTrainADifferentModelOrDataAreWarnedKeyByKey) {
                          run("noisier", config_toml("fp32", 128, "noise = 0.1\nseed = 3\n"))});
   ASSERT_TRUE(c.rows[1].setup_differences.has_value());
   EXPECT_TRUE(c.rows[1].setup_differences->empty());
+  // The token ids an export names are no difference of model (a run from before the keys
+  // existed has none).
+  const auto ids = compare_runs(
+      {run("base", config_toml("fp32", 128, "noise = 1.0\n")),
+       run("ids", config_toml("fp32", 128, "noise = 1.0\n") +
+                      "[model.gpt]\nbos_token_id = -2\neos_token_id = 7\n")});
+  ASSERT_TRUE(ids.rows[1].setup_differences.has_value());
+  EXPECT_TRUE(ids.rows[1].setup_differences->empty());
   ASSERT_EQ(c.rows[2].setup_differences->size(), 1u);
   EXPECT_EQ((*c.rows[2].setup_differences)[0].key, "model.layers[0].out");
   const auto warnings = core::comparison_warnings(c);
