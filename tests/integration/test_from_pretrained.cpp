@@ -205,33 +205,18 @@ TEST_F(FromPretrained, TheFoldersTokenIdsReachTheExportsConfigJson) {
 // source, which a folder with a tokenizer is refused (the bad-input test's text-bytes case).
 TEST_F(FromPretrained, AByteLevelFolderWithoutATokenizerTrainsOnText) {
   export_initial_folder("hf256", " --set model.gpt.vocab_size=256 --set data.vocab_size=256");
-  const auto cfg = write_file("bytes.toml", R"(
-[run]
-name = "bytes"
-seed = 4
-steps = 2
-log_every = 1
-eval_every = 0
-[backend]
-type = "cpu"
-threads = 2
-[precision]
-policy = "fp32"
-[scaler]
-type = "none"
-[optimizer]
-type = "adamw"
-[model]
-from_pretrained = "hf256"
-[data]
-source = "text"
-path = "/usr/share/common-licenses/GPL-3"
-block_size = 16
-batch_size = 4
-[checkpoint]
-fsync = false
-)");
-  const auto r = run("train " + cfg.string() + " --run-dir bytes", dir_);
+  // kPretrained on the text source's bytes, from the byte-level folder.
+  std::string on_text = kPretrained;
+  const std::string tokens_data =
+      "source = \"tokens\"\ntrain = \"train.bin\"\neval = \"eval.bin\"\nblock_size = 16\n"
+      "vocab_size = 64\n";
+  ASSERT_NE(on_text.find(tokens_data), std::string::npos);
+  on_text.replace(on_text.find(tokens_data), tokens_data.size(),
+                  "source = \"text\"\npath = \"/usr/share/common-licenses/GPL-3\"\n"
+                  "block_size = 16\n");
+  const auto cfg = write_file("bytes.toml", on_text);
+  const auto r =
+      run("train " + cfg.string() + " --set model.from_pretrained=hf256 --run-dir bytes", dir_);
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
