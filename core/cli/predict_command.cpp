@@ -147,9 +147,10 @@ int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
       progress.done(done);
     });
     seconds = progress.seconds();
-  } catch (const Interrupted&) {  // the live line has ended: the warning gets a line of its own
+  } catch (const Interrupted&) {
+    // Stopped between batches; said below, once the live line has ended.
   }  // the live line ends here, so the log lines below get lines of their own
-  // Also a signal after the last batch: the handler said nothing would be written.
+  // Stopped, or signalled after the last batch: the handler said nothing would be written.
   if (core::interrupt_requested()) {
     log.warn("interrupted after " + std::to_string(file.rows_written()) + " of " +
              std::to_string(data.data.rows) + " rows: " + out.string() + " is not written");
