@@ -121,7 +121,8 @@ int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
   std::string extension = out.extension().string();
   for (char& c : extension) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (extension != ".npy")
-    log.warn("--out " + out.string() + " is written as a NumPy .npy array (numpy.load reads it "
+    log.warn("--out " + out.string() +
+             " is written as a NumPy .npy array (numpy.load reads it "
              "whatever its name); name it .npy to say so");
 
   const std::int64_t positions = trained.labels_per_row();

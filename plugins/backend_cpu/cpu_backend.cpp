@@ -28,9 +28,10 @@ CpuBackend::~CpuBackend() = default;
 void CpuBackend::flush_denormals() {
   if (flush_) return;
   if (!DenormalFlush::supported())
-    throw sdk::BackendError("backend_cpu: flush_denormals: this CPU has no flush-to-zero mode the "
-                            "backend can set (x86's MXCSR)",
-                            "remove flush_denormals from [backend.cpu]");
+    throw sdk::BackendError(
+        "backend_cpu: flush_denormals: this CPU has no flush-to-zero mode the "
+        "backend can set (x86's MXCSR)",
+        "remove flush_denormals from [backend.cpu]");
   flush_ = std::make_unique<DenormalFlush>(threads());
 }
 

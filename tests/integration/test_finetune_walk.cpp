@@ -166,9 +166,9 @@ TEST_F(FinetuneWalk, TokenFileReadsATokenizerFolderWithoutTheModelsConfig) {
   write_file("text.txt", slurp(text) + "<|endoftext|>Exhibit");
   write_file("tail.txt", "s of the License\n");
   for (const std::string folder : {"whole", "json-only", "bpe-only"})
-    ASSERT_EQ(sh(python + " " + tool + " text.txt --tokenizer " + folder + " --out " + folder +
-                 ".bin"),
-              0)
+    ASSERT_EQ(
+        sh(python + " " + tool + " text.txt --tokenizer " + folder + " --out " + folder + ".bin"),
+        0)
         << folder << ": " << slurp(dir_ / "err.txt");
   const std::string whole = slurp(dir_ / "whole.bin");
   ASSERT_GT(whole.size(), 1024u + 2 * 1000u);

@@ -312,7 +312,8 @@ HfGpt2Config parse_hf_gpt2_config(std::string_view text, const std::string& orig
   for (const char* f : {"bos_token_id", "eos_token_id"}) {
     const auto it = c.find(f);
     std::int64_t id = 50256;
-    if (it != c.end() && it->is_null()) id = -1;
+    if (it != c.end() && it->is_null())
+      id = -1;
     else if (it != c.end() && it->is_number_integer() && !it->is_number_unsigned())
       id = it->get<std::int64_t>();
     else if (it != c.end() && it->is_number_unsigned() &&

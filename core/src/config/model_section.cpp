@@ -444,7 +444,8 @@ std::vector<sdk::RawOption> sizes_with_pretrained(const Config& config,
   }
   // The token ids do not shape the model: the table's own win.
   for (const auto& id : pretrained.config.token_ids)
-    if (std::none_of(raw.begin(), raw.end(), [&](const sdk::RawOption& r) { return r.key == id.key; })) {
+    if (std::none_of(raw.begin(), raw.end(),
+                     [&](const sdk::RawOption& r) { return r.key == id.key; })) {
       raw.push_back({id.key, id.value, {file, 0, 0}});
       sources.push_back(id.key + " = " + std::to_string(id.value) + " (its " + id.field + ")");
     }

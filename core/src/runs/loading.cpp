@@ -131,7 +131,8 @@ void read_metrics(RunData& run, const fs::path& file) {
         // Read as the losses are: null (a non-finite number) is NaN, which a maximum and the
         // last scale pass over; another type is damage, named at its line.
         auto& d = run.fp8_slots[slot];
-        if (auto t = v.find("dtype"); t != v.end() && t->is_string()) d.dtype = t->get<std::string>();
+        if (auto t = v.find("dtype"); t != v.end() && t->is_string())
+          d.dtype = t->get<std::string>();
         const std::string at = where + " fp8 '" + slot + "'";
         d.max_saturated_share =
             std::max(d.max_saturated_share, number_or_nan(v, "saturated_share", at, 0.0));
@@ -144,9 +145,8 @@ void read_metrics(RunData& run, const fs::path& file) {
       for (const auto& [tensor, v] : it->items())
         if (v.is_object()) {
           auto& worst = run.max_gradient_underflow[tensor];
-          worst = std::max(worst,
-                           number_or_nan(v, "flushed_share", where + " underflow '" + tensor + "'",
-                                         0.0));
+          worst = std::max(
+              worst, number_or_nan(v, "flushed_share", where + " underflow '" + tensor + "'", 0.0));
         }
     if (auto it = j.find("escalation"); it != j.end() && it->is_object()) {
       RunData::Escalation e;

@@ -56,7 +56,8 @@ EventRecord classify(const std::string& data) {
     r.session_start =
         e.has_session_log() && e.session_log().status() == tensorboard::SessionLog::START;
     r.run_text = e.has_summary() && e.summary().value_size() > 0;
-    for (const auto& v : e.summary().value()) r.run_text = r.run_text && v.tag().starts_with("run/");
+    for (const auto& v : e.summary().value())
+      r.run_text = r.run_text && v.tag().starts_with("run/");
   }
   return r;
 }
@@ -85,8 +86,8 @@ std::int64_t drop_events_after_step(const fs::path& dir, std::int64_t step, cons
   // holds, then a rewrite of only the files that hold abandoned events.
   struct Scan {
     std::int64_t first_start = std::numeric_limits<std::int64_t>::max();  // session start <= step
-    std::int64_t last_step = std::numeric_limits<std::int64_t>::min();   // of its step events
-    std::int64_t last_text = std::numeric_limits<std::int64_t>::min();   // of its run texts
+    std::int64_t last_step = std::numeric_limits<std::int64_t>::min();    // of its step events
+    std::int64_t last_text = std::numeric_limits<std::int64_t>::min();    // of its run texts
   };
   std::vector<Scan> scans(files.size());
   for (std::size_t i = 0; i < files.size(); ++i) {

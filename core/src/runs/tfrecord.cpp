@@ -60,8 +60,7 @@ std::vector<std::string_view> tfrecord_records(std::string_view bytes) {
   return out;
 }
 
-TfRecordReader::TfRecordReader(const std::filesystem::path& file)
-    : in_(file, std::ios::binary) {
+TfRecordReader::TfRecordReader(const std::filesystem::path& file) : in_(file, std::ios::binary) {
   std::error_code ec;
   left_ = std::filesystem::file_size(file, ec);
   if (!in_ || ec)

@@ -627,8 +627,8 @@ std::vector<std::string> model_changes_since(const Trainer::State& s, const Chec
   if (saved == file.st.metadata.end()) saved = file.st.metadata.find("mixtrain.config");
   if (saved == file.st.metadata.end()) return {};
   static constexpr std::string_view kTrainingOnly[] = {
-      "label_smoothing", "dropout",      "p",           "init_std",
-      "zero_init",       "from_pretrained", "bos_token_id", "eos_token_id"};
+      "label_smoothing", "dropout",      "p",           "init_std", "zero_init",
+      "from_pretrained", "bos_token_id", "eos_token_id"};
   return changed_values(
       saved->second, resolved_toml(s.e),
       [](std::string_view key) {

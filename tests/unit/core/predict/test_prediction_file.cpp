@@ -156,8 +156,8 @@ TEST(TopK, KeepsTheKLargestWithTiesToTheLowerIndex) {
 TEST(TopK, RanksANaNAsEvalsTopKAccuracyDoes) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   for (std::size_t at = 1; at < 12; ++at) {
-    std::vector<float> v = {0.1f, 0.2f, 0.3f, 0.05f, 0.15f, 0.25f,
-                            0.667f, 0.35f, 0.01f, 0.02f, 0.4f, 0.03f};
+    std::vector<float> v = {0.1f,   0.2f,  0.3f,  0.05f, 0.15f, 0.25f,
+                            0.667f, 0.35f, 0.01f, 0.02f, 0.4f,  0.03f};
     v[at] = nan;
     const auto best = top_k(v, 11);
     ASSERT_EQ(best.size(), 11u);

@@ -441,10 +441,10 @@ TEST_F(Compare, RunsThatTrainADifferentModelOrDataAreWarnedKeyByKey) {
   EXPECT_TRUE(c.rows[1].setup_differences->empty());
   // The token ids an export names are no difference of model (a run from before the keys
   // existed has none).
-  const auto ids = compare_runs(
-      {run("base", config_toml("fp32", 128, "noise = 1.0\n")),
-       run("ids", config_toml("fp32", 128, "noise = 1.0\n") +
-                      "[model.gpt]\nbos_token_id = -2\neos_token_id = 7\n")});
+  const auto ids =
+      compare_runs({run("base", config_toml("fp32", 128, "noise = 1.0\n")),
+                    run("ids", config_toml("fp32", 128, "noise = 1.0\n") +
+                                   "[model.gpt]\nbos_token_id = -2\neos_token_id = 7\n")});
   ASSERT_TRUE(ids.rows[1].setup_differences.has_value());
   EXPECT_TRUE(ids.rows[1].setup_differences->empty());
   ASSERT_EQ(c.rows[2].setup_differences->size(), 1u);

@@ -61,8 +61,8 @@ TEST(TfRecord, DataWithZeroBytesIsKeptWhole) {
 // The file reader keeps what tfrecord_records() keeps of the same bytes: every whole record up to
 // a torn last one (a killed run), or up to a damaged one, whose later records are not trusted.
 TEST(TfRecord, TheFileReaderKeepsWhatTheRecordsOfItsBytesAre) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("mixtrain-tfrecord-" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("mixtrain-tfrecord-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string whole = tfrecord_frame("first") + tfrecord_frame(std::string("\0two", 4)) +
                             tfrecord_frame("") + tfrecord_frame(std::string(70000, 'x'));

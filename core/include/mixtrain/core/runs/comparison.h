@@ -116,8 +116,8 @@ struct RunComparisonRow {
   std::optional<double> eval_accuracy, eval_accuracy_delta_points, eval_loss, eval_loss_rel_delta;
   std::optional<double> max_rel_loss_gap;
   std::optional<std::int64_t> max_rel_loss_gap_step;
-  std::int64_t common_steps = 0;    // steps logged with finite losses by both run and baseline
-  std::int64_t smoothed_steps = 0;  // of those, the ones with a full window: the gap's points
+  std::int64_t common_steps = 0;      // steps logged with finite losses by both run and baseline
+  std::int64_t smoothed_steps = 0;    // of those, the ones with a full window: the gap's points
   std::int64_t gap_window_steps = 0;  // W of its gap (the baseline's W when it logs as it does)
   // [model]/[data] keys that differ from the baseline's; nullopt when either has no config.toml.
   std::optional<std::vector<SetupDifference>> setup_differences;
