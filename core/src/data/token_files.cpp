@@ -85,7 +85,11 @@ std::vector<std::int32_t> load_token_file(const fs::path& file, std::int32_t voc
              std::to_string(kHeaderBytes + data_bytes) + ")",
          "the header's token count does not describe the data; write the file again");
 
-  std::vector<std::int32_t> tokens(static_cast<std::size_t>(count));
+  // Room for one token more: `predict` appends a placeholder target after a stream that ends
+  // with a whole window, which would otherwise copy the stream (2x its memory at the peak).
+  std::vector<std::int32_t> tokens;
+  tokens.reserve(static_cast<std::size_t>(count) + 1);
+  tokens.resize(static_cast<std::size_t>(count));
   std::vector<unsigned char> piece(static_cast<std::size_t>(std::min(kPieceBytes, data_bytes)));
   for (std::uint64_t done = 0; done < data_bytes;) {
     const std::uint64_t n = std::min<std::uint64_t>(piece.size(), data_bytes - done);
@@ -135,7 +139,7 @@ std::vector<std::int32_t> load_text_tokens(std::span<const fs::path> files) {
            "set data.source = \"tokens\" for token files; text data is a plain text file");
   }
   std::vector<std::int32_t> tokens;
-  tokens.reserve(static_cast<std::size_t>(total));
+  tokens.reserve(static_cast<std::size_t>(total) + 1);  // + 1: as load_token_file's
   for (const auto& file : files) {
     FileReader in(file);
     std::vector<unsigned char> piece(static_cast<std::size_t>(std::min(kPieceBytes, in.size())));

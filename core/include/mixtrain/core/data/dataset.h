@@ -288,12 +288,13 @@ void decode_pixels(Dataset& data);
 // N little-endian uint16 tokens. Returns them as int32; each must be below vocab_size (GPT-2's
 // files: 50257). Errors name the file and the byte offset of what is wrong: bad magic or
 // version, a negative count, a file shorter than its header or than the count says (or longer),
-// a token >= vocab_size (its value, index and offset).
+// a token >= vocab_size (its value, index and offset). The vector has room for one token more
+// (capacity > size), for a placeholder appended without copying the stream.
 std::vector<std::int32_t> load_token_file(const std::filesystem::path& file,
                                           std::int32_t vocab_size);
 
 // Byte-level tokens (vocabulary 256): every byte of `files`, one file after another, as a token
-// in [0, 256). An empty file (or an empty list) is a DataError.
+// in [0, 256). An empty file (or an empty list) is a DataError. Room for one more, as above.
 std::vector<std::int32_t> load_text_tokens(std::span<const std::filesystem::path> files);
 
 // The token dataset of windows of block_size + 1 tokens every `stride` tokens (see Dataset).
