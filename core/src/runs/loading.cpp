@@ -1,7 +1,6 @@
 // load_run(): reading one run folder (metrics.jsonl, summary.json, config.toml) into a RunData,
 // and RunData's own accessors.
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -15,6 +14,7 @@
 #include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/core/runs/comparison.h"
 #include "mixtrain/sdk/error.h"
+#include "mixtrain/sdk/options.h"
 #include "runs/metrics_sink.h"
 
 namespace mixtrain::core {
@@ -222,14 +222,9 @@ void flatten_toml(const toml::node& node, const std::string& prefix,
     std::ostringstream os;
     node.visit([&](const auto& v) {
       // A float as the config spells it (0.1), not toml++'s 17 digits (0.10000000000000001):
-      // the shortest text that reads back as the same double.
+      // the resolved config's own spelling, the shortest that reads back as the same double.
       if constexpr (std::is_same_v<std::remove_cvref_t<decltype(v)>, toml::value<double>>) {
-        char text[32];
-        const auto end = std::to_chars(text, text + sizeof text, v.get()).ptr;
-        std::string spelled(text, end);
-        if (std::isfinite(v.get()) && spelled.find_first_of(".e") == std::string::npos)
-          spelled += ".0";
-        os << spelled;
+        os << sdk::option_value_to_string(sdk::OptionValue{v.get()});
       } else {
         os << v;
       }
