@@ -225,6 +225,14 @@ HfGpt2Folder hf_gpt2_folder(std::vector<sdk::HostTensor> gpt2_tensors, const HfG
 
 namespace {
 
+// A JSON integer that fits int64 (a larger unsigned one does not); nullopt for anything else.
+std::optional<std::int64_t> as_int64(const Json& v) {
+  if (!v.is_number_integer() ||
+      (v.is_number_unsigned() && v.get<std::uint64_t>() > std::uint64_t(INT64_MAX)))
+    return std::nullopt;
+  return v.get<std::int64_t>();
+}
+
 // A size as GPT2Config holds it: an integer >= 1 within [model.gpt]'s range for `key`.
 std::int64_t read_size(const Json& c, const SizeField& f, const sdk::SourceLocation& at) {
   const auto it = c.find(f.field);
@@ -232,10 +240,9 @@ std::int64_t read_size(const Json& c, const SizeField& f, const sdk::SourceLocat
     throw sdk::ConfigError(at, f.field, "absent",
                            "a GPT-2 config.json states n_layer, n_head, n_embd, vocab_size and "
                            "n_positions; save it with transformers' save_pretrained");
-  if (!it->is_number_integer() ||
-      (it->is_number_unsigned() && it->get<std::uint64_t>() > std::uint64_t(INT64_MAX)))
-    throw sdk::ConfigError(at, f.field, "expected an integer, got " + it->dump());
-  const auto value = it->get<std::int64_t>();
+  const auto read = as_int64(*it);
+  if (!read) throw sdk::ConfigError(at, f.field, "expected an integer, got " + it->dump());
+  const std::int64_t value = *read;
   if (value < 1)
     throw sdk::ConfigError(at, f.field, "is " + std::to_string(value) + ", expected at least 1");
   // [model.gpt]'s own bounds, under config.json's name.
@@ -312,18 +319,16 @@ HfGpt2Config parse_hf_gpt2_config(std::string_view text, const std::string& orig
   for (const char* f : {"bos_token_id", "eos_token_id"}) {
     const auto it = c.find(f);
     std::int64_t id = 50256;
-    if (it != c.end() && it->is_null())
-      id = -1;
-    else if (it != c.end() && it->is_number_integer() && !it->is_number_unsigned())
-      id = it->get<std::int64_t>();
-    else if (it != c.end() && it->is_number_unsigned() &&
-             it->get<std::uint64_t>() <= std::uint64_t(INT64_MAX))
-      id = static_cast<std::int64_t>(it->get<std::uint64_t>());
-    else if (it != c.end()) {
-      // GPT2Config takes anything here (a list of ids, say); the export then names none.
-      id = -1;
-      out.notes.push_back(origin + ": " + f + " = " + it->dump() +
-                          " is not one token id; a Hugging Face export names none");
+    if (it != c.end()) {
+      if (const auto read = as_int64(*it)) {
+        id = *read;
+      } else {
+        id = -1;
+        // GPT2Config takes anything here (a list of ids, say); the export then names none.
+        if (!it->is_null())
+          out.notes.push_back(origin + ": " + f + " = " + it->dump() +
+                              " is not one token id; a Hugging Face export names none");
+      }
     }
     if (id < 0 || id >= sizes["vocab_size"]) id = -1;
     out.token_ids.push_back({f, f, id});
