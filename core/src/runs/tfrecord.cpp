@@ -1,5 +1,7 @@
 #include "runs/tfrecord.h"
 
+#include <optional>
+
 #include <boost/crc.hpp>
 
 #include "mixtrain/sdk/error.h"
@@ -20,6 +22,20 @@ std::uint64_t read_le(std::string_view in, std::size_t at, int bytes) {
   for (int i = 0; i < bytes; ++i)
     v |= static_cast<std::uint64_t>(static_cast<unsigned char>(in[at + i])) << (8 * i);
   return v;
+}
+
+// The data length a record's 12-byte header states, when its checksum holds and the record fits
+// the `available` bytes from its start (else it is torn or damaged: reading stops there).
+std::optional<std::uint64_t> record_length(std::string_view header, std::uint64_t available) {
+  const std::uint64_t length = read_le(header, 0, 8);
+  if (read_le(header, 8, 4) != masked_crc32c(header.substr(0, 8))) return std::nullopt;
+  if (available < 16 || length > available - 16) return std::nullopt;
+  return length;
+}
+
+// Whether the 4 bytes after a record's data are the data's masked checksum.
+bool data_intact(std::string_view data, std::string_view crc) {
+  return read_le(crc, 0, 4) == masked_crc32c(data);
 }
 
 }  // namespace
@@ -49,13 +65,12 @@ std::vector<std::string_view> tfrecord_records(std::string_view bytes) {
   std::vector<std::string_view> out;
   std::size_t at = 0;
   while (bytes.size() - at >= 16) {
-    const std::uint64_t length = read_le(bytes, at, 8);
-    if (read_le(bytes, at + 8, 4) != masked_crc32c(bytes.substr(at, 8))) break;
-    if (length > bytes.size() - at - 16) break;  // torn: the run stopped mid-record
-    const auto data = bytes.substr(at + 12, length);
-    if (read_le(bytes, at + 12 + length, 4) != masked_crc32c(data)) break;
+    const auto length = record_length(bytes.substr(at, 12), bytes.size() - at);
+    if (!length) break;  // torn (the run stopped mid-record) or damaged
+    const auto data = bytes.substr(at + 12, *length);
+    if (!data_intact(data, bytes.substr(at + 12 + *length, 4))) break;
     out.push_back(data);
-    at += 16 + length;
+    at += 16 + *length;
   }
   return out;
 }
@@ -77,16 +92,14 @@ const std::string* TfRecordReader::next() {
   if (left_ < 16) return end();
   char head[12];
   if (!in_.read(head, sizeof head)) return end();
-  const std::string_view header(head, sizeof head);
-  const std::uint64_t length = read_le(header, 0, 8);
-  if (read_le(header, 8, 4) != masked_crc32c(header.substr(0, 8))) return end();
-  if (length > left_ - 16) return end();
-  data_.resize(length);
+  const auto length = record_length(std::string_view(head, sizeof head), left_);
+  if (!length) return end();
+  data_.resize(*length);
   char tail[4];
-  if (!in_.read(data_.data(), static_cast<std::streamsize>(length)) || !in_.read(tail, 4))
+  if (!in_.read(data_.data(), static_cast<std::streamsize>(*length)) || !in_.read(tail, 4))
     return end();
-  if (read_le(std::string_view(tail, 4), 0, 4) != masked_crc32c(data_)) return end();
-  left_ -= 16 + length;
+  if (!data_intact(data_, std::string_view(tail, 4))) return end();
+  left_ -= 16 + *length;
   return &data_;
 }
 
