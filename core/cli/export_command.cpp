@@ -1,8 +1,6 @@
 // `mixtrain export`: writes a checkpoint's weights in another format (safetensors for PyTorch),
 // or, with --initial, the weights a config's training starts from.
-#include <unistd.h>
 
-#include <initializer_list>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -23,6 +21,7 @@
 #include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "model_session.h"
 #include "output_file.h"
+#include "staged_folder.h"
 
 namespace mixtrain::cli {
 
@@ -86,6 +85,12 @@ bool peft_layout(const ExportArgs& args) {
 
 // The output, checked before anything is read: a folder for --layout hf and peft, else a file.
 void check_output(const ExportArgs& args, const fs::path& out, const CommandInput& input) {
+  // A killed folder export left its staging folder (a partial weights file) in the folder, which
+  // would make an empty folder look written.
+  if (hf_layout(args) || peft_layout(args))
+    for (const auto& stale : remove_abandoned_staging_folders(out))
+      std::cerr << "removed " << stale.string()
+                << ", the staging folder of an export that was killed" << std::endl;
   if (hf_layout(args))
     check_output_folder(out, {std::string(core::kHfWeightsFile), std::string(core::kHfConfigFile)},
                         {input}, args.force);
@@ -102,44 +107,6 @@ void create_folder(const fs::path& out) {
     throw sdk::UserError("cannot create the folder " + out.string() + ": " + ec.message(),
                          "choose another --out");
 }
-
-// A folder's weights and config, written whole into a staging folder inside it and then renamed
-// into place, weights first: a failure while writing (a full disk) leaves the folder as it was
-// (with --force, the previous export's pair, never new weights beside an old config), and a
-// folder with a config is complete. Renames need no space. The staging folder goes either way.
-class StagedFolder {
- public:
-  explicit StagedFolder(const fs::path& out)
-      : out_(out), staging_(out / (".mixtrain-export.tmp." + std::to_string(::getpid()))) {
-    std::error_code ec;
-    fs::remove_all(staging_, ec);
-    fs::create_directory(staging_, ec);
-    if (ec)
-      throw sdk::UserError("cannot create " + staging_.string() + ": " + ec.message(),
-                           "choose an --out you may write to");
-  }
-  ~StagedFolder() {
-    std::error_code ec;
-    fs::remove_all(staging_, ec);
-  }
-  StagedFolder(const StagedFolder&) = delete;
-  StagedFolder& operator=(const StagedFolder&) = delete;
-  fs::path staged(std::string_view name) const { return staging_ / name; }
-  // Renames the staged files into the folder, in this order.
-  void publish(std::initializer_list<std::string_view> names) const {
-    for (const std::string_view name : names) {
-      std::error_code ec;
-      fs::rename(staging_ / name, out_ / name, ec);
-      if (ec)
-        throw sdk::UserError("cannot move " + (staging_ / name).string() + " to " +
-                                 (out_ / name).string() + ": " + ec.message(),
-                             "check the folder's permissions, then export again");
-    }
-  }
-
- private:
-  fs::path out_, staging_;
-};
 
 void write_text_file(const fs::path& file, const std::string& text, const std::string& what) {
   sdk::AtomicFileWriter config(file, /*durable=*/true, what);
@@ -194,11 +161,12 @@ void write_hf_folder(const ExportArgs& args, const sdk::CheckpointFormat& writer
 void write_export(const ExportArgs& args, const sdk::CheckpointFormat& writer,
                   sdk::TrainingState state, const fs::path& source, const fs::path& out,
                   const std::string& from) {
-  // A killed export left its temporary file (a checkpoint's size) where the next one writes.
-  for (const auto& stale : remove_abandoned_temp_files(
-           peft_layout(args) || hf_layout(args) ? out / kPeftWeightsFile : out))
-    std::cerr << "removed " << stale.string() << ", the temporary file of a writer that was killed"
-              << std::endl;
+  // A killed export left its temporary file (a checkpoint's size) where the next one writes (a
+  // folder export's is in its staging folder, cleared by check_output).
+  if (!peft_layout(args) && !hf_layout(args))
+    for (const auto& stale : remove_abandoned_temp_files(out))
+      std::cerr << "removed " << stale.string()
+                << ", the temporary file of a writer that was killed" << std::endl;
   if (peft_layout(args)) return write_peft_folder(writer, std::move(state), source, out, from);
   if (args.merge_lora) {
     if (!has_lora_adapters(state))

@@ -11,6 +11,10 @@
 //   "normalization" metadata, computes `predict`'s logits.
 // - What is refused with exit 2: --layout hf of an MLP or a ResNet, a non-empty folder without
 //   --force, a file where the folder goes, another --format.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -285,6 +289,32 @@ TEST_F(HfExport, AnExistingFolderFileOrOtherFormatExits2AndForceWritesBesideOthe
   r = run("export run --out x.safetensors", dir_);  // other layouts still need --format
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_TRUE(contains(r.err, "--format")) << r.err;
+}
+
+// An export killed by SIGKILL or Ctrl-C (export does not catch it) leaves its staging folder and a
+// partial weights file inside --out. The next export into that folder removes it and writes as
+// into an empty folder; a staging folder a live writer holds (its flock) is left alone and makes
+// the folder not empty.
+TEST_F(HfExport, AKilledExportsStagingFolderIsRemovedByTheNextOneAndALiveOnesIsNot) {
+  fs::create_directories(dir_ / "hf" / ".mixtrain-export.tmp.999999999");
+  write_file("hf/.mixtrain-export.tmp.999999999/.model.safetensors.tmp.999999999.0", "partial");
+  auto r = run("export " + config_ + " --initial --layout hf --out hf", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "the staging folder of an export that was killed")) << r.err;
+  std::set<std::string> names;
+  for (const auto& f : fs::directory_iterator(dir_ / "hf")) names.insert(f.path().filename());
+  EXPECT_EQ(names, (std::set<std::string>{"config.json", "model.safetensors"}));
+
+  const fs::path live = dir_ / "held" / ".mixtrain-export.tmp.1";
+  fs::create_directories(live);
+  const int fd = ::open(live.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+  r = run("export " + config_ + " --initial --layout hf --out held", dir_);
+  ::close(fd);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, "already exists and is not empty")) << r.err;
+  EXPECT_TRUE(fs::is_directory(live));
 }
 
 using HfExportCli = CliTest;
