@@ -380,6 +380,22 @@ TEST_F(SafetensorsTest, RejectsEmptyAndShortFiles) {
   expect_rejected("abc", {"shorter than the 8-byte header length"});
 }
 
+// A native checkpoint read as safetensors (train --resume under checkpoint.format = "safetensors")
+// is named as what it is, with the format that reads it, not as a 5.6e18-byte header.
+TEST_F(SafetensorsTest, ANativeCheckpointIsNamedWithTheFormatThatReadsIt) {
+  const auto path = dir_ / "step-00000025.mxt";
+  spit(path, std::string("MIXTRAIN") + std::string(40, '\1'));
+  try {
+    make_format().read(path);
+    ADD_FAILURE() << "read() accepted a native checkpoint";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("a mixtrain native checkpoint"), std::string::npos)
+        << e.what();
+    EXPECT_EQ(std::string(e.what()).find("header length"), std::string::npos) << e.what();
+    EXPECT_NE(e.hint().find("checkpoint.format=native"), std::string::npos) << e.hint();
+  }
+}
+
 TEST_F(SafetensorsTest, RejectsTruncatedFile) {
   const auto path = dir_ / "m.safetensors";
   make_format().write(path, sample_state());
