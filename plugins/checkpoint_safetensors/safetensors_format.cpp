@@ -158,10 +158,11 @@ class Reader {
     read_at(len_bytes, 8, 0, "the header length");
     // Read as a length, a native checkpoint's magic is 5.6e18 bytes: name what the file is.
     if (std::memcmp(len_bytes, "MIXTRAIN", 8) == 0)
-      fail("it is a mixtrain native checkpoint (it starts with \"MIXTRAIN\"), not a safetensors "
-           "file",
-           "read it with the 'native' checkpoint format: checkpoint.format = \"native\" (train "
-           "--resume --set checkpoint.format=native), or export --from native");
+      fail(
+          "it is a mixtrain native checkpoint (it starts with \"MIXTRAIN\"), not a safetensors "
+          "file",
+          "read it with the 'native' checkpoint format: checkpoint.format = \"native\" (train "
+          "--resume --set checkpoint.format=native), or export --from native");
     std::uint64_t n = 0;
     for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];
     if (n > file_size_ - 8)
