@@ -642,6 +642,37 @@ TEST_F(Cli, ResumeWithAnotherScheduleSaysHowTheNextLrChanges) {
   EXPECT_NE(lr_at_step(changed, 11), lr_at_step(full, 11));
 }
 
+// Other optimizer or scaler options on resume (Adam's beta2, weight decay, clipping, the dynamic
+// scaler's growth interval) are allowed and change the steps from there, so a warning names each;
+// the lr is the schedule warning's, and a resume with the run's settings says nothing.
+TEST_F(Cli, ResumeWithOtherOptimizerOrScalerOptionsNamesEachChange) {
+  const std::string common =
+      " --set scaler.type=dynamic --set run.steps=20 --set run.eval_every=0"
+      " --set checkpoint.every=10";
+  const auto full = dir_ / "full";
+  ASSERT_EQ(run("train " + quickstart() + common + " --run-dir " + full.string()).exit_code, 0);
+  const auto at10 = (full / "checkpoints" / "step-00000010.mxt").string();
+  auto r = run("train " + quickstart() + common + " --resume " + at10 + " --run-dir " +
+               (dir_ / "same").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(has(r.err, "optimizer or scaler settings")) << r.err;
+  r = run("train " + quickstart() + common +
+          " --set optimizer.adamw.beta2=0.9 --set optimizer.adamw.weight_decay=0.5"
+          " --set optimizer.adamw.lr=0.01 --set optimizer.clip_grad_norm=0.5"
+          " --set scaler.dynamic.growth_interval=3 --resume " +
+          at10 + " --run-dir " + (dir_ / "changed").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto from = r.err.find("was trained with other optimizer or scaler settings");
+  ASSERT_NE(from, std::string::npos) << r.err;
+  const auto line = r.err.substr(from, r.err.find('\n', from) - from);
+  EXPECT_TRUE(has(line, "optimizer.adamw.beta2 = 0.999 -> 0.9")) << line;
+  EXPECT_TRUE(has(line, "optimizer.adamw.weight_decay = 0.01 -> 0.5")) << line;
+  EXPECT_TRUE(has(line, "optimizer.clip_grad_norm = 0.0 -> 0.5")) << line;
+  EXPECT_TRUE(has(line, "scaler.dynamic.growth_interval = 2000 -> 3")) << line;
+  EXPECT_FALSE(has(line, ".lr")) << line;  // the schedule warning's
+  EXPECT_TRUE(has(r.err, "optimizer.adamw.lr = ")) << r.err;
+}
+
 // --resume RUN without a config continues with the run's own config.toml.
 TEST_F(Cli, ResumeOfARunFolderWithoutAConfigUsesTheRunsOwn) {
   const auto dir = dir_ / "run";

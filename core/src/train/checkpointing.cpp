@@ -848,6 +848,18 @@ void warn_of_changed_schedule(Trainer::State& s, const CheckpointFile& file,
              ". Resume with the run's config.toml to keep the old schedule");
 }
 
+// A resume that changes the optimizer's or the scaler's options (Adam's betas, weight decay, the
+// growth interval) or the clipping: allowed, as a changed schedule is, and said.
+void warn_of_changed_update(Trainer::State& s, const CheckpointFile& file) {
+  const auto changed = changed_update_options(file.st.metadata, s.e);
+  if (changed.empty()) return;
+  std::string list;
+  for (const auto& c : changed) list += (list.empty() ? "" : ", ") + c;
+  s.log.warn(file.path.string() + " was trained with other optimizer or scaler settings: " + list +
+             "; the steps from here use the new ones. Resume with the config the run was trained "
+             "with to keep the old");
+}
+
 // The policy's state, or — when this run names another policy by a --set, a deliberate switch —
 // none: the new policy starts from its initial state (FP8 scales and histories are the old
 // policy's), and a warning says so. Another policy named any other way (an edited config, a
@@ -936,6 +948,7 @@ void restore_training_state(Trainer::State& s, const CheckpointFile& file) {
   const ResumeTerms terms = read_resume_terms(file.st.metadata, path);
   keep_resume_terms(terms, s.e, frozen_names(*s.model), s.schedule, progress.applied, s.log, path);
   warn_of_changed_schedule(s, file, terms, progress.applied);
+  warn_of_changed_update(s, file);
   auto sampler = metadata_entry(file, "sampler");
   check_same_data(s, sampler, path);
   warn_of_other_data(s, file, sampler);

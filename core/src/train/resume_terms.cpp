@@ -60,6 +60,26 @@ std::vector<std::string> missing_from(const std::vector<std::string>& a,
   return out;
 }
 
+// The values of `now` that a resolved config's table `saved` records otherwise, each
+// "PREFIXkey = old -> new", integers and numbers alike compared by value; a key the table lacks
+// (written before the option existed) or `skip` names is passed over.
+template <typename Skip>
+void collect_changed(const std::vector<sdk::RawOption>& saved,
+                     const std::vector<std::pair<std::string, sdk::OptionValue>>& now,
+                     const std::string& prefix, Skip skip, std::vector<std::string>& changed) {
+  for (const auto& option : now) {
+    const std::string& key = option.first;  // named: a lambda may not capture a binding (C++20)
+    const auto was = std::find_if(saved.begin(), saved.end(),
+                                  [&](const sdk::RawOption& r) { return r.key == key; });
+    if (was == saved.end() || skip(key)) continue;
+    const auto a = as_number(was->value), b = as_number(option.second);
+    const bool same = a && b ? *a == *b : was->value == option.second;
+    if (!same)
+      changed.push_back(prefix + key + " = " + sdk::option_value_to_string(was->value) + " -> " +
+                        sdk::option_value_to_string(option.second));
+  }
+}
+
 }  // namespace
 
 nlohmann::json resume_terms_to_json(const ResumeTerms& terms) {
@@ -155,20 +175,39 @@ std::vector<std::string> changed_policy_options(const std::map<std::string, std:
   } catch (const std::exception&) {
     return {};  // a config this build cannot read: nothing to compare
   }
-  auto text = [](const sdk::OptionValue& v) { return sdk::option_value_to_string(v); };
   std::vector<std::string> changed;
-  for (const auto& option : e.policy_options.effective()) {
-    const std::string& key = option.first;  // named: a lambda may not capture a binding (C++20)
-    const sdk::OptionValue& now = option.second;
-    const auto was = std::find_if(saved.begin(), saved.end(),
-                                  [&](const sdk::RawOption& r) { return r.key == key; });
-    if (was == saved.end()) continue;  // written before the option existed
-    // A --set is a deliberate change on the command line, as a policy switch by --set is.
-    if (e.policy_options.where(key).file.rfind("--set ", 0) == 0) continue;
-    // Integers and numbers alike by value.
-    const auto a = as_number(was->value), b = as_number(now);
-    const bool same = a && b ? *a == *b : was->value == now;
-    if (!same) changed.push_back(key + " = " + text(was->value) + " -> " + text(now));
+  // A --set is a deliberate change on the command line, as a policy switch by --set is.
+  collect_changed(
+      saved, e.policy_options.effective(), "",
+      [&](const std::string& key) {
+        return e.policy_options.where(key).file.rfind("--set ", 0) == 0;
+      },
+      changed);
+  return changed;
+}
+
+std::vector<std::string> changed_update_options(const std::map<std::string, std::string>& metadata,
+                                                const Experiment& e) {
+  const auto it = metadata.find("config");
+  if (it == metadata.end()) return {};
+  std::vector<std::string> changed;
+  try {
+    const auto config = Config::from_string(it->second, "the checkpoint's config");
+    const auto never = [](const std::string&) { return false; };
+    // Another optimizer or scaler is refused when its state is restored: only the same one's.
+    if (section_selector(config, "optimizer", "type", "", {"milestones"}) == e.optimizer_type)
+      collect_changed(
+          config.table_options("optimizer." + e.optimizer_type), e.optimizer_options.effective(),
+          "optimizer." + e.optimizer_type + ".",
+          [](const std::string& key) { return key == "lr"; },  // changed_schedule's
+          changed);
+    collect_changed(config.table_options("optimizer", {"milestones"}),
+                    {{"clip_grad_norm", e.schedule.clip_grad_norm}}, "optimizer.", never, changed);
+    if (section_selector(config, "scaler", "type", "") == e.scaler_type)
+      collect_changed(config.table_options("scaler." + e.scaler_type), e.scaler_options.effective(),
+                      "scaler." + e.scaler_type + ".", never, changed);
+  } catch (const std::exception&) {
+    return {};  // a config this build cannot read: nothing to compare
   }
   return changed;
 }

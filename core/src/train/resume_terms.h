@@ -25,6 +25,12 @@
 //   config, or a default that changed since: the block recipes' took Transformer Engine's), a
 //   --set's left out (deliberate); empty when they agree, the entry is absent or unreadable, or
 //   it names another policy.
+// - changed_update_options: the options of the run's optimizer (its lr is changed_schedule's) and
+//   loss scaler, when the checkpoint's run used the same ones, and [optimizer] clip_grad_norm, that
+//   this run gives other values than the checkpoint's resolved config recorded, each
+//   "optimizer.adamw.beta2 = 0.999 -> 0.9"; a --set counts too (the steps from here update
+//   otherwise, however it was asked for); empty when they agree, the entry is absent or
+//   unreadable.
 // - changed_schedule: the learning-rate schedule keys ([optimizer] schedule, warmup_steps, min_lr,
 //   step_size, gamma, milestones, pct_start, div_factor, final_div_factor, and the optimizer's own
 //   lr when it is the same optimizer) that this run gives other values than the checkpoint's
@@ -62,6 +68,8 @@ struct ResumeTerms {
 nlohmann::json resume_terms_to_json(const ResumeTerms& terms);
 
 std::vector<std::string> changed_policy_options(const std::map<std::string, std::string>& metadata,
+                                                const Experiment& e);
+std::vector<std::string> changed_update_options(const std::map<std::string, std::string>& metadata,
                                                 const Experiment& e);
 struct ScheduleChange {
   std::vector<std::string> changed;  // "key = old -> new"
