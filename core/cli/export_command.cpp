@@ -182,7 +182,7 @@ void write_export(const ExportArgs& args, const sdk::CheckpointFormat& writer,
   }
   if (hf_layout(args)) return write_hf_folder(args, writer, std::move(state), source, out, from);
   const bool gpt2 = core::parse_weight_layout(args.layout) == core::WeightLayout::gpt2;
-  if (gpt2) state = in_gpt2_layout(std::move(state), source);
+  state = gpt2 ? in_gpt2_layout(std::move(state), source) : only_weights(std::move(state));
   writer.write(out, state);
   std::cout << "wrote " << out.string() << " (" << args.format << ", " << from << ", "
             << weight_tensor_count(state) << " weight tensors"

@@ -184,4 +184,9 @@ std::size_t weight_tensor_count(const sdk::TrainingState& state) {
   return n;
 }
 
+sdk::TrainingState only_weights(sdk::TrainingState state) {
+  std::erase_if(state.tensors, [](const sdk::HostTensor& t) { return !is_weight(t.name); });
+  return state;
+}
+
 }  // namespace mixtrain::cli

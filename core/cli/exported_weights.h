@@ -58,5 +58,8 @@ HfFolderExport in_hf_folder(sdk::TrainingState state, const std::filesystem::pat
 
 // The tensors of `state` that are weights: "param/...", "buffer/..." and plain names.
 std::size_t weight_tensor_count(const sdk::TrainingState& state);
+// `state` with those tensors alone: an export holds one set of weights, never the optimizer's
+// moments or the EMA (with_ema_weights() has written it over the weights when it is the one).
+sdk::TrainingState only_weights(sdk::TrainingState state);
 
 }  // namespace mixtrain::cli

@@ -58,6 +58,17 @@ TEST_F(CliExport, TakesARunOrItsCheckpointsFolderAndWritesBesideTheRun) {
   ASSERT_EQ(c.exit_code, 0) << c.err;
   EXPECT_EQ(json::parse(a.out), json::parse(c.out));
   EXPECT_EQ(json::parse(b.out)["eval_loss"], json::parse(c.out)["eval_loss"]);
+
+  // An export in the native format holds the weights alone, as the safetensors one does, not the
+  // AdamW moments (twice the weights again) it could never resume from.
+  const auto native = run_dir / "weights.mxt";
+  r = run("export " + run_dir.string() + " --format native --out " + native.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_LT(fs::file_size(native) * 2, fs::file_size(checkpoints / "step-00000010.mxt"));
+  const auto converted = dir_ / "converted.safetensors";
+  r = run("export " + native.string() + " --format safetensors --out " + converted.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(slurp(converted) == before);
 }
 
 TEST_F(CliExport, FolderWithoutCheckpointsExits2) {
