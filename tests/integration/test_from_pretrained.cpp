@@ -199,6 +199,13 @@ TEST_F(FromPretrained, TheFoldersTokenIdsReachTheExportsConfigJson) {
   r = run("check " + pretrained_, dir_);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(has(r.out + r.err, "eos_token_id = [3,4] is not one token id")) << r.out << r.err;
+  // transformers' GPT2Config() keeps 50256 whatever the vocabulary: none, and said.
+  folder_config["bos_token_id"] = 50256;
+  write_file("hf/config.json", folder_config.dump());
+  r = run("check " + pretrained_, dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.out + r.err, "bos_token_id = 50256 is outside vocab_size 64"))
+      << r.out << r.err;
 }
 
 // A folder without a tokenizer (a byte-level model's export) reads bytes: it trains on the text

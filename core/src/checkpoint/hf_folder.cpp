@@ -330,7 +330,16 @@ HfGpt2Config parse_hf_gpt2_config(std::string_view text, const std::string& orig
                               " is not one token id; a Hugging Face export names none");
       }
     }
-    if (id < 0 || id >= sizes["vocab_size"]) id = -1;
+    if (id < 0 || id >= sizes["vocab_size"]) {
+      // Not a token of this vocabulary (transformers' GPT2Config() keeps 50256 whatever
+      // vocab_size is): said, since the export then names none where the folder named one.
+      if (id >= 0)
+        out.notes.push_back(origin + ": " + f + " = " + std::to_string(id) +
+                            (it == c.end() ? " (GPT2Config's default)" : "") +
+                            " is outside vocab_size " + std::to_string(sizes["vocab_size"]) +
+                            "; the run has none and a Hugging Face export names none");
+      id = -1;
+    }
     out.token_ids.push_back({f, f, id});
   }
   for (const char* f : kDropoutFields) {

@@ -38,9 +38,10 @@
 //   or resid_pdrop (GPT2Config's 0.1 when absent) is accepted and named in `notes`, since the
 //   preset trains without it. bos_token_id and eos_token_id become `token_ids` (an integer in
 //   [0, vocab_size), null or absent as GPT2Config reads them: 50256, -1 for null, an id past the
-//   vocabulary, or anything else, such as a list, which is named in `notes`). Other fields that do
-//   not change the logits' function are not read: architectures, initializer_range, use_cache,
-//   reorder_and_upcast_attn (the same attention, computed in another order and width), ...
+//   vocabulary, or anything else, such as a list; the last two are named in `notes`). Other fields
+//   that do not change the logits' function are not read: architectures, initializer_range,
+//   use_cache, reorder_and_upcast_attn (the same attention, computed in another order and width),
+//   ...
 // - open_hf_gpt2_folder() checks a folder holds what from_pretrained reads: config.json (parsed
 //   as above, its refusals as above) and model.safetensors. sdk::UserError naming the path: no
 //   such folder, no config.json, weights only in pytorch_model.bin (a pickle, never unpickled
