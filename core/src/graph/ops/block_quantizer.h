@@ -52,10 +52,10 @@ class BlockQuantizer {
   bool varies_per_step() const;
 
   // Quantizes src [rows, cols] for both passes of `role` (the first only, when !both_passes: the
-  // input of a frozen weight, which has no wgrad). `run_seed`, `step` and `draw` (the micro-batch
-  // among every data-parallel replica's, Layer::draw(); the micro-batch index in one process) key
-  // stochastic rounding and the Hadamard transform's signs: each rank draws its own, so N ranks
-  // quantize as one process accumulating their N micro-batches.
+  // input of a frozen weight, which has no wgrad, and every operand of an evaluation). `run_seed`,
+  // `step` and `draw` (the micro-batch among every data-parallel replica's, Layer::draw(); the
+  // micro-batch index in one process) key stochastic rounding and the Hadamard transform's signs:
+  // each rank draws its own, so N ranks quantize as one process accumulating their N micro-batches.
   void quantize(const std::shared_ptr<sdk::DeviceBackend>& backend, sdk::GemmFacet& gemm,
                 sdk::TensorView src, sdk::OperandRole role, std::uint64_t run_seed,
                 std::int64_t step, std::int64_t draw, bool both_passes = true);

@@ -360,10 +360,12 @@ void LinearLayer::forward_block_scaled(TensorView x, std::int64_t rows) {
   using sdk::OperandRole;
   sdk::GemmFacet& gemm = *facets().call(sdk::GemmOp::quantize_block_scaled);
   // x for forward and (its second quantization, along the batch) wgrad — a frozen weight has no
-  // wgrad, so x is quantized once; W for forward and dgrad.
+  // wgrad, so x is quantized once; W for forward and dgrad. An evaluation (eval, predict, sample)
+  // has no backward: the forward's quantizations alone, and no Hadamard transform of x.
   blocks_.quantize(backend_, gemm, x, OperandRole::input, run_seed_, step_, draw(),
-                   !weight().frozen);
-  blocks_.quantize(backend_, gemm, weight_operand(), OperandRole::weight, run_seed_, step_, draw());
+                   training() && !weight().frozen);
+  blocks_.quantize(backend_, gemm, weight_operand(), OperandRole::weight, run_seed_, step_, draw(),
+                   training());
   sdk::BlockScaledGemmArgs g;
   g.a = blocks_.operand(OperandRole::input, GemmPass::forward, false);
   g.b = blocks_.operand(OperandRole::weight, GemmPass::forward, true);
