@@ -61,6 +61,7 @@ struct SampleArgs {
   double top_p = 1.0;               // (0, 1]; 1: the whole vocabulary
   double repetition_penalty = 1.0;  // > 0; 1: off
   std::optional<std::string> stop_ids;  // token ids (token_ids.h) that end the generation
+  bool ignore_eos = false;              // without stop_ids: do not stop at [model.gpt] eos_token_id
   std::uint64_t seed = 0;
   std::string layout = "native";  // of the checkpoint: native or gpt2
 };

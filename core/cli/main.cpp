@@ -245,8 +245,11 @@ void add_sample(CLI::App& app, CommandLine& a) {
   a.sample
       ->add_option("--stop-ids", a.sample_args.stop_ids,
                    "token ids, comma-separated, that end the generation once produced (a byte "
-                   "model's ids are bytes: 10 is a newline)")
+                   "model's ids are bytes: 10 is a newline); without it, the model's "
+                   "[model.gpt] eos_token_id")
       ->check(mixtrain::cli::token_ids_flag());
+  a.sample->add_flag("--ignore-eos", a.sample_args.ignore_eos,
+                     "generate past the model's eos_token_id (--stop-ids still stops)");
   a.sample->add_option("--seed", a.sample_args.seed, "random seed of the draws")
       ->check(unsigned_flag())
       ->capture_default_str();

@@ -6,10 +6,13 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "commands.h"
+#include "mixtrain/core/checkpoint/hf_folder.h"
 #include "mixtrain/core/generate/text_generation.h"
 #include "mixtrain/core/graph/decoder.h"
 #include "model_session.h"
@@ -73,6 +76,30 @@ core::SamplingOptions sampling_options(const SampleArgs& args) {
   return o;
 }
 
+// An integer key of the resolved [model.gpt]; none for a model that is not the gpt preset.
+std::optional<std::int64_t> gpt_key(const core::Experiment& e, const std::string& name) {
+  for (const auto& section : e.core_sections)
+    if (section.name == "model.gpt")
+      for (const auto& [key, value] : section.values)
+        if (key == name && std::holds_alternative<std::int64_t>(value))
+          return std::get<std::int64_t>(value);
+  return std::nullopt;
+}
+
+// What the context window leaves out, said: the model is built for the data's block_size, which
+// may be shorter than the positions it learned (a fine-tune on short windows), and a longer
+// prompt keeps only its last `block` tokens.
+void warn_of_context(const core::Experiment& e, std::int64_t block, std::size_t prompt) {
+  if (const auto positions = gpt_key(e, "block_size"); positions && *positions > block)
+    std::cerr << "warning: the context is data.block_size = " << block << " tokens, but the model "
+              << "has " << *positions << " positions ([model.gpt] block_size): --set "
+              << "data.block_size=" << *positions << " samples with all of them" << std::endl;
+  if (static_cast<std::int64_t>(prompt) > block)
+    std::cerr << "warning: the prompt's first " << static_cast<std::int64_t>(prompt) - block
+              << " of " << prompt << " tokens are left out: the context holds " << block
+              << " (data.block_size)" << std::endl;
+}
+
 }  // namespace
 
 int run_sample(const ConfigArgs& cfg, const SampleArgs& args) {
@@ -100,8 +127,16 @@ int run_sample(const ConfigArgs& cfg, const SampleArgs& args) {
   // A padded byte-level model never emits an id past the bytes.
   if (bytes) o.vocabulary = kByteVocabulary;
   check_in_vocabulary(o.stop_ids, bytes ? kByteVocabulary : vocab, "--stop-ids");
+  // As Hugging Face's generate() does: the model's end-of-text id ends the output, unless the
+  // caller names its own stops or asks for none.
+  const auto stated_eos = gpt_key(session.experiment, "eos_token_id");
+  const auto eos = stated_eos ? core::gpt2_token_id(stated_eos, vocab) : std::nullopt;
+  // -1: no stop at the end-of-text id.
+  const std::int64_t eos_stop = !args.stop_ids && !args.ignore_eos ? eos.value_or(-1) : -1;
+  if (eos_stop >= 0) o.stop_ids = {static_cast<std::int32_t>(eos_stop)};
   trainer.load_checkpoint(session.checkpoint_path(args.checkpoint),
                           /*weights_only=*/true, core::parse_weight_layout(args.layout));
+  warn_of_context(session.experiment, trainer.model().input_features(), prompt.size());
   // Ids come out in --prompt-ids' own form, so an output continues as the next call's prompt.
   const bool ids = args.print_ids;
   if (ids) {
@@ -110,7 +145,7 @@ int run_sample(const ConfigArgs& cfg, const SampleArgs& args) {
     for (std::int32_t id : prompt) std::fputc(static_cast<unsigned char>(id), stdout);
   }
   // The model as loaded: a checkpoint of a run that escalated replans it (a new Model object).
-  core::generate(trainer.model(), prompt, o, [ids](std::int32_t id) {
+  const auto generated = core::generate(trainer.model(), prompt, o, [ids](std::int32_t id) {
     if (ids)
       std::fprintf(stdout, ",%d", static_cast<int>(id));
     else
@@ -118,6 +153,11 @@ int run_sample(const ConfigArgs& cfg, const SampleArgs& args) {
     std::fflush(stdout);
   });
   std::fputc('\n', stdout);
+  if (eos_stop >= 0 && !generated.empty() && generated.back() == eos_stop &&
+      static_cast<std::int64_t>(generated.size()) < o.tokens)
+    std::cerr << "stopped at the model's eos_token_id " << eos_stop << " after " << generated.size()
+              << " of " << o.tokens << " tokens ([model.gpt] eos_token_id; --ignore-eos generates "
+              << "past it)" << std::endl;
   return 0;
 }
 

@@ -4,6 +4,9 @@
 #include <cstring>
 #include <iterator>
 #include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "gpt_torch_support.h"
 #include "safetensors_test_support.h"
@@ -134,6 +137,63 @@ TEST_F(CliGpt, SampleOfAPaddedByteLevelModelReadsAndWritesBytesOnly) {
   r = run(base + " --prompt 'the ' --stop-ids 10,256");
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_TRUE(has(r.err, "--stop-ids: token id 256 (item 2) is outside")) << r.err;
+}
+
+// As Hugging Face's generate(): the model's [model.gpt] eos_token_id ends the output (said on
+// stderr), unless --ignore-eos, or --stop-ids names other stops. A context shorter than the
+// model's positions (data.block_size below [model.gpt] block_size) and a prompt longer than the
+// context are said too, with the --set that widens it.
+TEST_F(CliGpt, SampleStopsAtTheModelsEosAndSaysWhatTheContextLeavesOut) {
+  write_token_walk(dir_ / "train.bin", 3000, 1);
+  const auto run_dir = dir_ / "run";
+  auto r = run("train " + config("gpt-tiny-fp32.toml") + kSmall +
+               " --set model.gpt.block_size=64 --set model.gpt.eos_token_id=-1"
+               " --set data.source=tokens --set data.train=" +
+               (dir_ / "train.bin").string() +
+               " --set data.vocab_size=300 --set run.steps=2 --set run.eval_every=0 --run-dir " +
+               run_dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string base = "sample " + (run_dir / "config.toml").string() + " --checkpoint " +
+                           run_dir.string() + " --prompt-ids 5,6,7 --print-ids --tokens 6 " +
+                           "--temperature 0";
+  r = run(base);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The first line's comma-separated ids.
+  auto ids_of = [](const std::string& out) {
+    std::vector<std::string> ids;
+    std::istringstream line(out.substr(0, out.find('\n')));
+    for (std::string id; std::getline(line, id, ',');) ids.push_back(id);
+    return ids;
+  };
+  const auto all = ids_of(r.out);
+  ASSERT_EQ(all.size(), 3u + 6u) << r.out;
+  EXPECT_FALSE(has(r.err, "eos_token_id")) << r.err;  // -1: none
+  const std::string eos = all[3];                     // the first generated id
+  r = run(base + " --set model.gpt.eos_token_id=" + eos);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ids_of(r.out), std::vector<std::string>(all.begin(), all.begin() + 4)) << r.out;
+  EXPECT_TRUE(has(r.err, "stopped at the model's eos_token_id " + eos + " after 1 of 6")) << r.err;
+  r = run(base + " --set model.gpt.eos_token_id=" + eos + " --ignore-eos");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ids_of(r.out), all) << r.out;
+  // --stop-ids names the stops instead (299: one the walk never reaches).
+  EXPECT_EQ(std::count(all.begin(), all.end(), "299"), 0) << r.out;
+  r = run(base + " --set model.gpt.eos_token_id=" + eos + " --stop-ids 299");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ids_of(r.out), all) << r.out;
+  EXPECT_FALSE(has(r.err, "stopped at")) << r.err;
+
+  std::string long_prompt = "1";
+  for (int i = 2; i <= 20; ++i) long_prompt += "," + std::to_string(i);
+  r = run("sample " + (run_dir / "config.toml").string() + " --checkpoint " + run_dir.string() +
+          " --prompt-ids " + long_prompt + " --print-ids --tokens 1 --set data.block_size=16");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.err,
+                  "the context is data.block_size = 16 tokens, but the model has 64 "
+                  "positions"))
+      << r.err;
+  EXPECT_TRUE(has(r.err, "--set data.block_size=64")) << r.err;
+  EXPECT_TRUE(has(r.err, "the prompt's first 4 of 20 tokens are left out")) << r.err;
 }
 
 // A vocabulary other than bytes (token ids of a walk over 64, the output layer 300 wide) takes and

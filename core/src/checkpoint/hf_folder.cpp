@@ -18,6 +18,14 @@
 
 namespace mixtrain::core {
 
+std::optional<std::int64_t> gpt2_token_id(std::optional<std::int64_t> stated,
+                                          std::int64_t vocab_size) {
+  constexpr std::int64_t kEndOfText = 50256;
+  if (!stated || *stated == -2)
+    return vocab_size > kEndOfText ? std::optional<std::int64_t>(kEndOfText) : std::nullopt;
+  return *stated >= 0 ? stated : std::nullopt;
+}
+
 namespace {
 
 // GPT2LMHeadModel keeps GPT2Model under this attribute; save_pretrained prefixes its names.
@@ -82,13 +90,11 @@ std::string config_json(const std::map<std::string, std::int64_t>& sizes, const 
   c["n_inner"] = 4 * sizes.at("n_embd");
   for (const auto& f : fixed_fields()) c[f.field] = f.preset;
   for (const char* f : kDropoutFields) c[f] = kGptDropout;
-  // The model's own ids (from_pretrained copies its folder's). By default (-2, or a config from
-  // before the keys): GPT-2's <|endoftext|> (50256) only where the vocabulary has it; a
-  // byte-level or smaller model has no such token, and null keeps generate() from assuming one.
-  const bool gpt2_vocab = sizes.at("vocab_size") > 50256;
+  // The model's own ids (from_pretrained copies its folder's); null keeps generate() from
+  // assuming one the vocabulary lacks.
   const auto id = [&](const std::optional<std::int64_t>& stated) {
-    if (!stated || *stated == -2) return gpt2_vocab ? Json(50256) : Json(nullptr);
-    return *stated >= 0 ? Json(*stated) : Json(nullptr);
+    const auto resolved = gpt2_token_id(stated, sizes.at("vocab_size"));
+    return resolved ? Json(*resolved) : Json(nullptr);
   };
   c["bos_token_id"] = id(model.bos_token_id);
   c["eos_token_id"] = id(model.eos_token_id);

@@ -592,14 +592,15 @@ sdk::OptionSchema gpt_preset_schema() {
               .at_most(1048576),
           OptionSpec::boolean("bias", true, "biases in the linear layers (GPT-2 has them)"),
           OptionSpec::integer("bos_token_id", -2,
-                              "the id generation starts from, for a Hugging Face export's "
+                              "the id a sequence starts with, for a Hugging Face export's "
                               "config.json (from_pretrained copies its folder's); -1: none; "
                               "-2: GPT-2's <|endoftext|> (50256) when the vocabulary has it")
               .at_least(-2)
               .at_most(2147483647),
           OptionSpec::integer("eos_token_id", -2,
-                              "the id generation stops at, for a Hugging Face export's "
-                              "config.json (from_pretrained copies its folder's); -1: none; "
+                              "the id `sample` stops at (unless --stop-ids or --ignore-eos) "
+                              "and a Hugging Face export's config.json names (from_pretrained "
+                              "copies its folder's); -1: none; "
                               "-2: GPT-2's <|endoftext|> (50256) when the vocabulary has it")
               .at_least(-2)
               .at_most(2147483647),

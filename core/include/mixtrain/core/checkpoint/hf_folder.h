@@ -78,6 +78,12 @@ struct HfGpt2Model {
   std::optional<std::int64_t> bos_token_id, eos_token_id;
 };
 
+// A [model.gpt] bos_token_id or eos_token_id as generation uses it: the id, or none for -1; for
+// -2 (and a config from before the keys, nullopt) GPT-2's <|endoftext|>, 50256, only when
+// `vocab_size` reaches it (a byte-level or smaller model has no such token).
+std::optional<std::int64_t> gpt2_token_id(std::optional<std::int64_t> stated,
+                                          std::int64_t vocab_size);
+
 // `origin` names the file in messages.
 HfGpt2Model hf_gpt2_model(const std::map<std::string, std::string>& metadata,
                           const std::string& origin);
