@@ -37,6 +37,9 @@ ModelSession open_model_session(const ConfigArgs& cfg, SessionWeights weights) {
   s.experiment.data.shuffle = true;
   core::TrainOptions opt;
   opt.write_outputs = false;
+  // A checkpoint's session evaluates, predicts or samples: no optimizer state. A config's (check,
+  // export --initial) is the run as it starts, which check rehearses a step of.
+  opt.trains = weights == SessionWeights::as_training_starts;
   s.trainer = std::make_unique<core::Trainer>(s.experiment, std::move(components), opt);
   return s;
 }

@@ -8,9 +8,10 @@
 //   registry, which keeps the plugin libraries they come from loaded.
 // - `weights` says where the model's weights come from. from_checkpoint: the caller loads a
 //   checkpoint next, so the config's checkpoint.init_from is not opened (a missing or foreign
-//   init file must not stop `eval` of a finished run; `experiment` has it cleared too).
-//   as_training_starts: the weights step 0 of
-//   `train` starts from: the seeded initialisation, then init_from when the config names one.
+//   init file must not stop `eval` of a finished run; `experiment` has it cleared too), and the
+//   Trainer's optimizer holds no state (TrainOptions::trains = false). as_training_starts: the
+//   weights step 0 of `train` starts from: the seeded initialisation, then init_from when the
+//   config names one, with the optimizer bound as training binds it (check rehearses a step).
 // - Errors are those of Config, parse_experiment, create_components and the Trainer
 //   (sdk::UserError subclasses for bad input).
 #pragma once

@@ -120,7 +120,9 @@ void build_model(Trainer::State& s) {
   }
   // Data parallel: the optimizer sees the gradients in their buckets, or only this rank's shard.
   s.reducer->attach(*s.model, s.params, s.grads);
-  s.c.optimizer->bind(backend, s.params);
+  // A session that never trains binds nothing: no optimizer state (TrainOptions::trains).
+  s.c.optimizer->bind(backend, s.opt.trains ? std::span<const sdk::Parameter>(s.params)
+                                            : std::span<const sdk::Parameter>());
   {
     std::string static_step;  // why the step is not static ("": it is)
     for (const auto& l : s.model->layers())

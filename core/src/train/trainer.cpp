@@ -663,6 +663,10 @@ TrainSummary Trainer::run() {
     throw std::logic_error(
         "Trainer::run: this trainer has run; a new Trainer with TrainOptions::resume continues "
         "the run from its checkpoint");
+  if (!s.opt.trains)
+    throw std::logic_error(
+        "Trainer::run: this trainer was opened with TrainOptions::trains = false (evaluation, "
+        "prediction, sampling): its optimizer holds no state");
   s.ran = true;
   const auto& e = s.e;
   // Rows per optimizer step: run.accumulate micro-batches of data.batch_size.
