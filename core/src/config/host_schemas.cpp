@@ -295,8 +295,9 @@ sdk::OptionSchema cifar10_source_schema() {
 OptionSpec block_size_option() {
   return OptionSpec::required("block_size", OptionType::integer,
                               "tokens of context per window (T); a window predicts T "
-                              "next tokens")
-      .at_least(1)
+                              "next tokens (at least 2: a model of one position is a "
+                              "classifier to the graph)")
+      .at_least(2)
       .at_most(kMaxDim);
 }
 

@@ -739,6 +739,12 @@ TEST(data_TokenConfig, TokensSourceReadsItsFileAndSizes) {
       with_data_source("tokens", "[data.tokens]\ntrain = \"t.bin\"\nvocab_size = 50257\n"));
   ASSERT_TRUE(err.has_value());
   EXPECT_TRUE(contains(err->full_message(), "block_size")) << err->full_message();
+  // One position would make a classifier of the language model (graph_plan.cpp): refused at the
+  // key, not later as a logits shape the loss cannot take.
+  err = error_of<sdk::ConfigError>(text, {"data.tokens.block_size=1"});
+  ASSERT_TRUE(err.has_value());
+  EXPECT_EQ(err->key(), "data.tokens.block_size");
+  EXPECT_TRUE(contains(err->full_message(), "at least 2")) << err->full_message();
   // A vocabulary, not classes: data.classes would go unused, so it is refused where it stands.
   err = error_of<sdk::ConfigError>(text, {"data.classes=10"});
   ASSERT_TRUE(err.has_value());
