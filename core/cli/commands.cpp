@@ -331,7 +331,7 @@ int run_check(const ConfigArgs& cfg, bool rehearse) {
   if (!rehearse) std::cout << "# (check without --skip-rehearsal predicts the peak)\n";
   std::vector<std::string> warnings = core::tensor_core_warnings(trainer.model());
   // The session adapted the policy to the model ("auto" resolved), as training would.
-  if (auto w = core::unscaled_narrow_gradients(experiment, *session.policy))
+  if (auto w = core::unscaled_narrow_gradients(experiment, *session.policy, trainer.model()))
     warnings.push_back(std::move(*w));
   // The config is valid either way; it is `train` in this process that would refuse it.
   if (auto launch = core::launch_requirement(experiment, cfg.config); !launch.empty())

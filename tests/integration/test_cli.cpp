@@ -817,6 +817,20 @@ TEST_F(Cli, TrainWarnsOfFp16GradientsWithoutALossScaler) {
                     (dir_ / "scaled").string());
   ASSERT_EQ(scaled.exit_code, 0) << scaled.err;
   EXPECT_EQ((scaled.out + scaled.err).find(warning), std::string::npos);
+  // Under fp32, an override that computes a node in fp16 makes its gradients fp16 too: the same
+  // warning, naming the node, from train and check alike.
+  const std::string fp16_head = " --set run.steps=2 --set scaler.type=none";
+  write_file("override.toml", "[[precision.override]]\nlayers = \"head\"\ncompute = \"fp16\"\n");
+  auto overridden =
+      run("train " + quickstart() + fp16_head + " --merge " + (dir_ / "override.toml").string() +
+          " --run-dir " + (dir_ / "overridden").string());
+  ASSERT_EQ(overridden.exit_code, 0) << overridden.err;
+  const std::string names = "makes the gradients of head fp16 but " + warning;
+  EXPECT_TRUE(has(overridden.out + overridden.err, names)) << overridden.out << overridden.err;
+  auto checked =
+      run("check " + quickstart() + fp16_head + " --merge " + (dir_ / "override.toml").string());
+  ASSERT_EQ(checked.exit_code, 0) << checked.err;
+  EXPECT_TRUE(has(checked.out + checked.err, names)) << checked.out << checked.err;
 }
 
 // A run killed before its first checkpoint (a second Ctrl-C) leaves metrics and no checkpoint or
