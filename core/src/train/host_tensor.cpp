@@ -1,9 +1,13 @@
 #include "train/host_tensor.h"
 
+#include <cstdint>
 #include <cstring>
+#include <span>
+#include <vector>
 
 #include "mixtrain/core/graph/layer.h"
 #include "mixtrain/core/graph/tensor.h"
+#include "mixtrain/sdk/support/float_formats.h"
 
 namespace mixtrain::core {
 
@@ -24,10 +28,33 @@ sdk::HostTensor to_host_fp32(const std::shared_ptr<sdk::DeviceBackend>& b, const
   h.name = name;
   h.dtype = sdk::DType::fp32;
   h.shape = v.shape.to_vector();
-  h.bytes.resize(static_cast<std::size_t>(v.numel()) * 4);
-  Tensor scratch;
-  copy_to_host_fp32(b, v, reinterpret_cast<float*>(h.bytes.data()), scratch);
-  return h;
+  const auto n = static_cast<std::size_t>(v.numel());
+  h.bytes.resize(n * 4);
+  const std::span<float> wide(reinterpret_cast<float*>(h.bytes.data()), n);
+  // The narrow bits come over as they are and widen on the host, by the SDK's exact decoders: a
+  // device cast would need an FP32 scratch of the whole tensor on the device, above the peak the
+  // run's steps reach (a checkpoint of frozen bf16 weights; check forecasts the steps).
+  const sdk::HostTensor narrow = to_host(*b, name, v);
+  switch (v.dtype) {
+    case sdk::DType::fp16:
+    case sdk::DType::bf16: {
+      std::vector<std::uint16_t> bits(n);
+      std::memcpy(bits.data(), narrow.bytes.data(), n * 2);
+      sdk::convert(std::span<const std::uint16_t>(bits), v.dtype, wide);
+      return h;
+    }
+    case sdk::DType::fp8_e4m3:
+    case sdk::DType::fp8_e5m2:
+      sdk::convert(std::span<const std::uint8_t>(
+                       reinterpret_cast<const std::uint8_t*>(narrow.bytes.data()), n),
+                   v.dtype, wide);
+      return h;
+    default: {
+      Tensor scratch;
+      copy_to_host_fp32(b, v, wide.data(), scratch);
+      return h;
+    }
+  }
 }
 
 sdk::HostTensor parameter_to_host(const std::shared_ptr<sdk::DeviceBackend>& b,

@@ -13,7 +13,8 @@ struct ModelParameter;
 
 sdk::HostTensor to_host(sdk::DeviceBackend& b, const std::string& name, sdk::TensorView v);
 // The same as FP32 whatever v's dtype (a frozen parameter's one copy, widened exactly): weights
-// leave in FP32 on every path.
+// leave in FP32 on every path. fp16, bf16 and fp8 widen on the host (no device memory); other
+// dtypes through a device cast.
 sdk::HostTensor to_host_fp32(const std::shared_ptr<sdk::DeviceBackend>& b, const std::string& name,
                              sdk::TensorView v);
 // A parameter's stored weights as FP32, whatever their storage (an NF4 weight decoded):
