@@ -329,6 +329,14 @@ int run_check(const ConfigArgs& cfg, bool rehearse) {
   // A rehearsal moves the trainer one step on; what follows reads only the plan.
   std::cout << core::render_memory_report(trainer.memory_report(rehearse));
   if (!rehearse) std::cout << "# (check without --skip-rehearsal predicts the peak)\n";
+  // check runs in one process (under mpirun it is refused): the figures are that process's.
+  if (experiment.distributed.enabled())
+    std::cout << "# memory under [distributed]: the figures above are of one process training "
+                 "the whole config; each of mpirun's N ranks holds 1/N of data.batch_size's rows"
+              << (experiment.distributed.shard_optimizer
+                      ? " and of the optimizer state (shard_optimizer)"
+                      : "")
+              << ", so a rank peaks lower\n";
   std::vector<std::string> warnings = core::tensor_core_warnings(trainer.model());
   // The session adapted the policy to the model ("auto" resolved), as training would.
   if (auto w = core::unscaled_narrow_gradients(experiment, *session.policy, trainer.model()))

@@ -578,10 +578,14 @@ TEST_F(DataParallelTest, ADistributedConfigWithoutMpirunExitsWithTheLaunchLine) 
   EXPECT_TRUE(has(c.out, "# launch: [distributed] type = \"mpi\" runs one process per rank"))
       << c.out;
   EXPECT_TRUE(has(c.out, "mpirun -np 2 mixtrain train " + cfg.string())) << c.out;
+  // Its memory figures are one process's, and said to be.
+  EXPECT_TRUE(has(c.out, "# memory under [distributed]: the figures above are of one process"))
+      << c.out;
   // One process of a config without [distributed] needs no launch line.
   c = run("check " + mlp_config("one.toml", "").string() + " --skip-rehearsal");
   EXPECT_EQ(c.exit_code, 0) << c.err;
   EXPECT_FALSE(has(c.out, "# launch:")) << c.out;
+  EXPECT_FALSE(has(c.out, "# memory under [distributed]")) << c.out;
 }
 
 TEST_F(DataParallelTest, RanksWithDifferentConfigsExitTwoNamingTheKey) {
