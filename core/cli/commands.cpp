@@ -315,8 +315,8 @@ int run_check(const ConfigArgs& cfg, bool rehearse) {
                     ? std::string()
                     : " (resolved: " + resolved + ")")
             << "\n";
-  std::cout << core::render_model_summary(
-      core::summarize_model(trainer.model(), experiment.data.batch_size));
+  std::cout << core::render_model_summary(core::summarize_model(
+      trainer.model(), experiment.data.batch_size, experiment.run.accumulate));
   // With frozen parameters: bytes per parameter of the frozen base and of what trains, measured
   // on the allocated tensors and the bound optimizer's state.
   if (!experiment.model.freeze.empty()) {

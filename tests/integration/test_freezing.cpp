@@ -217,6 +217,13 @@ TEST_F(Freezing, FrozenParametersHaveNoMasterNoGradientAndNoOptimizerState) {
   EXPECT_EQ(s.trainable.bytes, static_cast<std::size_t>((32 * 4) * (8 + 2) + 4 * 8));
   EXPECT_EQ(s.frozen.bytes, static_cast<std::size_t>((12 * 32 + 32 * 32) * 2 + (32 + 32) * 4));
   EXPECT_EQ(s.parameter_bytes, s.trainable.bytes + s.frozen.bytes);
+  // A training step runs the frozen prefix forward only, and the head's weight gradient alone
+  // (nothing upstream trains, so no input gradient): the forward plus the head's forward again.
+  std::int64_t head_forward = 0;
+  for (const auto& n : s.nodes)
+    if (n.name == "head") head_forward = n.forward_flops_per_sample;
+  ASSERT_GT(head_forward, 0);
+  EXPECT_EQ(s.training_flops_per_step, (s.forward_flops_per_sample + head_forward) * 32);
   const std::string text = core::render_model_summary(s);
   EXPECT_NE(text.find("# trainable: 132 parameters in 2 tensors"), std::string::npos) << text;
   EXPECT_NE(text.find("# frozen: 1.47K parameters in 4 tensors"), std::string::npos) << text;

@@ -61,9 +61,11 @@ std::string share_lines(const char* what, const ModelSummary::Share& share,
 
 }  // namespace
 
-ModelSummary summarize_model(const Model& model, std::int64_t batch_rows) {
+ModelSummary summarize_model(const Model& model, std::int64_t batch_rows,
+                             std::int64_t micro_batches) {
   ModelSummary s;
   s.batch_rows = batch_rows;
+  s.micro_batches = micro_batches;
   const auto& layers = model.layers();
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const Layer& l = *layers[i];
@@ -101,9 +103,25 @@ ModelSummary summarize_model(const Model& model, std::int64_t batch_rows) {
     n.precision = l.precision();
     s.parameters += n.parameters;
     s.forward_flops_per_sample += n.forward_flops_per_sample;
+    // The backward Executor::backward runs for this node (the contract's rule).
+    const PlannedNode& planned = model.plan().node(i);
+    const std::int64_t f = n.forward_flops_per_sample;
+    std::int64_t backward = 0;
+    if (planned.needs_grad) {
+      bool input_grad = false;
+      for (TensorId t : planned.inputs)
+        input_grad = input_grad || model.plan().needs_grad(model.plan().root(t));
+      bool weights = false, trains = false;
+      for (const auto& p : l.parameters()) {
+        weights = true;
+        trains = trains || !p.frozen;
+      }
+      backward = weights ? (trains ? f : 0) + (input_grad ? f : 0) : (input_grad ? 2 * f : 0);
+    }
+    s.training_flops_per_sample += f + backward;
     s.nodes.push_back(std::move(n));
   }
-  s.training_flops_per_step = 3 * s.forward_flops_per_sample * batch_rows;
+  s.training_flops_per_step = s.training_flops_per_sample * batch_rows * micro_batches;
   const auto plan = model.plan_activations(batch_rows);
   s.activation_bytes = plan.arena_bytes;
   s.activation_bytes_unplanned = plan.sum_bytes;
@@ -131,14 +149,16 @@ std::string render_model_summary(const ModelSummary& s) {
                   dtype_text(p.activation).c_str(), dtype_text(p.activation_grad).c_str());
     out += line;
   }
-  std::snprintf(line, sizeof line,
-                "# totals: %s parameters (%lld), %s forward FLOPs per sample, %s FLOPs per "
-                "training step (batch %lld, 3x forward)\n",
-                count_text(static_cast<double>(s.parameters)).c_str(),
-                static_cast<long long>(s.parameters),
-                count_text(static_cast<double>(s.forward_flops_per_sample)).c_str(),
-                count_text(static_cast<double>(s.training_flops_per_step)).c_str(),
-                static_cast<long long>(s.batch_rows));
+  std::snprintf(
+      line, sizeof line,
+      "# totals: %s parameters (%lld), %s forward FLOPs per sample, %s FLOPs per "
+      "training step (batch %lld%s, the forward and the backward that runs)\n",
+      count_text(static_cast<double>(s.parameters)).c_str(), static_cast<long long>(s.parameters),
+      count_text(static_cast<double>(s.forward_flops_per_sample)).c_str(),
+      count_text(static_cast<double>(s.training_flops_per_step)).c_str(),
+      static_cast<long long>(s.batch_rows),
+      s.micro_batches > 1 ? (" x " + std::to_string(s.micro_batches) + " micro-batches").c_str()
+                          : "");
   out += line;
   const double saved = s.activation_bytes_fp32 > 0
                            ? 100.0 * (1.0 - static_cast<double>(s.activation_bytes) /

@@ -101,7 +101,8 @@ void write_run_text(Trainer::State& s) {
       (resolved.empty() || resolved == e.policy_name ? "" : " (resolved: " + resolved + ")") +
       ", scaler **" + e.scaler_type + "**, optimizer **" + e.optimizer_type + "**, backend **" +
       e.backend_type + "** (" + s.c.backend->capabilities().device_name + ")\n\n" +
-      code_block(render_model_summary(summarize_model(*s.model, e.data.batch_size)));
+      code_block(
+          render_model_summary(summarize_model(*s.model, e.data.batch_size, e.run.accumulate)));
   s.metrics.records.write_text(s.position.step, "run/precision_plan", plan);
   s.metrics.records.write_text(s.position.step, "run/config", code_block(resolved_toml(e)));
 }

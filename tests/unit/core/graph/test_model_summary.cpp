@@ -39,7 +39,10 @@ TEST(ModelSummary, CountsParametersFlopsAndShapesPerNode) {
   EXPECT_EQ(s.parameters, m.parameter_count());
   const std::int64_t forward = (2 * 144 + 12) + 12 + 12 + 2 * 60;
   EXPECT_EQ(s.forward_flops_per_sample, forward);
-  EXPECT_EQ(s.training_flops_per_step, 3 * forward * 9);
+  // fc1's input is the data: its weights' gradient, no input gradient. The others: head both
+  // GEMMs, act and sum (no weights) twice their forward.
+  EXPECT_EQ(s.training_flops_per_step, ((2 * 144 + 12) * 2 + 12 * 3 + 12 * 3 + 2 * 60 * 3) * 9);
+  EXPECT_EQ(summarize_model(m, 9, 4).training_flops_per_step, 4 * s.training_flops_per_step);
   EXPECT_EQ(s.parameter_bytes, static_cast<std::size_t>(m.parameter_count()) * 8);
 }
 

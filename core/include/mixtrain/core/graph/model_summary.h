@@ -6,8 +6,12 @@
 // Contract
 // - summarize_model() reads a built, planned and allocated model (parameters exist only then).
 //   Shapes are per sample (batch first, omitted). FLOPs count a multiply-add as 2; element-wise
-//   ops one per element (layernorm five); a training step is taken as 3x the forward (backward
-//   = two GEMMs per forward GEMM), times the batch.
+//   ops one per element (layernorm five). A training step is the forward and the backward the
+//   executor runs: none for a node no trainable parameter lies upstream of or at (a frozen
+//   prefix); for a node with weights, one forward's worth for its weights' gradient where one
+//   trains and one for its input's where a node upstream trains; for a node without, twice its
+//   forward where its input needs a gradient (attention's backward is four GEMMs to its two);
+//   times the batch and `micro_batches` (run.accumulate).
 // - Memory is bytes for `batch_rows` rows: the activation arena from the liveness plan
 //   (Model::plan_activations), parameters with their FP32 masters and gradients plus working
 //   copies, a frozen one (graph/freezing.h) its one stored copy. Optimizer state is not included
@@ -38,9 +42,10 @@ struct NodeSummary {
 struct ModelSummary {
   std::vector<NodeSummary> nodes;
   std::int64_t parameters = 0;
-  std::int64_t batch_rows = 0;
+  std::int64_t batch_rows = 0, micro_batches = 1;
   std::int64_t forward_flops_per_sample = 0;
-  std::int64_t training_flops_per_step = 0;    // 3 x forward x batch
+  std::int64_t training_flops_per_sample = 0;  // the forward and the backward that runs
+  std::int64_t training_flops_per_step = 0;    // x batch_rows x micro_batches
   std::size_t activation_bytes = 0;            // planned arena under the policy
   std::size_t activation_bytes_fp32 = 0;       // the same plan with every output in fp32
   std::size_t activation_bytes_unplanned = 0;  // every stored output, no reuse
@@ -58,7 +63,8 @@ struct ModelSummary {
   std::string quantized_label;
 };
 
-ModelSummary summarize_model(const Model& model, std::int64_t batch_rows);
+ModelSummary summarize_model(const Model& model, std::int64_t batch_rows,
+                             std::int64_t micro_batches = 1);
 std::string render_model_summary(const ModelSummary& summary);
 
 }  // namespace mixtrain::core
