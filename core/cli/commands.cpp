@@ -327,7 +327,8 @@ int run_check(const ConfigArgs& cfg, bool rehearse) {
     if (memory.frozen > 0) std::cout << core::parameter_memory_line(memory);
   }
   // A rehearsal moves the trainer one step on; what follows reads only the plan.
-  std::cout << core::render_memory_report(trainer.memory_report(rehearse));
+  const core::MemoryReport memory = trainer.memory_report(rehearse);
+  std::cout << core::render_memory_report(memory);
   if (!rehearse) std::cout << "# (check without --skip-rehearsal predicts the peak)\n";
   // check runs in one process (under mpirun it is refused): the figures are that process's.
   if (experiment.distributed.enabled())
@@ -341,6 +342,15 @@ int run_check(const ConfigArgs& cfg, bool rehearse) {
   // The session adapted the policy to the model ("auto" resolved), as training would.
   if (auto w = core::unscaled_narrow_gradients(experiment, *session.policy, trainer.model()))
     warnings.push_back(std::move(*w));
+  // The rehearsal ran the first batch: a forward that overflows there is a step the run skips
+  // (and a run of them, a divergence), whatever the loss scale.
+  if (!memory.nonfinite_forward.empty())
+    warnings.push_back(
+        "the rehearsed first step is not finite in the forward, first at " +
+        memory.nonfinite_forward +
+        " (the first batch): training skips such steps, and a loss scale does not help; "
+        "`mixtrain calibrate` measures what overflows and writes [[precision.override]] entries, "
+        "or [precision.escalate] promotes the node when it happens");
   // The config is valid either way; it is `train` in this process that would refuse it.
   if (auto launch = core::launch_requirement(experiment, cfg.config); !launch.empty())
     std::cout << "# launch: " << launch << "\n";

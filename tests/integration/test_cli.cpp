@@ -833,6 +833,20 @@ TEST_F(Cli, TrainWarnsOfFp16GradientsWithoutALossScaler) {
   EXPECT_TRUE(has(checked.out + checked.err, names)) << checked.out << checked.err;
 }
 
+// check rehearses a step on the first batch: a forward that overflows there (overflow-demo.toml
+// under fp16, which train then diverges on) is warned of, naming the tensor; a config whose
+// first step is finite is not.
+TEST_F(Cli, CheckWarnsOfAFirstStepWhoseForwardOverflows) {
+  const std::string warning = "the rehearsed first step is not finite in the forward";
+  auto r = run("check " + config("overflow-demo.toml") + " --set precision.policy=fp16-mixed");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.out + r.err, warning + ", first at forward proj.output")) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "# config OK (with warnings)")) << r.out;
+  r = run("check " + config("overflow-demo.toml") + " --set precision.policy=fp32");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(has(r.out + r.err, warning)) << r.out << r.err;
+}
+
 // A run killed before its first checkpoint (a second Ctrl-C) leaves metrics and no checkpoint or
 // summary: resuming it says why there is nothing to resume and how to start again, once.
 TEST_F(Cli, ResumingARunKilledBeforeItsFirstCheckpointSaysWhy) {

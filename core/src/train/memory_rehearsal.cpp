@@ -219,10 +219,12 @@ MemoryReport Trainer::memory_report(bool rehearse) {
   {
     RehearsalScope scope(s, watch);
     ++s.position.step;  // as run() numbers its first step (dropout keys its masks on it)
-    run_each_step_path(s, [&](std::string_view path) {
+    const NonfiniteSite site = run_each_step_path(s, [&](std::string_view path) {
       r.rehearsed.emplace_back(path);
       watch.after_path(path);
     });
+    if (!site.where.empty() && !site.where.starts_with("backward"))
+      r.nonfinite_forward = site.where;
     const Dataset& d = s.eval.rows > 0 ? s.eval : s.train;
     const Dataset batch = first_rows(d, std::min(s.e.data.eval_batch_size, d.rows));
     if (s.e.eval.top_k > 0)  // top-k reads each batch's logits on the host

@@ -431,7 +431,8 @@ bool statistics_step_ahead(const Trainer::State& s) {
 
 }  // namespace
 
-void run_each_step_path(Trainer::State& s, const std::function<void(std::string_view)>& after) {
+NonfiniteSite run_each_step_path(Trainer::State& s,
+                                 const std::function<void(std::string_view)>& after) {
   auto& model = *s.model;
   const bool statistics = statistics_step_ahead(s);
   const StepRequest request{/*wants_norm=*/true, /*statistics=*/false, /*read_loss=*/true};
@@ -458,11 +459,13 @@ void run_each_step_path(Trainer::State& s, const std::function<void(std::string_
   if (s.c.policy->uses_scaled_operands()) s.reducer->flush_operand_amaxes(model);
   apply_update(s, request, totals.sum_squares, s.schedule.lr_at(s.position.applied));
   after("gradient check and update");
+  NonfiniteSite site;
   {
     const auto alone = s.reducer->local_only();
-    locate_first_nonfinite(model, s.rank_batch, seed);
+    site = locate_first_nonfinite(model, s.rank_batch, seed);
   }
   after("skipped-step replay");
+  return site;
 }
 
 StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {

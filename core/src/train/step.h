@@ -28,6 +28,7 @@
 #include <limits>
 #include <string_view>
 
+#include "mixtrain/core/graph/diagnostics.h"
 #include "train/skip_blame.h"
 #include "train/trainer_state.h"
 
@@ -62,7 +63,9 @@ void read_loss_after_step(Trainer::State& s, StepOutcome& step);
 // reaches (s.position.step, the first, to run.steps), the gradient
 // check with the norm, the update, and a skipped step's checked replay; after(path) is called
 // after each. It writes no records and tells the scaler nothing; the weights, the optimizer state
-// and the data position move on as after an applied step.
-void run_each_step_path(Trainer::State& s, const std::function<void(std::string_view)>& after);
+// and the data position move on as after an applied step. Returns the replay's first non-finite
+// tensor of that batch (where is empty when every tensor is finite).
+NonfiniteSite run_each_step_path(Trainer::State& s,
+                                 const std::function<void(std::string_view)>& after);
 
 }  // namespace mixtrain::core

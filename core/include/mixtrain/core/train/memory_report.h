@@ -55,6 +55,9 @@ struct MemoryReport {
   std::size_t peak_bytes = 0;
   std::vector<std::string> rehearsed;
   std::vector<sdk::DTypeSupport> emulated;
+  // The rehearsed step's first non-finite tensor when it lies in the forward (the input batch, a
+  // node's output, the loss), which no loss scale fixes: "forward proj.output"; empty otherwise.
+  std::string nonfinite_forward;
 };
 
 // "# memory ..." comment lines for `mixtrain check`: the items, the step's buffers, the scratch
