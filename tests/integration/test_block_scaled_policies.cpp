@@ -520,12 +520,18 @@ TEST_F(block_scaled_policies, AResumeUnderOtherRecipeOptionsSaysWhichChanged) {
 }
 
 TEST_F(block_scaled_policies, AnOpWithoutABlockScaledPathIsRefusedAtPlanTimeByName) {
-  // The shipped CNN: its convolutions have weight GEMMs but no block-scaled path.
+  // The shipped CNN: its convolutions have weight GEMMs but no block-scaled path. Both are named
+  // at once, each with its override, so one edit makes the config plan.
   const auto r = run(
       "train " + config("cnn-small.toml") + " --set precision.policy=fp8-block --set run.steps=1",
       dir_);
   EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_TRUE(has(r.err, "'conv1'") && has(r.err, "gemm_input")) << r.err;
+  EXPECT_TRUE(has(r.err, "nodes 'conv1' (conv2d), 'conv2' (conv2d) have no block-scaled GEMM path"))
+      << r.err;
+  EXPECT_TRUE(has(r.err,
+                  "layers = \"conv1\", gemm_input = \"bf16\"; [[precision.override]] "
+                  "layers = \"conv2\", gemm_input = \"bf16\""))
+      << r.err;
 }
 
 TEST_F(block_scaled_policies, TheHadamardTransformRepeatsWithTheSeedAndResumesBitForBit) {

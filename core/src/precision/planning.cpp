@@ -277,6 +277,7 @@ void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
   // such GEMMs but no block-scaled path is refused here rather than run some other way.
   if (const auto* blocks = dynamic_cast<const sdk::BlockScalingFacet*>(&policy)) {
     std::string padded;
+    std::vector<std::size_t> pathless;  // nodes with no block-scaled path, all named at once
     for (std::size_t i = 0; i < model.layers().size(); ++i) {
       Layer& layer = *model.layers()[i];
       if (!layer.has_gemm() || !sdk::is_fp8(layer.precision().gemm_input)) continue;
@@ -288,13 +289,28 @@ void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
         if (!these.empty()) padded += (padded.empty() ? "" : ";") + these;
         continue;
       }
-      const PlannedNode& node = model.plan().node(i);
-      throw sdk::ConfigError(
-          node.where, node.key,
-          "node '" + layer.name() + "' (" + layer.type() +
-              ") has no block-scaled GEMM path, which the precision policy plans for it",
-          "keep it out of block scaling: [[precision.override]] layers = " +
-              sdk::option_value_to_string(exact_pattern(layer.name())) + ", gemm_input = \"bf16\"");
+      pathless.push_back(i);
+    }
+    if (!pathless.empty()) {
+      // At the first one; the message names every one, so one edit fixes the config.
+      const PlannedNode& node = model.plan().node(pathless.front());
+      std::string nodes, overrides;
+      for (const std::size_t i : pathless) {
+        const Layer& layer = *model.layers()[i];
+        nodes += (nodes.empty() ? "" : ", ") + ("'" + layer.name() + "' (" + layer.type() + ")");
+        overrides +=
+            (overrides.empty() ? "" : "; ") +
+            ("[[precision.override]] layers = " +
+             sdk::option_value_to_string(exact_pattern(layer.name())) + ", gemm_input = \"bf16\"");
+      }
+      throw sdk::ConfigError(node.where, node.key,
+                             (pathless.size() == 1 ? "node " : "nodes ") + nodes +
+                                 (pathless.size() == 1 ? " has" : " have") +
+                                 " no block-scaled GEMM path, which the precision policy plans "
+                                 "for " +
+                                 (pathless.size() == 1 ? "it" : "them"),
+                             "keep " + std::string(pathless.size() == 1 ? "it" : "them") +
+                                 " out of block scaling: " + overrides);
     }
     if (!padded.empty())
       log.info(
