@@ -1,12 +1,16 @@
 #include "mixtrain/core/train/interrupt.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+
+#include "distributed/launch.h"
 
 namespace mixtrain::core {
 
@@ -19,6 +23,7 @@ static_assert(std::atomic<int>::is_always_lock_free);
 struct sigaction g_previous_int {
 }, g_previous_term{}, g_previous_hup{};
 bool g_watch_hup = false;
+bool g_unblock_output = false;  // under an MPI launch (the contract)
 // What the first signal prints: the guard's owner says what a clean stop does.
 constexpr char kTrainingMessage[] =
     "\ninterrupted: finishing this step, then writing a checkpoint and summary.json "
@@ -41,6 +46,15 @@ extern "C" void on_interrupt(int signal) {
   ign.sa_handler = SIG_IGN;
   sigemptyset(&ign.sa_mask);
   if (g_watch_hup) sigaction(SIGHUP, &ign, nullptr);
+  // fstat and fcntl are async-signal-safe. A write blocked on a full pipe restarts (SA_RESTART)
+  // and, non-blocking now, returns at once.
+  if (g_unblock_output)
+    for (const int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+      struct stat st {};
+      if (::fstat(fd, &st) != 0 || !(S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) continue;
+      const int flags = ::fcntl(fd, F_GETFL);
+      if (flags >= 0) ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+    }
   const char* msg = g_message.load();
   // Nothing useful to do when stderr is gone.
   [[maybe_unused]] auto n = ::write(STDERR_FILENO, msg, std::strlen(msg));
@@ -52,6 +66,7 @@ extern "C" void on_interrupt(int signal) {
 InterruptGuard::InterruptGuard(const char* message) {
   g_requested.store(0);
   g_message.store(message != nullptr ? message : kTrainingMessage);
+  g_unblock_output = detect_mpi_launch().detected;
   struct sigaction sa {};
   sa.sa_handler = on_interrupt;
   sigemptyset(&sa.sa_mask);

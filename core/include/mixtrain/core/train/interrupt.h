@@ -12,6 +12,12 @@
 //   when it was not ignored (nohup keeps ignoring it), and is ignored after the first signal: a
 //   hang-up arrives twice, and the clean stop it asked for must finish (SIGHUP then stays ignored
 //   after the guard too, while the process exits).
+// - Under an MPI launch (distributed/launch.h), the first signal also makes stdout and stderr
+//   non-blocking where they are pipes or sockets (a launcher's, never a terminal a shell shares):
+//   Open MPI's mpirun stops reading the ranks' output at Ctrl-C and sends SIGTERM only seconds
+//   later, by which time a rank that logs has filled the pipe and blocks in write(2), where the
+//   clean stop would never start. From then on a console line that does not fit is dropped (the
+//   run folder's records keep every step).
 // - interrupted_exit_code() is the exit status of a run stopped cleanly: 128 + the number of the
 //   signal that asked (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP), as a shell reports a
 //   process that signal ended, so schedulers read the cause; summary.json's "interrupted" tells
