@@ -122,16 +122,12 @@ int train_with(core::Experiment& experiment, core::Components components,
 
 }  // namespace
 
-namespace {
-
 // The error's text with this rank's prefix ("rank 1: ") once: a communicator's own messages
 // already start with it.
 std::string with_rank(const std::string& message) {
   const std::string prefix = core::rank_prefix();
   return message.rfind(prefix, 0) == 0 ? message : prefix + message;
 }
-
-}  // namespace
 
 int run_train(const ConfigArgs& given, const std::string& run_dir,
               const std::optional<std::string>& resume, bool profile) {

@@ -24,6 +24,8 @@ inline constexpr int kExitDiverged = 3;
 // records from the end of the first step (primitive creation, first-touch allocation) to the end of
 // the last.
 // With `resume` and no config, the resumed run's own config.toml (in its folder) is the config.
+// Under an MPI launch every rank reports its own errors: main() puts with_rank()'s prefix
+// ("rank 1: ", none on rank 0 or in one process) before them, once.
 int run_train(const ConfigArgs& cfg, const std::string& run_dir,
               const std::optional<std::string>& resume, bool profile = false);
 // rehearse: the memory section rehearses a training step (Trainer::memory_report).
@@ -39,6 +41,8 @@ int run_describe(const std::string& section);
 int run_eval(const ConfigArgs& cfg, const std::string& checkpoint, const std::string& layout);
 // What eval and predict say of a loss that is not finite (their JSON prints it as null).
 std::string nonfinite_loss_warning(const std::string& policy_name);
+// `message` with this process's rank prefix (core::rank_prefix()) before it, once.
+std::string with_rank(const std::string& message);
 // Parity table of runs against the first; writes compare.{json,md,svg} into out_dir (empty: the
 // first run's folder).
 int run_compare(const std::vector<std::string>& run_dirs, const std::string& out_dir);

@@ -417,20 +417,21 @@ int main(int argc, char** argv) {
     mixtrain::core::set_log_level(a.log_level);
     return run_command(a);
   } catch (const mixtrain::sdk::UserError& e) {
+    // Under an MPI launch each rank prints its own: the ranks but 0 say which they are.
     std::fflush(stdout);
-    std::cerr << "\nerror: " << e.full_message() << std::endl;
+    std::cerr << "\nerror: " << mixtrain::cli::with_rank(e.full_message()) << std::endl;
     return 2;
   } catch (const std::filesystem::filesystem_error& e) {
     // A path the OS refuses (a name too long, no permission): the user's to fix, as a UserError.
     std::fflush(stdout);
-    std::cerr << "\nerror: " << e.what()
+    std::cerr << "\nerror: " << mixtrain::cli::with_rank(e.what())
               << "\n  HINT: check the path named above: its length, that its folders exist, "
                  "and that you may read or write there"
               << std::endl;
     return 2;
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::cerr << "\nerror: " << e.what() << std::endl;
+    std::cerr << "\nerror: " << mixtrain::cli::with_rank(e.what()) << std::endl;
     return 1;
   } catch (...) {
     // Not ours to name: only a plugin's code can throw what no std::exception is.

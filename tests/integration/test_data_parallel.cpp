@@ -595,6 +595,12 @@ TEST_F(DataParallelTest, RanksWithDifferentConfigsExitTwoNamingTheKey) {
   auto r = run_mpmd({common + " --set run.seed=3", common + " --set run.seed=4"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_TRUE(has(r.err, "rank 1's differs from rank 0's at run.seed: `3` against `4`")) << r.err;
+  // Each rank prints it; rank 1's line says whose it is (README: "prefixed `rank N`").
+  EXPECT_TRUE(has(r.err, "error: rank 1: ")) << r.err;
+  // So does an error each rank finds alone before the ranks meet (an unknown key).
+  r = run_ranks(2, common + " --set run.stepz=3");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "error: rank 1: ")) << r.err;
 }
 
 // Ranks that resume different checkpoints (a stale copy on one node) would issue different
