@@ -2,8 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 
@@ -122,6 +125,35 @@ int train_with(core::Experiment& experiment, core::Components components,
 
 }  // namespace
 
+namespace {
+
+// A word for a POSIX shell: as it is when it holds nothing the shell reads specially, else in
+// single quotes.
+std::string shell_word(const std::string& word) {
+  const bool plain = !word.empty() && std::all_of(word.begin(), word.end(), [](unsigned char c) {
+    return std::isalnum(c) != 0 || std::strchr("_./=:,+-@%", c) != nullptr;
+  });
+  if (plain) return word;
+  std::string quoted = "'";
+  for (const char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+// The `mixtrain train` command of these arguments: what mpirun is to run for a [distributed]
+// config started without it (core::launch_requirement), the user's --merge and --set included.
+std::string train_command(const ConfigArgs& cfg, const std::string& run_dir = {},
+                          const std::optional<std::string>& resume = {}) {
+  std::string command = "mixtrain train";
+  if (!cfg.config.empty()) command += " " + shell_word(cfg.config);
+  for (const auto& merge : cfg.merges) command += " --merge " + shell_word(merge.string());
+  for (const auto& set : cfg.sets) command += " --set " + shell_word(set);
+  if (!run_dir.empty()) command += " --run-dir " + shell_word(run_dir);
+  if (resume) command += " --resume " + shell_word(*resume);
+  return command;
+}
+
+}  // namespace
+
 // The error's text with this rank's prefix ("rank 1: ") once: a communicator's own messages
 // already start with it.
 std::string with_rank(const std::string& message) {
@@ -146,8 +178,8 @@ int run_train(const ConfigArgs& given, const std::string& run_dir,
     if (const auto alone = core::follow_the_launch_on_resume(experiment); !alone.empty())
       core::core_logger("train").info(alone);
   auto components = core::create_components(experiment, *registry);
-  components.communicator =
-      core::create_communicator(experiment, *registry, *components.backend, cfg.config);
+  components.communicator = core::create_communicator(experiment, *registry, *components.backend,
+                                                      train_command(given, run_dir, resume));
   if (!components.communicator)
     return train_with(experiment, std::move(components), run_dir, resume, profile);
   // Data parallel: a failure on one rank must end every rank, never leave the others blocked in
@@ -348,7 +380,7 @@ int run_check(const ConfigArgs& cfg, bool rehearse) {
         "`mixtrain calibrate` measures what overflows and writes [[precision.override]] entries, "
         "or [precision.escalate] promotes the node when it happens");
   // The config is valid either way; it is `train` in this process that would refuse it.
-  if (auto launch = core::launch_requirement(experiment, cfg.config); !launch.empty())
+  if (auto launch = core::launch_requirement(experiment, train_command(cfg)); !launch.empty())
     std::cout << "# launch: " << launch << "\n";
   for (const auto& w : warnings) core::core_logger("check").warn(w);
   std::cout << "# config OK" << (warnings.empty() ? "" : " (with warnings)") << "\n";

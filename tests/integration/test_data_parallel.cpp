@@ -571,7 +571,18 @@ TEST_F(DataParallelTest, ADistributedConfigWithoutMpirunExitsWithTheLaunchLine) 
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_TRUE(has(r.err, "mpirun -np 2 mixtrain train")) << r.err;
   EXPECT_TRUE(has(r.err, "dp.toml:")) << r.err;  // where [distributed] type is
+  // The line to paste runs what was asked: the user's own arguments with it.
+  EXPECT_TRUE(has(r.err, " --set run.steps=2 --run-dir " + (dir_ / "r").string() + "`")) << r.err;
   EXPECT_FALSE(fs::exists(dir_ / "r"));
+  // A type given by --set is located at that --set, not at another of the table's.
+  r = run("train " + mlp_config("one.toml", "").string() +
+          " --set distributed.type=mpi --set distributed.shard_optimizer=true --set run.steps=2"
+          " --run-dir " +
+          (dir_ / "s").string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(has(r.err, "error: --set distributed.type=mpi: ")) << r.err;
+  EXPECT_TRUE(has(r.err, "--set distributed.type=mpi --set distributed.shard_optimizer=true"))
+      << r.err;
   // The config itself is valid: `check` passes it and says how train must be launched.
   auto c = run("check " + cfg.string() + " --skip-rehearsal");
   EXPECT_EQ(c.exit_code, 0) << c.err;

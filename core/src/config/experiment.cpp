@@ -585,7 +585,9 @@ void read_distributed(const PluginSections& plugins, Experiment& e) {
                          distributed_schema()},
                         e.distributed.type, e.communicator_options);
     e.distributed.where = config.location("distributed.type");
-    if (e.distributed.where.line == 0) e.distributed.where = config.location("distributed");
+    // A --set's location has no line; only a type given nowhere falls back to the table's.
+    if (e.distributed.where.line == 0 && !config.is_override("distributed.type"))
+      e.distributed.where = config.location("distributed");
   } else {
     host = distributed_from_launch(plugins.registry, launch, e);
   }
@@ -828,9 +830,9 @@ std::string follow_the_launch_on_resume(Experiment& e) {
 
 namespace {
 
-std::string launch_line(const std::string& config_path) {
+std::string launch_line(const std::string& train_command) {
   return "launch it with `" +
-         mpirun_line(2, "mixtrain train " + (config_path.empty() ? "CONFIG" : config_path)) +
+         mpirun_line(2, train_command.empty() ? "mixtrain train CONFIG" : train_command) +
          "` (-np: the number of ranks), or remove [distributed] to train in one process";
 }
 
@@ -841,9 +843,9 @@ std::string outside_a_launch(const Experiment& e) {
 
 }  // namespace
 
-std::string launch_requirement(const Experiment& e, const std::string& config_path) {
+std::string launch_requirement(const Experiment& e, const std::string& train_command) {
   if (!e.distributed.enabled() || detect_mpi_launch().detected) return {};
-  return outside_a_launch(e) + ": " + launch_line(config_path);
+  return outside_a_launch(e) + ": " + launch_line(train_command);
 }
 
 std::string one_process_requirement(const std::string& command) {
@@ -859,11 +861,11 @@ std::string one_process_requirement(const std::string& command) {
 std::shared_ptr<sdk::Communicator> create_communicator(const Experiment& e,
                                                        const PluginRegistry& registry,
                                                        sdk::DeviceBackend& backend,
-                                                       const std::string& config_path) {
+                                                       const std::string& train_command) {
   if (!e.distributed.enabled()) return nullptr;
   if (!detect_mpi_launch().detected)
     throw sdk::ConfigError(e.distributed.where, "distributed.type", outside_a_launch(e),
-                           launch_line(config_path));
+                           launch_line(train_command));
   auto comm = registry.create<sdk::Communicator>(
       registry.require(ComponentKind::communicator, e.distributed.type), e.communicator_options);
   comm->bind(backend);

@@ -277,19 +277,20 @@ Components create_components(const Experiment& e, const PluginRegistry& registry
 std::string follow_the_launch_on_resume(Experiment& e);
 // Empty when this process can train `e` as it is. For a [distributed] config in a process no MPI
 // launcher started: why it cannot, and the mpirun line that can (`check` prints it; `train` throws
-// it from create_communicator).
-std::string launch_requirement(const Experiment& e, const std::string& config_path);
+// it from create_communicator). `train_command` is the command mpirun is to run ("mixtrain train
+// CONFIG --set ...", the user's own arguments, shell-quoted); empty: "mixtrain train CONFIG".
+std::string launch_requirement(const Experiment& e, const std::string& train_command);
 // Empty unless an MPI launcher started this process as one of several ranks: then why `mixtrain
 // <command>` (any command but train) cannot run so, since every rank would write the same
 // outputs (racing past an overwrite check) and print everything once per rank.
 std::string one_process_requirement(const std::string& command);
 // [distributed]: the communicator, bound to `backend`. Only `train` makes one (it joins the other
 // ranks). A type given without an MPI launch is sdk::ConfigError at distributed.type, with the
-// mpirun line that launches the config.
+// mpirun line that launches `train_command` (launch_requirement()).
 std::shared_ptr<sdk::Communicator> create_communicator(const Experiment& e,
                                                        const PluginRegistry& registry,
                                                        sdk::DeviceBackend& backend,
-                                                       const std::string& config_path);
+                                                       const std::string& train_command);
 std::string resolved_toml(const Experiment& e);
 
 }  // namespace mixtrain::core
