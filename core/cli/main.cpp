@@ -417,21 +417,22 @@ int main(int argc, char** argv) {
     mixtrain::core::set_log_level(a.log_level);
     return run_command(a);
   } catch (const mixtrain::sdk::UserError& e) {
-    // Under an MPI launch each rank prints its own: the ranks but 0 say which they are.
+    // Under an MPI launch each rank prints its own: the ranks but 0 say which they are, each in
+    // one write, so mpirun cannot interleave another rank's line into it.
     std::fflush(stdout);
-    std::cerr << "\nerror: " << mixtrain::cli::with_rank(e.full_message()) << std::endl;
+    std::fprintf(stderr, "\nerror: %s\n", mixtrain::cli::with_rank(e.full_message()).c_str());
     return 2;
   } catch (const std::filesystem::filesystem_error& e) {
     // A path the OS refuses (a name too long, no permission): the user's to fix, as a UserError.
     std::fflush(stdout);
-    std::cerr << "\nerror: " << mixtrain::cli::with_rank(e.what())
-              << "\n  HINT: check the path named above: its length, that its folders exist, "
-                 "and that you may read or write there"
-              << std::endl;
+    std::fprintf(stderr,
+                 "\nerror: %s\n  HINT: check the path named above: its length, that its "
+                 "folders exist, and that you may read or write there\n",
+                 mixtrain::cli::with_rank(e.what()).c_str());
     return 2;
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::cerr << "\nerror: " << mixtrain::cli::with_rank(e.what()) << std::endl;
+    std::fprintf(stderr, "\nerror: %s\n", mixtrain::cli::with_rank(e.what()).c_str());
     return 1;
   } catch (...) {
     // Not ours to name: only a plugin's code can throw what no std::exception is.
