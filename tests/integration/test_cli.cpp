@@ -671,6 +671,11 @@ TEST_F(Cli, ResumeWithOtherOptimizerOrScalerOptionsNamesEachChange) {
   EXPECT_TRUE(has(line, "scaler.dynamic.growth_interval = 2000 -> 3")) << line;
   EXPECT_FALSE(has(line, ".lr")) << line;  // the schedule warning's
   EXPECT_TRUE(has(r.err, "optimizer.adamw.lr = ")) << r.err;
+  // The starting scale is the checkpoint's (calibrate's --merge file sets init_scale): not said.
+  r = run("train " + quickstart() + common + " --set scaler.dynamic.init_scale=1024 --resume " +
+          at10 + " --run-dir " + (dir_ / "rescaled").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(has(r.err, "optimizer or scaler settings")) << r.err;
 }
 
 // --resume RUN without a config continues with the run's own config.toml.

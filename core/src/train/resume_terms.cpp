@@ -203,9 +203,14 @@ std::vector<std::string> changed_update_options(const std::map<std::string, std:
           changed);
     collect_changed(config.table_options("optimizer", {"milestones"}),
                     {{"clip_grad_norm", e.schedule.clip_grad_norm}}, "optimizer.", never, changed);
+    // A scaler's starting scale is not a setting of the steps to come: the dynamic scaler resumes
+    // from its saved scale whatever init_scale says (calibrate's --merge file sets one), and the
+    // static scaler says itself when its scale changed.
     if (section_selector(config, "scaler", "type", "") == e.scaler_type)
-      collect_changed(config.table_options("scaler." + e.scaler_type), e.scaler_options.effective(),
-                      "scaler." + e.scaler_type + ".", never, changed);
+      collect_changed(
+          config.table_options("scaler." + e.scaler_type), e.scaler_options.effective(),
+          "scaler." + e.scaler_type + ".",
+          [](const std::string& key) { return key == "init_scale" || key == "scale"; }, changed);
   } catch (const std::exception&) {
     return {};  // a config this build cannot read: nothing to compare
   }

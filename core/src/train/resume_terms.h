@@ -26,7 +26,9 @@
 //   --set's left out (deliberate); empty when they agree, the entry is absent or unreadable, or
 //   it names another policy.
 // - changed_update_options: the options of the run's optimizer (its lr is changed_schedule's) and
-//   loss scaler, when the checkpoint's run used the same ones, and [optimizer] clip_grad_norm, that
+//   loss scaler (but its starting scale, init_scale or scale, which the restored state or the
+//   scaler itself decides), when the checkpoint's run used the same ones, and [optimizer]
+//   clip_grad_norm, that
 //   this run gives other values than the checkpoint's resolved config recorded, each
 //   "optimizer.adamw.beta2 = 0.999 -> 0.9"; a --set counts too (the steps from here update
 //   otherwise, however it was asked for); empty when they agree, the entry is absent or
