@@ -324,7 +324,7 @@ std::size_t optimizer_state_bytes(const core::Trainer& trainer) {
 
 int run_check(const ConfigArgs& cfg, bool rehearse) {
   // Checking a config opens everything training would, init_from included.
-  auto session = open_model_session(cfg, SessionWeights::as_training_starts);
+  auto session = open_model_session(cfg, SessionWeights::as_training_starts, /*rehearses=*/true);
   const auto& experiment = session.experiment;
   auto& trainer = *session.trainer;
 

@@ -17,7 +17,7 @@ std::filesystem::path ModelSession::checkpoint_path(const std::string& user_path
   return core::resolve_checkpoint_path(user_path, checkpoint_format->file_extension());
 }
 
-ModelSession open_model_session(const ConfigArgs& cfg, SessionWeights weights) {
+ModelSession open_model_session(const ConfigArgs& cfg, SessionWeights weights, bool rehearses) {
   ModelSession s;
   auto config = load_config(cfg);
   s.registry = make_registry(&config);
@@ -37,9 +37,8 @@ ModelSession open_model_session(const ConfigArgs& cfg, SessionWeights weights) {
   s.experiment.data.shuffle = true;
   core::TrainOptions opt;
   opt.write_outputs = false;
-  // A checkpoint's session evaluates, predicts or samples: no optimizer state. A config's (check,
-  // export --initial) is the run as it starts, which check rehearses a step of.
-  opt.trains = weights == SessionWeights::as_training_starts;
+  // Only check rehearses a training step; the others never step the optimizer.
+  opt.trains = rehearses;
   s.trainer = std::make_unique<core::Trainer>(s.experiment, std::move(components), opt);
   return s;
 }

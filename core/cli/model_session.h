@@ -8,10 +8,11 @@
 //   registry, which keeps the plugin libraries they come from loaded.
 // - `weights` says where the model's weights come from. from_checkpoint: the caller loads a
 //   checkpoint next, so the config's checkpoint.init_from is not opened (a missing or foreign
-//   init file must not stop `eval` of a finished run; `experiment` has it cleared too), and the
-//   Trainer's optimizer holds no state (TrainOptions::trains = false). as_training_starts: the
-//   weights step 0 of `train` starts from: the seeded initialisation, then init_from when the
-//   config names one, with the optimizer bound as training binds it (check rehearses a step).
+//   init file must not stop `eval` of a finished run; `experiment` has it cleared too).
+//   as_training_starts: the weights step 0 of `train` starts from: the seeded initialisation,
+//   then init_from when the config names one.
+// - `rehearses` (check): the Trainer's optimizer is bound as training binds it, for a rehearsed
+//   step; otherwise it holds no state (TrainOptions::trains = false).
 // - Errors are those of Config, parse_experiment, create_components and the Trainer
 //   (sdk::UserError subclasses for bad input).
 #pragma once
@@ -40,7 +41,8 @@ struct ModelSession {
 };
 
 // The config (the embedded quickstart when cfg.config is empty) opened as described above.
-ModelSession open_model_session(const ConfigArgs& cfg, SessionWeights weights);
+ModelSession open_model_session(const ConfigArgs& cfg, SessionWeights weights,
+                                bool rehearses = false);
 
 // The config with its --set lines: the file, or the embedded quickstart when none is given.
 core::Config load_config(const ConfigArgs& cfg);

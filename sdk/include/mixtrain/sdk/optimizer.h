@@ -3,7 +3,8 @@
 // Contract
 // - bind() is called once with every trainable parameter before the first step; the optimizer
 //   allocates its FP32 state through the backend (and frees it in its destructor — the host keeps
-//   the backend alive longer than the optimizer).
+//   the backend alive longer than the optimizer). A session that never trains (eval, predict,
+//   sample, export --initial) binds an empty span and never calls step().
 // - step() applies one update to every parameter. `lr` comes from the host's schedule;
 //   `grad_scale` is the clipping coefficient to multiply gradients by (1 when not clipping).
 //   After the update each parameter's `working` copy (when present) holds the new weights in its

@@ -89,9 +89,9 @@ struct TrainOptions {
   // > 0: run() stops after this many steps, short of run.steps, without the final evaluation;
   // the schedule still spans run.steps (calibration's first steps of the configured run).
   std::int64_t step_limit = 0;
-  // false: a session that evaluates, predicts, samples or exports, never run() (a logic_error):
-  // the optimizer is bound to no parameters, so it holds no state (AdamW's two FP32 moments per
-  // weight, a GPT-2 small's 1 GB).
+  // false: a session that evaluates, predicts, samples or exports initial weights, never run() (a
+  // logic_error): the optimizer is bound to no parameters, so it holds no state (AdamW's two
+  // FP32 moments per weight, a GPT-2 small's 1 GB).
   bool trains = true;
 };
 
