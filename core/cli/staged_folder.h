@@ -2,8 +2,8 @@
 // a staging folder inside it, then renamed into place in a given order.
 //
 // Contract
-// - The constructor creates `out/.mixtrain-export.tmp.<pid>` (emptied first if it exists) and holds
-//   an exclusive flock(2) on it for the object's life; sdk::UserError when it cannot be created.
+// - The constructor creates `out/.mixtrain-export.tmp.<pid>.<n>` (the first n free) and holds an
+//   exclusive flock(2) on it for the object's life; sdk::UserError when it cannot be created.
 // - staged(name) is where a file is written; publish(names) renames them into `out` in that
 //   order (renames need no space), sdk::UserError naming the file when one fails.
 // - The destructor removes the staging folder, published or not: a failure while writing (a full
@@ -11,7 +11,8 @@
 // - remove_abandoned_staging_folders(out): the staging folders in `out` that no live writer holds
 //   (a writer killed by SIGKILL or Ctrl-C, which export does not catch, leaves its folder and a
 //   partial weights file), removed and returned for the log. The kernel drops a dead process's
-//   lock, so a lock we can take means no live writer, as for sdk::remove_stale_temp_files.
+//   lock, so a lock we can take (shared: NFS grants it read-only) means no live writer, as for
+//   sdk::remove_stale_temp_files.
 #pragma once
 
 #include <filesystem>
