@@ -23,7 +23,24 @@ static_assert(std::atomic<int>::is_always_lock_free);
 struct sigaction g_previous_int {
 }, g_previous_term{}, g_previous_hup{};
 bool g_watch_hup = false;
-bool g_unblock_output = false;  // under an MPI launch (the contract)
+// Under an MPI launch (the contract): stdout and stderr, each when it is a launcher's pipe,
+// socket or terminal (Open MPI gives a rank a pty of its own for stdout), never this process's
+// controlling terminal, which a shell may share. Decided when the guard is made, not in the
+// handler, where opening /dev/tty is not safe.
+bool g_unblock[2] = {false, false};
+
+bool launcher_output(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return false;
+  if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) return true;
+  if (!S_ISCHR(st.st_mode) || ::isatty(fd) == 0) return false;
+  const int tty = ::open("/dev/tty", O_RDONLY | O_NOCTTY | O_CLOEXEC);
+  if (tty < 0) return true;  // no controlling terminal: this one is nobody's session's
+  struct stat controlling {};
+  const bool same = ::fstat(tty, &controlling) == 0 && controlling.st_rdev == st.st_rdev;
+  ::close(tty);
+  return !same;
+}
 // What the first signal prints: the guard's owner says what a clean stop does.
 constexpr char kTrainingMessage[] =
     "\ninterrupted: finishing this step, then writing a checkpoint and summary.json "
@@ -46,12 +63,10 @@ extern "C" void on_interrupt(int signal) {
   ign.sa_handler = SIG_IGN;
   sigemptyset(&ign.sa_mask);
   if (g_watch_hup) sigaction(SIGHUP, &ign, nullptr);
-  // fstat and fcntl are async-signal-safe. A write blocked on a full pipe restarts (SA_RESTART)
-  // and, non-blocking now, returns at once.
-  if (g_unblock_output)
-    for (const int fd : {STDOUT_FILENO, STDERR_FILENO}) {
-      struct stat st {};
-      if (::fstat(fd, &st) != 0 || !(S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) continue;
+  // fcntl is async-signal-safe. A write blocked on a full pipe restarts (SA_RESTART) and,
+  // non-blocking now, returns at once.
+  for (const int fd : {STDOUT_FILENO, STDERR_FILENO})
+    if (g_unblock[fd - STDOUT_FILENO]) {
       const int flags = ::fcntl(fd, F_GETFL);
       if (flags >= 0) ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
     }
@@ -66,7 +81,9 @@ extern "C" void on_interrupt(int signal) {
 InterruptGuard::InterruptGuard(const char* message) {
   g_requested.store(0);
   g_message.store(message != nullptr ? message : kTrainingMessage);
-  g_unblock_output = detect_mpi_launch().detected;
+  const bool launched = detect_mpi_launch().detected;
+  for (const int fd : {STDOUT_FILENO, STDERR_FILENO})
+    g_unblock[fd - STDOUT_FILENO] = launched && launcher_output(fd);
   struct sigaction sa {};
   sa.sa_handler = on_interrupt;
   sigemptyset(&sa.sa_mask);

@@ -13,7 +13,8 @@
 //   hang-up arrives twice, and the clean stop it asked for must finish (SIGHUP then stays ignored
 //   after the guard too, while the process exits).
 // - Under an MPI launch (distributed/launch.h), the first signal also makes stdout and stderr
-//   non-blocking where they are pipes or sockets (a launcher's, never a terminal a shell shares):
+//   non-blocking where they are the launcher's pipes, sockets or terminals (Open MPI gives a rank
+//   a pty of its own), never this process's controlling terminal, which a shell may share:
 //   Open MPI's mpirun stops reading the ranks' output at Ctrl-C and sends SIGTERM only seconds
 //   later, by which time a rank that logs has filled the pipe and blocks in write(2), where the
 //   clean stop would never start. From then on a console line that does not fit is dropped (the
