@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 
 #include "graph/ops/op_support.h"
 
@@ -67,6 +68,10 @@ ModelSummary summarize_model(const Model& model, std::int64_t batch_rows,
   s.batch_rows = batch_rows;
   s.micro_batches = micro_batches;
   const auto& layers = model.layers();
+  // Whether each parameter trains, by name: a tied one (an lm_head reading wte) is its owner's.
+  std::map<std::string, bool> trains_by_name;
+  for (const auto& l : layers)
+    for (const auto& p : l->parameters()) trains_by_name[p.name] = !p.frozen;
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const Layer& l = *layers[i];
     NodeSummary n;
@@ -111,10 +116,17 @@ ModelSummary summarize_model(const Model& model, std::int64_t batch_rows,
       bool input_grad = false;
       for (TensorId t : planned.inputs)
         input_grad = input_grad || model.plan().needs_grad(model.plan().root(t));
+      // A weight gradient runs where a weight (not a bias: a column sum, no GEMM) trains, the
+      // op's own or one it reads from another (a tie).
       bool weights = false, trains = false;
       for (const auto& p : l.parameters()) {
         weights = true;
-        trains = trains || !p.frozen;
+        trains = trains || (!p.frozen && !p.name.ends_with(".bias"));
+      }
+      for (const auto& shared : l.shared_parameters()) {
+        weights = true;
+        const auto it = trains_by_name.find(shared.source);
+        trains = trains || (it != trains_by_name.end() && it->second);
       }
       backward = weights ? (trains ? f : 0) + (input_grad ? f : 0) : (input_grad ? 2 * f : 0);
     }

@@ -46,6 +46,20 @@ TEST(ModelSummary, CountsParametersFlopsAndShapesPerNode) {
   EXPECT_EQ(s.parameter_bytes, static_cast<std::size_t>(m.parameter_count()) * 8);
 }
 
+// A frozen weight whose bias trains (BitFit) runs no weight-gradient GEMM: fc1 and head count
+// their forward and, head, its input's gradient (fc1's input is the data); act and sum still pass
+// the gradient down to fc1's bias.
+TEST(ModelSummary, AFrozenWeightWithATrainingBiasRunsNoWeightGradient) {
+  ModelSpec spec = residual_spec();
+  for (const char* weight : {"fc1.weight", "head.weight"})
+    spec.freeze.frozen.push_back({weight, {"train.toml", 1, 11}, "train.frozen"});
+  Model m(cpu(), spec, 12, 5);
+  for (auto& l : m.layers()) l->set_precision({});
+  m.allocate(9);
+  EXPECT_EQ(summarize_model(m, 9).training_flops_per_step,
+            ((2 * 144 + 12) + 12 * 3 + 12 * 3 + 2 * 60 * 2) * 9);
+}
+
 TEST(ModelSummary, PlannedActivationMemoryFollowsThePolicy) {
   Model fp32(cpu(), residual_spec(), 12, 5);
   for (auto& l : fp32.layers()) l->set_precision({});

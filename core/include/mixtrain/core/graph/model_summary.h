@@ -9,7 +9,8 @@
 //   ops one per element (layernorm five). A training step is the forward and the backward the
 //   executor runs: none for a node no trainable parameter lies upstream of or at (a frozen
 //   prefix); for a node with weights, one forward's worth for its weights' gradient where one
-//   trains and one for its input's where a node upstream trains; for a node without, twice its
+//   trains (a weight, its own or a tied one it reads; a bias alone costs no GEMM) and one for its
+//   input's where a node upstream trains; for a node without, twice its
 //   forward where its input needs a gradient (attention's backward is four GEMMs to its two);
 //   times the batch and `micro_batches` (run.accumulate).
 // - Memory is bytes for `batch_rows` rows: the activation arena from the liveness plan
