@@ -142,13 +142,14 @@ std::string shell_word(const std::string& word) {
 // The `mixtrain train` command of these arguments: what mpirun is to run for a [distributed]
 // config started without it (core::launch_requirement), the user's --merge and --set included.
 std::string train_command(const ConfigArgs& cfg, const std::string& run_dir = {},
-                          const std::optional<std::string>& resume = {}) {
+                          const std::optional<std::string>& resume = {}, bool profile = false) {
   std::string command = "mixtrain train";
   if (!cfg.config.empty()) command += " " + shell_word(cfg.config);
   for (const auto& merge : cfg.merges) command += " --merge " + shell_word(merge.string());
   for (const auto& set : cfg.sets) command += " --set " + shell_word(set);
   if (!run_dir.empty()) command += " --run-dir " + shell_word(run_dir);
   if (resume) command += " --resume " + shell_word(*resume);
+  if (profile) command += " --profile";
   return command;
 }
 
@@ -178,8 +179,8 @@ int run_train(const ConfigArgs& given, const std::string& run_dir,
     if (const auto alone = core::follow_the_launch_on_resume(experiment); !alone.empty())
       core::core_logger("train").info(alone);
   auto components = core::create_components(experiment, *registry);
-  components.communicator = core::create_communicator(experiment, *registry, *components.backend,
-                                                      train_command(given, run_dir, resume));
+  components.communicator = core::create_communicator(
+      experiment, *registry, *components.backend, train_command(given, run_dir, resume, profile));
   if (!components.communicator)
     return train_with(experiment, std::move(components), run_dir, resume, profile);
   // Data parallel: a failure on one rank must end every rank, never leave the others blocked in

@@ -292,16 +292,25 @@ void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
       pathless.push_back(i);
     }
     if (!pathless.empty()) {
-      // At the first one; the message names every one, so one edit fixes the config.
+      // At the first one; the message names them all, so one edit fixes the config: a few with
+      // their overrides, a model with many (a ResNet's convolutions) the first few and the glob
+      // advice, not a hint of kilobytes.
+      constexpr std::size_t kNamed = 4;
       const PlannedNode& node = model.plan().node(pathless.front());
       std::string nodes, overrides;
-      for (const std::size_t i : pathless) {
-        const Layer& layer = *model.layers()[i];
+      for (std::size_t k = 0; k < pathless.size() && k < kNamed; ++k) {
+        const Layer& layer = *model.layers()[pathless[k]];
         nodes += (nodes.empty() ? "" : ", ") + ("'" + layer.name() + "' (" + layer.type() + ")");
         overrides +=
             (overrides.empty() ? "" : "; ") +
             ("[[precision.override]] layers = " +
              sdk::option_value_to_string(exact_pattern(layer.name())) + ", gemm_input = \"bf16\"");
+      }
+      if (pathless.size() > kNamed) {
+        const std::string more = std::to_string(pathless.size() - kNamed);
+        nodes += " and " + more + " more";
+        overrides += "; and the same for the other " + more +
+                     " (`layers` takes a glob: one entry can match them all)";
       }
       throw sdk::ConfigError(node.where, node.key,
                              (pathless.size() == 1 ? "node " : "nodes ") + nodes +
