@@ -125,7 +125,7 @@ EvalResult Trainer::predict(const Dataset& d, std::int64_t labelled_rows,
   EvalMode mode(*s.model);
   std::optional<EmaWeights> ema;
   if (s.e.eval.weights == EvalWeights::ema && !s.ema.empty()) ema.emplace(s);
-  const std::int64_t bs = s.e.data.eval_batch_size;
+  const std::int64_t bs = s.eval_batch_rows;  // the batch the model was allocated for
   // The logits per row: [classes], or [T, classes] for a language model.
   const std::int64_t row_values = d.labels_per_row() * s.model->classes();
   std::vector<float> logits_host;

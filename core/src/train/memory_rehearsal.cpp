@@ -166,7 +166,11 @@ std::vector<MemoryItem> held_items(Trainer::State& s) {
   const ExecutorMemory m = s.model->executor().memory();
   const std::int64_t rows = s.model->max_rows();
   const std::string sized = rows > s.rank_batch
-                                ? std::to_string(rows) + " rows: data.eval_batch_size, the larger"
+                                ? std::to_string(rows) + " rows: data.eval_batch_size, the larger" +
+                                      (rows < s.e.data.eval_batch_size
+                                           ? " (its " + std::to_string(s.e.data.eval_batch_size) +
+                                                 " cut to the rows evaluated)"
+                                           : std::string())
                                 : std::to_string(rows) + " rows";
   add("input batch and labels", m.input, sized);
   const std::size_t fp32 = s.model->plan_activations(rows, DType::fp32).arena_bytes;
@@ -226,7 +230,7 @@ MemoryReport Trainer::memory_report(bool rehearse) {
     if (!site.where.empty() && !site.where.starts_with("backward"))
       r.nonfinite_forward = site.where;
     const Dataset& d = s.eval.rows > 0 ? s.eval : s.train;
-    const Dataset batch = first_rows(d, std::min(s.e.data.eval_batch_size, d.rows));
+    const Dataset batch = first_rows(d, std::min(s.eval_batch_rows, d.rows));
     if (s.e.eval.top_k > 0)  // top-k reads each batch's logits on the host
       predict(batch, batch.rows, [](const PredictionBatch&) {});
     else

@@ -97,7 +97,11 @@ void build_model(Trainer::State& s) {
   s.precision.underflow_watch = false;
   for (const auto& l : s.model->layers())
     if (sdk::dtype_size(l->precision().activation_grad) < 4) s.precision.underflow_watch = true;
-  const std::int64_t max_rows = std::max(s.rank_batch, e.data.eval_batch_size);
+  const Dataset& evaluated = s.eval.rows > 0 ? s.eval : s.train;
+  s.eval_batch_rows =
+      s.opt.trains ? std::min(e.data.eval_batch_size, std::max<std::int64_t>(evaluated.rows, 1))
+                   : e.data.eval_batch_size;
+  const std::int64_t max_rows = std::max(s.rank_batch, s.eval_batch_rows);
   // Top-k reads every evaluation batch's whole logits, and a step observer (calibration) every
   // node's output after its forward: the logits are computed whole for them.
   if (e.eval.top_k > 0 || s.opt.observer != nullptr) s.model->set_loss_chunk_rows(0);

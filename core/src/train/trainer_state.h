@@ -77,6 +77,11 @@ struct Trainer::State {
   // rank runs the collectives that checkpoints and evaluation need.
   std::unique_ptr<Reducer> reducer;
   std::int64_t rank_batch = 0;
+  // Rows per evaluation batch (Trainer::predict), set by build_model: data.eval_batch_size, or, in
+  // a trainer that trains, at most the rows it evaluates (the held-out split, else the training
+  // split), so that a larger setting sizes no buffer for rows that never exist. A session that
+  // never trains batches inputs of its own (predict's) at data.eval_batch_size.
+  std::int64_t eval_batch_rows = 0;
   bool writes = true;
 };
 
