@@ -80,6 +80,18 @@ void collect_changed(const std::vector<sdk::RawOption>& saved,
   }
 }
 
+// The checkpoint's resolved config (its "config" entry); none when it has none or this build
+// cannot read it: nothing to compare against then.
+std::optional<Config> recorded_config(const std::map<std::string, std::string>& metadata) {
+  const auto it = metadata.find("config");
+  if (it == metadata.end()) return std::nullopt;
+  try {
+    return Config::from_string(it->second, "the checkpoint's config");
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
 }  // namespace
 
 nlohmann::json resume_terms_to_json(const ResumeTerms& terms) {
@@ -162,16 +174,15 @@ ResumeTerms read_resume_terms(const std::map<std::string, std::string>& metadata
 
 std::vector<std::string> changed_policy_options(const std::map<std::string, std::string>& metadata,
                                                 const Experiment& e) {
-  const auto it = metadata.find("config");
-  if (it == metadata.end()) return {};
+  const auto config = recorded_config(metadata);
+  if (!config) return {};
   std::vector<sdk::RawOption> saved;
   try {
-    const auto config = Config::from_string(it->second, "the checkpoint's config");
     const auto policy = section_selector(
-        config, "precision", "policy", "",
-        host_tables_given_as_arrays(config, "precision", {"override", "escalate"}));
+        *config, "precision", "policy", "",
+        host_tables_given_as_arrays(*config, "precision", {"override", "escalate"}));
     if (policy != e.policy_name) return {};  // a switch: restore_policy says so
-    saved = config.table_options("precision." + e.policy_name);
+    saved = config->table_options("precision." + e.policy_name);
   } catch (const std::exception&) {
     return {};  // a config this build cannot read: nothing to compare
   }
@@ -188,11 +199,11 @@ std::vector<std::string> changed_policy_options(const std::map<std::string, std:
 
 std::vector<std::string> changed_update_options(const std::map<std::string, std::string>& metadata,
                                                 const Experiment& e) {
-  const auto it = metadata.find("config");
-  if (it == metadata.end()) return {};
+  const auto recorded = recorded_config(metadata);
+  if (!recorded) return {};
+  const Config& config = *recorded;
   std::vector<std::string> changed;
   try {
-    const auto config = Config::from_string(it->second, "the checkpoint's config");
     const auto never = [](const std::string&) { return false; };
     // Another optimizer or scaler is refused when its state is restored: only the same one's.
     if (section_selector(config, "optimizer", "type", "", {"milestones"}) == e.optimizer_type)
@@ -218,11 +229,10 @@ std::vector<std::string> changed_update_options(const std::map<std::string, std:
 }
 
 std::optional<double> saved_ema_decay(const std::map<std::string, std::string>& metadata) {
-  const auto it = metadata.find("config");
-  if (it == metadata.end()) return std::nullopt;
+  const auto config = recorded_config(metadata);
+  if (!config) return std::nullopt;
   try {
-    const auto config = Config::from_string(it->second, "the checkpoint's config");
-    for (const auto& o : config.table_options("ema"))
+    for (const auto& o : config->table_options("ema"))
       if (o.key == "decay") return as_number(o.value);
   } catch (const std::exception&) {  // unreadable: nothing recorded
   }
@@ -232,13 +242,13 @@ std::optional<double> saved_ema_decay(const std::map<std::string, std::string>& 
 std::optional<ScheduleChange> changed_schedule(const std::map<std::string, std::string>& metadata,
                                                const Experiment& e, const LrSchedule& now,
                                                std::int64_t schedule_steps) {
-  const auto it = metadata.find("config");
-  if (it == metadata.end()) return std::nullopt;
+  const auto recorded = recorded_config(metadata);
+  if (!recorded) return std::nullopt;
+  const Config& config = *recorded;
   ScheduleChange change{{}, now};
   LrSchedule& was = change.was;
   if (schedule_steps > 0) was.total_steps = schedule_steps;
   try {
-    const auto config = Config::from_string(it->second, "the checkpoint's config");
     const auto saved = config.table_options("optimizer", {"milestones"});
     // The recorded value of `key` into `field` (left as it is when the config has none: written
     // before the key existed), and the change when it is not `current`'s.
