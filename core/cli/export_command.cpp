@@ -83,14 +83,24 @@ bool peft_layout(const ExportArgs& args) {
   return args.layout == "peft";
 }
 
-// The output, checked before anything is read: a folder for --layout hf and peft, else a file.
-void check_output(const ExportArgs& args, const fs::path& out, const CommandInput& input) {
-  // A killed folder export left its staging folder (a partial weights file) in the folder, which
-  // would make an empty folder look written.
-  if (hf_layout(args) || peft_layout(args))
+// What killed exports left where this one writes, removed (no live writer holds it) and said,
+// before the output is checked: a file export's temporary file beside --out (a checkpoint's
+// size), a folder export's staging folder inside it (a partial weights file, which would make an
+// empty folder look written).
+void remove_abandoned_outputs(const ExportArgs& args, const fs::path& out) {
+  if (hf_layout(args) || peft_layout(args)) {
     for (const auto& stale : remove_abandoned_staging_folders(out))
       std::cerr << "removed " << stale.string()
                 << ", the staging folder of an export that was killed" << std::endl;
+  } else {
+    for (const auto& stale : remove_abandoned_temp_files(out))
+      std::cerr << "removed " << stale.string()
+                << ", the temporary file of a writer that was killed" << std::endl;
+  }
+}
+
+// The output, checked before anything is read: a folder for --layout hf and peft, else a file.
+void check_output(const ExportArgs& args, const fs::path& out, const CommandInput& input) {
   if (hf_layout(args))
     check_output_folder(out, {std::string(core::kHfWeightsFile), std::string(core::kHfConfigFile)},
                         {input}, args.force);
@@ -161,12 +171,6 @@ void write_hf_folder(const ExportArgs& args, const sdk::CheckpointFormat& writer
 void write_export(const ExportArgs& args, const sdk::CheckpointFormat& writer,
                   sdk::TrainingState state, const fs::path& source, const fs::path& out,
                   const std::string& from) {
-  // A killed export left its temporary file (a checkpoint's size) where the next one writes (a
-  // folder export's is in its staging folder, cleared by check_output).
-  if (!peft_layout(args) && !hf_layout(args))
-    for (const auto& stale : remove_abandoned_temp_files(out))
-      std::cerr << "removed " << stale.string()
-                << ", the temporary file of a writer that was killed" << std::endl;
   if (peft_layout(args)) return write_peft_folder(writer, std::move(state), source, out, from);
   if (args.merge_lora) {
     if (!has_lora_adapters(state))
@@ -234,6 +238,7 @@ int export_checkpoint(const ExportArgs& args) {
     default_out.replace_extension(writer->file_extension());
   const fs::path out =
       args.out.empty() ? core::run_folder_of(source) / default_out : fs::path(args.out);
+  remove_abandoned_outputs(args, out);
   check_output(args, out, {"source", source});
 
   auto state = reader->read(source);
@@ -283,6 +288,7 @@ int export_initial(const ExportArgs& args) {
         hf_layout(args) || peft_layout(args)
             ? "name the output folder, e.g. --out initial-" + args.layout
             : std::string("name the output file, e.g. --out initial.safetensors"));
+  remove_abandoned_outputs(args, out);
   check_output(args, out, {"config", config});
 
   auto session =
