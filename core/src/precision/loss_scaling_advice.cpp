@@ -3,6 +3,8 @@
 
 #include <vector>
 
+#include "console/short_list.h"
+
 namespace mixtrain::core {
 
 std::optional<std::string> unscaled_narrow_gradients(const Experiment& experiment,
@@ -17,11 +19,7 @@ std::optional<std::string> unscaled_narrow_gradients(const Experiment& experimen
   for (const auto& l : model.layers())
     if (l->precision().activation_grad == sdk::DType::fp16) fp16.push_back(l->name());
   if (fp16.empty()) return std::nullopt;
-  constexpr std::size_t kNamed = 4;
-  std::string names;
-  for (std::size_t i = 0; i < fp16.size() && i < kNamed; ++i) names += (i ? ", " : "") + fp16[i];
-  if (fp16.size() > kNamed) names += " and " + std::to_string(fp16.size() - kNamed) + " more";
-  return "[[precision.override]] makes the gradients of " + names +
+  return "[[precision.override]] makes the gradients of " + short_list(fp16, 4) +
          " fp16 but scaler.type = \"none\": small gradients will flush to zero; set "
          "scaler.type = \"dynamic\"";
 }

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "console/short_list.h"
 #include "mixtrain/sdk/options.h"
 #include "mixtrain/sdk/support/block_scaling.h"
 
@@ -297,21 +298,23 @@ void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
       // advice, not a hint of kilobytes.
       constexpr std::size_t kNamed = 4;
       const PlannedNode& node = model.plan().node(pathless.front());
-      std::string nodes, overrides;
+      std::vector<std::string> named;
+      std::string overrides;
+      for (const std::size_t i : pathless) {
+        const Layer& layer = *model.layers()[i];
+        named.push_back("'" + layer.name() + "' (" + layer.type() + ")");
+      }
+      const std::string nodes = short_list(named, kNamed);
       for (std::size_t k = 0; k < pathless.size() && k < kNamed; ++k) {
         const Layer& layer = *model.layers()[pathless[k]];
-        nodes += (nodes.empty() ? "" : ", ") + ("'" + layer.name() + "' (" + layer.type() + ")");
         overrides +=
             (overrides.empty() ? "" : "; ") +
             ("[[precision.override]] layers = " +
              sdk::option_value_to_string(exact_pattern(layer.name())) + ", gemm_input = \"bf16\"");
       }
-      if (pathless.size() > kNamed) {
-        const std::string more = std::to_string(pathless.size() - kNamed);
-        nodes += " and " + more + " more";
-        overrides += "; and the same for the other " + more +
+      if (pathless.size() > kNamed)
+        overrides += "; and the same for the other " + std::to_string(pathless.size() - kNamed) +
                      " (`layers` takes a glob: one entry can match them all)";
-      }
       throw sdk::ConfigError(node.where, node.key,
                              (pathless.size() == 1 ? "node " : "nodes ") + nodes +
                                  (pathless.size() == 1 ? " has" : " have") +

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "console/short_list.h"
 #include "mixtrain/sdk/error.h"
 #include "runs/comparison_internal.h"
 
@@ -127,12 +128,11 @@ std::vector<std::string> comparison_warnings(const RunComparison& c) {
     if (i == 0 || !row.setup_differences || row.setup_differences->empty()) continue;
     const auto& diffs = *row.setup_differences;
     constexpr std::size_t kShown = 4;  // enough to see what changed; compare.json lists all
-    std::string list;
-    for (std::size_t k = 0; k < diffs.size() && k < kShown; ++k)
-      list += (k == 0 ? "" : ", ") + diffs[k].key + " = " + diffs[k].run + " (baseline " +
-              diffs[k].baseline + ")";
-    if (diffs.size() > kShown) list += " and " + std::to_string(diffs.size() - kShown) + " more";
-    out.push_back(row.name + " trains a different model or data than the baseline: " + list +
+    std::vector<std::string> differences;
+    for (const auto& d : diffs)
+      differences.push_back(d.key + " = " + d.run + " (baseline " + d.baseline + ")");
+    out.push_back(row.name + " trains a different model or data than the baseline: " +
+                  short_list(differences, kShown) +
                   "; its loss and accuracy differences are not a precision effect");
   }
   if (!unchecked.empty() && c.rows.size() > 1) {

@@ -20,6 +20,7 @@
 
 #include "checkpoint/state.h"
 #include "config/resolved_values.h"
+#include "console/short_list.h"
 #include "graph/ops/op_support.h"
 #include "mixtrain/core/checkpoint/gpt2_layout.h"
 #include "mixtrain/core/checkpoint/hf_folder.h"
@@ -642,12 +643,7 @@ std::vector<std::string> model_changes_since(const Trainer::State& s, const Chec
 }
 
 std::string changes_text(const std::vector<std::string>& changes) {
-  constexpr std::size_t kShown = 6;
-  std::string out;
-  for (std::size_t i = 0; i < changes.size() && i < kShown; ++i)
-    out += (i ? ", " : "") + changes[i];
-  if (changes.size() > kShown) out += " and " + std::to_string(changes.size() - kShown) + " more";
-  return out;
+  return short_list(changes, 6);
 }
 
 // eval, predict and sample run the checkpoint's model: a parameter or buffer of the file with no

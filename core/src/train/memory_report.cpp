@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 
+#include "console/short_list.h"
 #include "graph/allocation_error.h"
 
 namespace mixtrain::core {
@@ -25,14 +26,12 @@ std::string growth_text(std::vector<MemoryGrowth> growth) {
   constexpr std::size_t kShown = 4;
   std::stable_sort(growth.begin(), growth.end(),
                    [](const auto& a, const auto& b) { return a.bytes > b.bytes; });
-  std::string out;
-  for (std::size_t i = 0; i < growth.size() && i < kShown; ++i) {
-    const auto& g = growth[i];
-    out += (i ? ", " : "") + g.where;
-    if (g.format) out += " (" + std::string(sdk::dtype_name(*g.format)) + ")";
-    out += " " + memory_text(g.bytes);
-  }
-  if (growth.size() > kShown) out += " and " + std::to_string(growth.size() - kShown) + " more";
+  std::vector<std::string> places;
+  for (const auto& g : growth)
+    places.push_back(g.where +
+                     (g.format ? " (" + std::string(sdk::dtype_name(*g.format)) + ")" : "") + " " +
+                     memory_text(g.bytes));
+  const std::string out = short_list(places, kShown);
   return out.empty() ? out : "grew at " + out;
 }
 

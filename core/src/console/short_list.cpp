@@ -1,0 +1,12 @@
+#include "console/short_list.h"
+
+namespace mixtrain::core {
+
+std::string short_list(const std::vector<std::string>& items, std::size_t shown) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size() && i < shown; ++i) out += (i ? ", " : "") + items[i];
+  if (items.size() > shown) out += " and " + std::to_string(items.size() - shown) + " more";
+  return out;
+}
+
+}  // namespace mixtrain::core
