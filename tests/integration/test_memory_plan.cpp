@@ -65,7 +65,24 @@ TEST_P(MemoryPlan, ARunPeaksWithinTenPercentOfWhatCheckPredicts) {
   }
 }
 
-using MemoryPlanFlags = CliTest;
+class MemoryPlanFlags : public CliTest {
+ protected:
+  struct Peaks {
+    double predicted, measured;
+  };
+  // check's predicted peak for `cfg`, then the peak_memory_bytes of `train` of it in dir_/name;
+  // none (the failure recorded) when a command fails or check predicts nothing.
+  std::optional<Peaks> forecast_and_run(const std::string& cfg, const std::string& name) {
+    const auto checked = run("check " + cfg);
+    EXPECT_EQ(checked.exit_code, 0) << checked.err;
+    const auto predicted = predicted_peak(checked.out);
+    EXPECT_TRUE(predicted) << checked.out;
+    const auto trained = run("train " + cfg + " --run-dir " + (dir_ / name).string());
+    EXPECT_EQ(trained.exit_code, 0) << trained.err;
+    if (checked.exit_code != 0 || !predicted || trained.exit_code != 0) return std::nullopt;
+    return Peaks{*predicted, summary(dir_ / name)["peak_memory_bytes"].get<double>()};
+  }
+};
 
 // A run too short for its first statistics step (run.underflow_every past run.steps) never
 // measures underflow: the check rehearses no such pass either, so it predicts the run's peak, not
@@ -105,15 +122,10 @@ TEST_F(MemoryPlanFlags, AnNvfp4EvaluationQuantizesForTheForwardAloneAndPeaksAtTh
   const std::string cfg = quickstart() +
                           " --set precision.policy=nvfp4 --set run.steps=1 --set run.eval_every=0"
                           " --set checkpoint.every=0";
-  const auto checked = run("check " + cfg);
-  ASSERT_EQ(checked.exit_code, 0) << checked.err;
-  const auto predicted = predicted_peak(checked.out);
-  ASSERT_TRUE(predicted) << checked.out;
-  const auto trained = run("train " + cfg + " --run-dir " + (dir_ / "nvfp4").string());
-  ASSERT_EQ(trained.exit_code, 0) << trained.err;
-  const double measured = summary(dir_ / "nvfp4")["peak_memory_bytes"].get<double>();
-  EXPECT_NEAR(measured / *predicted, 1.0, 0.01)
-      << "check predicted " << *predicted << ", the run peaked at " << measured;
+  const auto peaks = forecast_and_run(cfg, "nvfp4");
+  ASSERT_TRUE(peaks);
+  EXPECT_NEAR(peaks->measured / peaks->predicted, 1.0, 0.01)
+      << "check predicted " << peaks->predicted << ", the run peaked at " << peaks->measured;
 }
 
 // A checkpoint holds frozen bf16 weights widened to FP32 (checkpointing.cpp, capture_state):
@@ -124,16 +136,11 @@ TEST_F(MemoryPlanFlags, ACheckpointOfFrozenBf16WeightsPeaksAtTheForecast) {
                           " --set precision.policy=bf16-mixed --set run.steps=2"
                           " --set run.eval_every=0 --set checkpoint.every=0"
                           " --set 'train.frozen=[\"fc1\", \"fc2\"]'";
-  const auto checked = run("check " + cfg);
-  ASSERT_EQ(checked.exit_code, 0) << checked.err;
-  const auto predicted = predicted_peak(checked.out);
-  ASSERT_TRUE(predicted) << checked.out;
-  const auto trained = run("train " + cfg + " --run-dir " + (dir_ / "frozen").string());
-  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  const auto peaks = forecast_and_run(cfg, "frozen");
+  ASSERT_TRUE(peaks);
   ASSERT_TRUE(fs::exists(dir_ / "frozen" / "checkpoints" / "step-00000002.mxt"));
-  const double measured = summary(dir_ / "frozen")["peak_memory_bytes"].get<double>();
-  EXPECT_NEAR(measured / *predicted, 1.0, 0.01)
-      << "check predicted " << *predicted << ", the run peaked at " << measured;
+  EXPECT_NEAR(peaks->measured / peaks->predicted, 1.0, 0.01)
+      << "check predicted " << peaks->predicted << ", the run peaked at " << peaks->measured;
 }
 
 // A run evaluates its held-out split and nothing else: a data.eval_batch_size above the split's
@@ -141,22 +148,17 @@ TEST_F(MemoryPlanFlags, ACheckpointOfFrozenBf16WeightsPeaksAtTheForecast) {
 // of arena, before), and evaluates to the same numbers.
 TEST_F(MemoryPlanFlags, AnEvalBatchLargerThanTheSplitIsCutToItsRows) {
   const std::string cfg = quickstart() + " --set run.steps=2 --set checkpoint.every=0";
-  std::optional<double> predicted[2];
+  std::optional<Peaks> peaks[2];
   json eval[2];
   int i = 0;
   for (const std::string rows : {"819", "100000"}) {
-    const std::string sets = " --set data.eval_batch_size=" + rows;
-    const auto checked = run("check " + cfg + sets);
-    ASSERT_EQ(checked.exit_code, 0) << checked.err;
-    predicted[i] = predicted_peak(checked.out);
-    ASSERT_TRUE(predicted[i]) << checked.out;
-    const auto trained = run("train " + cfg + sets + " --run-dir " + (dir_ / rows).string());
-    ASSERT_EQ(trained.exit_code, 0) << trained.err;
+    peaks[i] = forecast_and_run(cfg + " --set data.eval_batch_size=" + rows, rows);
+    ASSERT_TRUE(peaks[i]) << rows;
+    EXPECT_EQ(peaks[i]->measured, peaks[i]->predicted) << rows;
     eval[i] = summary(dir_ / rows);
-    EXPECT_EQ(eval[i]["peak_memory_bytes"].get<double>(), *predicted[i]) << rows;
     ++i;
   }
-  EXPECT_EQ(*predicted[0], *predicted[1]);
+  EXPECT_EQ(peaks[0]->predicted, peaks[1]->predicted);
   EXPECT_EQ(eval[0]["eval_loss"], eval[1]["eval_loss"]);
   EXPECT_EQ(eval[0]["eval_accuracy"], eval[1]["eval_accuracy"]);
 }
