@@ -67,10 +67,9 @@ std::vector<float> Decoder::decode(std::span<const std::int32_t> ids) {
   Executor& exec = model_.executor();
   backend.copy_from_host({exec.input(1).data, DType::int32, sdk::Shape{n}}, ids.data());
   const Extent step = Extent::decode_of(n);
-  {
-    const EvaluationMode eval(model_);
-    exec.decode(length_, n, states_);
-  }
+  // Through the logits' read: evaluation mode may place the outputs apart from training's.
+  const EvaluationMode eval(model_);
+  exec.decode(length_, n, states_);
   // x is [n, classes]: the last row predicts the next token.
   const TensorView all = exec.activation(model_.plan().logits(), step);
   const TensorView last{

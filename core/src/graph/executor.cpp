@@ -85,8 +85,12 @@ Executor::LossChunking Executor::decide_loss_chunking(std::int64_t max_rows,
   return c;
 }
 
-void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients,
-                        std::int64_t loss_chunk_rows) {
+void Executor::allocate(PassRows rows, bool reserve_fp32_gradients, std::int64_t loss_chunk_rows) {
+  if (rows.train < 0 || rows.evaluation < 0 || std::max(rows.train, rows.evaluation) < 1)
+    throw std::logic_error("Executor::allocate: " + std::to_string(rows.train) + " training and " +
+                           std::to_string(rows.evaluation) +
+                           " evaluation rows; one pass needs a row at least");
+  const std::int64_t max_rows = std::max(rows.train, rows.evaluation);
   max_rows_ = max_rows;
   const InputSpec& in = plan_.input();
   for (auto& op : ops_) {  // what the plans below depend on
@@ -102,12 +106,20 @@ void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients,
   last_loss_blocks_ = 0;
   logits_stale_ = false;
   // The plans first (pure), so a refused allocation can be reported against the whole of them.
-  step_plan_ = plan_step_memory(plan_, ops_, max_rows, reserve_fp32_gradients);
-  deferred_plan_ = plan_deferred_outputs(plan_, ops_, max_rows);
-  fp32_reserved_ = reserve_fp32_gradients;
-  const MemoryForecast forecast = forecast_memory(
-      plan_, ops_, max_rows, step_plan_.arena.arena_bytes + deferred_plan_.plan.arena_bytes);
-  const LivenessPlan& arena_plan = step_plan_.arena;
+  // An evaluation of more rows than the step gets a forward-only plan of its own in the same
+  // arena: the arena is the larger of the two, not a step at the evaluation's rows.
+  step_plan_ = rows.train > 0 ? plan_step_memory(plan_, ops_, rows.train, reserve_fp32_gradients)
+                              : StepMemoryPlan{};
+  eval_plan_ = rows.evaluation > rows.train ? plan_forward_memory(plan_, ops_, rows.evaluation)
+                                            : ForwardMemoryPlan{};
+  // The outputs written only unfused: the non-finite replay's, a training step's.
+  deferred_plan_ =
+      rows.train > 0 ? plan_deferred_outputs(plan_, ops_, rows.train) : DeferredOutputPlan{};
+  fp32_reserved_ = reserve_fp32_gradients && rows.train > 0;
+  const std::size_t arena_bytes =
+      std::max(step_plan_.arena.arena_bytes, eval_plan_.arena.arena_bytes);
+  const MemoryForecast forecast =
+      forecast_memory(plan_, ops_, max_rows, arena_bytes + deferred_plan_.plan.arena_bytes);
   // Allocates through `make`; a BackendError (out of memory, most often) is reported with the
   // buffer, its bytes and the forecast.
   auto allocating = [&](const std::string& what, std::size_t bytes, auto&& make) {
@@ -115,8 +127,10 @@ void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients,
       make();
     } catch (const sdk::BackendError& e) {
       MemoryForecast f = forecast;
-      f.activations_narrow = step_plan_.activations.arena_bytes <
-                             core::plan_activations(plan_, ops_, max_rows, DType::fp32).arena_bytes;
+      f.activations_narrow =
+          step_plan_.activations.arena_bytes <
+          core::plan_activations(plan_, ops_, std::max<std::int64_t>(rows.train, 1), DType::fp32)
+              .arena_bytes;
       throw allocation_error(e, what, bytes, f, *backend_);
     }
   };
@@ -126,60 +140,121 @@ void Executor::allocate(std::int64_t max_rows, bool reserve_fp32_gradients,
     loss_ = Tensor(backend_, DType::fp32, sdk::Shape{1});
     correct_ = Tensor(backend_, DType::int32, sdk::Shape{1});
   });
-  // Activations and their gradients: one arena from their liveness plan, then each op's own
+  // Activations and their gradients: one arena from their liveness plans, then each op's own
   // buffers.
-  allocating("the arena of the activations and their gradients", arena_plan.arena_bytes,
-             [&] { act_arena_ = arena(backend_, arena_plan.arena_bytes); });
+  allocating("the arena of the activations and their gradients", arena_bytes,
+             [&] { act_arena_ = arena(backend_, arena_bytes); });
   deferred_arena_ = Tensor();
   if (deferred_plan_.plan.arena_bytes > 0)
     allocating("the outputs written only unfused (the non-finite replay)",
                deferred_plan_.plan.arena_bytes,
                [&] { deferred_arena_ = arena(backend_, deferred_plan_.plan.arena_bytes); });
-  // Each planned output's place in the arena (an op's unfused output may live in its reader's).
-  std::vector<std::byte*> planned_at(ops_.size(), nullptr);
-  for (std::size_t i = 0, k = 0; i < ops_.size(); ++i)
-    if (ops_[i]->planned_output_bytes(max_rows * plan_.node(i).rows_per_sample) > 0)
-      planned_at[i] = static_cast<std::byte*>(act_arena_.view().data) + arena_plan.offset[k++];
-  for (std::size_t i = 0, d = 0; i < ops_.size(); ++i) {
-    const std::int64_t rows = max_rows * plan_.node(i).rows_per_sample;
-    ops_[i]->use_output_storage(planned_at[i]);
-    const bool deferred = d < deferred_plan_.nodes.size() && deferred_plan_.nodes[d] == i;
-    std::byte* unfused_at = deferred ? static_cast<std::byte*>(deferred_arena_.view().data) +
-                                           deferred_plan_.plan.offset[d++]
-                                     : nullptr;
-    if (const auto home = output_home(plan_, ops_, i, max_rows)) unfused_at = planned_at[*home];
-    ops_[i]->use_deferred_output_storage(unfused_at);
+  step_ = rows.train > 0 ? place(rows.train, step_plan_.arena, step_plan_.activation_buffers, true)
+                         : Placement{};
+  evaluation_ = rows.evaluation > rows.train
+                    ? place(rows.evaluation, eval_plan_.arena, eval_plan_.lives.size(), false)
+                    : Placement{};
+  evaluating_ = false;
+  bind_placement();
+  for (std::size_t i = 0; i < ops_.size(); ++i) {
     const std::size_t own = owned_parameter_bytes(*ops_[i], false);
     allocating("the parameters, gradients and buffers of node '" + ops_[i]->name() + "' (" +
                    ops_[i]->type() + ")",
-               own, [&] { ops_[i]->allocate(backend_, rows); });
+               own, [&] { ops_[i]->allocate(backend_, max_rows * plan_.node(i).rows_per_sample); });
   }
   blocks_ = LossBlockMemory{};
   loss_parts_ = Tensor();
   correct_parts_ = Tensor();
   if (chunking_.rows > 0) {
-    // The blocks are the activations' last two buffers (memory_plan.h).
-    const ChunkedLogits c = chunked_logits(plan_, ops_, max_rows);
-    const Layer& head = *ops_[chunked_node_];
-    const std::size_t last = step_plan_.activation_buffers;
-    auto* base = static_cast<std::byte*>(act_arena_.view().data);
-    const sdk::Shape block{c.rows, head.out_features()};
-    blocks_.rows = c.rows;
-    blocks_.logits = {base + arena_plan.offset[last - 2],
-                      ops::storage_of(head.precision().activation), block};
-    blocks_.logits_grad = {base + arena_plan.offset[last - 1], logits_grad_dtype(plan_, ops_),
-                           block};
+    const std::int64_t block_rows = chunked_logits(plan_, ops_, max_rows).rows;
     const std::int64_t count =
-        (max_rows * plan_.node(chunked_node_).rows_per_sample + c.rows - 1) / c.rows;
+        (max_rows * plan_.node(chunked_node_).rows_per_sample + block_rows - 1) / block_rows;
     allocating("the loss's per-block values", static_cast<std::size_t>(count) * 8, [&] {
       loss_parts_ = Tensor(backend_, DType::fp32, sdk::Shape{count});
       correct_parts_ = Tensor(backend_, DType::int32, sdk::Shape{count});
     });
-    blocks_.loss_parts = loss_parts_.view();
-    blocks_.correct_parts = correct_parts_.view();
   }
+  bind_placement();
   bind_ties();
+}
+
+Executor::Placement Executor::place(std::int64_t rows, const LivenessPlan& arena_plan,
+                                    std::size_t activation_buffers, bool training) const {
+  Placement p;
+  p.rows = rows;
+  p.training = training;
+  auto* base = static_cast<std::byte*>(act_arena_.view().data);
+  // Each planned output's place in the arena, in the plan's order (an op's unfused output may
+  // live in its reader's).
+  p.output.assign(ops_.size(), nullptr);
+  p.unfused.assign(ops_.size(), nullptr);
+  for (std::size_t i = 0, k = 0; i < ops_.size(); ++i)
+    if (ops_[i]->planned_output_bytes(rows * plan_.node(i).rows_per_sample) > 0)
+      p.output[i] = base + arena_plan.offset[k++];
+  for (std::size_t i = 0, d = 0; i < ops_.size(); ++i) {
+    // Only a training step runs unfused (the non-finite replay); an evaluation that did would
+    // get an output of the op's own, at the most rows (Layer::materialise_output).
+    if (training && d < deferred_plan_.nodes.size() && deferred_plan_.nodes[d] == i)
+      p.unfused[i] =
+          static_cast<std::byte*>(deferred_arena_.view().data) + deferred_plan_.plan.offset[d++];
+    if (const auto home = output_home(plan_, ops_, i, rows)) p.unfused[i] = p.output[*home];
+  }
+  if (chunking_.rows > 0) {
+    // The blocks are the activations' last two buffers (memory_plan.h).
+    const ChunkedLogits c = chunked_logits(plan_, ops_, rows);
+    const Layer& head = *ops_[chunked_node_];
+    const sdk::Shape block{c.rows, head.out_features()};
+    p.block_rows = c.rows;
+    p.block_logits = {base + arena_plan.offset[activation_buffers - 2],
+                      ops::storage_of(head.precision().activation), block};
+    p.block_logits_grad = {base + arena_plan.offset[activation_buffers - 1],
+                           logits_grad_dtype(plan_, ops_), block};
+  }
+  return p;
+}
+
+bool Executor::evaluation_placed() const {
+  return evaluation_.rows > 0 && (evaluating_ || step_.rows == 0);
+}
+
+void Executor::set_evaluating(bool on) {
+  const bool was = evaluation_placed();
+  evaluating_ = on;
+  if (evaluation_placed() != was) bind_placement();
+}
+
+void Executor::bind_placement() {
+  const Placement& p = evaluation_placed() ? evaluation_ : step_;
+  for (std::size_t i = 0; i < ops_.size(); ++i) {
+    ops_[i]->use_output_storage(i < p.output.size() ? p.output[i] : nullptr);
+    ops_[i]->use_deferred_output_storage(i < p.unfused.size() ? p.unfused[i] : nullptr);
+  }
+  blocks_.rows = p.block_rows;
+  blocks_.logits = p.block_logits;
+  blocks_.logits_grad = p.block_logits_grad;
+  blocks_.loss_parts = loss_parts_.view();
+  blocks_.correct_parts = correct_parts_.view();
   plan_poisoning();
+}
+
+std::int64_t Executor::placed_rows() const {
+  return evaluation_placed() ? evaluation_.rows : step_.rows;
+}
+
+void Executor::check_pass(const char* pass, std::int64_t samples, bool backward) const {
+  if (!evaluating_ && step_.rows == 0)
+    throw std::logic_error(std::string("Executor::") + pass +
+                           ": a training pass, but allocate() planned no training step (its "
+                           "PassRows::train was 0); set evaluation mode for a forward alone");
+  if (backward && evaluation_placed())
+    throw std::logic_error(std::string("Executor::") + pass +
+                           ": a gradient in evaluation mode, whose memory plan keeps nothing "
+                           "for a backward; set training mode before the forward");
+  if (samples > placed_rows())
+    throw std::logic_error(std::string("Executor::") + pass + ": " + std::to_string(samples) +
+                           " rows, more than the " + std::to_string(placed_rows()) + " the " +
+                           (evaluation_placed() ? "evaluation's" : "training step's") +
+                           " memory plan holds");
 }
 
 ExecutorMemory Executor::memory() const {
@@ -276,8 +351,16 @@ void Executor::gather_inputs(std::size_t i, Extent e, std::vector<TensorView>& x
   for (TensorId t : plan_.node(i).inputs) xs.push_back(activation(t, e));
 }
 
+const std::vector<BufferLife>& Executor::placed_lives() const {
+  return evaluation_placed() ? eval_plan_.lives : step_plan_.lives;
+}
+
+const LivenessPlan& Executor::placed_arena() const {
+  return evaluation_placed() ? eval_plan_.arena : step_plan_.arena;
+}
+
 void Executor::plan_poisoning() {
-  const std::vector<BufferLife>& lives = step_plan_.lives;
+  const std::vector<BufferLife>& lives = placed_lives();
   deaths_.resize(lives.size());
   for (std::size_t k = 0; k < lives.size(); ++k) deaths_[k] = k;
   std::stable_sort(deaths_.begin(), deaths_.end(), [&](std::size_t a, std::size_t b) {
@@ -288,7 +371,7 @@ void Executor::plan_poisoning() {
 
 void Executor::poison_through(int step) {
   if (!poison_) return;
-  const std::vector<BufferLife>& lives = step_plan_.lives;
+  const std::vector<BufferLife>& lives = placed_lives();
   auto* base = static_cast<std::byte*>(act_arena_.view().data);
   for (; next_death_ < deaths_.size() && lives[deaths_[next_death_]].last_step <= step;
        ++next_death_) {
@@ -296,13 +379,14 @@ void Executor::poison_through(int step) {
     const std::size_t bytes = aligned_buffer_bytes(lives[k].bytes, kDefaultBufferAlignment);
     if (bytes == 0) continue;
     // All ones: a NaN in every float storage dtype (fp32, bf16, fp16, both fp8s).
-    backend_->fill({base + step_plan_.arena.offset[k], DType::fp32,
+    backend_->fill({base + placed_arena().offset[k], DType::fp32,
                     sdk::Shape{static_cast<std::int64_t>(bytes / 4)}},
                    std::bit_cast<float>(0xFFFFFFFFu));
   }
 }
 
 void Executor::forward(Extent e, const ForwardVisitor& visit) {
+  check_pass("forward", e.samples, false);
   std::vector<TensorView> xs;
   next_death_ = 0;  // a new pass: every buffer is written again before it is read
   for (std::size_t i = 0; i < ops_.size(); ++i) {
@@ -321,6 +405,7 @@ void Executor::forward(Extent e, const ForwardVisitor& visit) {
 
 void Executor::decode(std::int64_t start, std::int64_t tokens,
                       std::span<const std::unique_ptr<DecodeState>> states) {
+  check_pass("decode", 1, false);
   const Extent e = Extent::decode_of(tokens);
   std::vector<TensorView> xs;
   for (std::size_t i = 0; i < ops_.size(); ++i) {
@@ -345,6 +430,7 @@ TensorView Executor::logits(Extent e) {
 void Executor::compute_loss(std::int64_t rows, float grad_scale, float label_smoothing,
                             std::optional<GradientBuffers> gradients,
                             const LossBlockVisitor& visit) {
+  check_pass("compute_loss", rows, gradients.has_value());
   // Only the step's own pass poisons: the all-FP32 pass reads the same activations again.
   if (gradients && !gradients->all_fp32) poison_through(static_cast<int>(ops_.size()) - 1);
   if (chunking_.rows > 0) {
@@ -397,6 +483,7 @@ void Executor::start_gradients() {
 
 void Executor::backward(Extent e, const GradientBuffers& buffers, bool last_micro_batch,
                         const BackwardVisitor& visit) {
+  check_pass("backward", e.samples, true);
   // The loss wrote the logits' gradient: its root has had its first contribution.
   std::vector<int> written(ops_.size(), 0);
   const TensorId sink_root = plan_.root(plan_.logits());

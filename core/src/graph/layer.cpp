@@ -64,21 +64,25 @@ void Layer::allocate(const std::shared_ptr<sdk::DeviceBackend>& backend, std::in
   facets_ = BoundFacets(*backend_);
   max_rows_ = max_rows;
   output_ = Tensor();
+  output_unfused_ = false;
   if (!traits_.output_deferred && loss_chunk_rows_ == 0) materialise_output();
 }
 
 void Layer::materialise_output() {
-  if (!output_.empty() || planned_output_ != nullptr) return;
+  if (!output_.empty() || planned_output_ != nullptr || output_unfused_) return;
+  // Where the executor's placement in use puts it; that place may move with the placement.
   if (deferred_output_ != nullptr)
-    planned_output_ = deferred_output_;
+    output_unfused_ = true;
   else
     output_ = Tensor(backend_, storage_of(precision_.activation), sdk::Shape{max_rows_, out_});
 }
 
 TensorView Layer::output(std::int64_t rows) const {
   const DType dtype = storage_of(precision_.activation);
-  if (planned_output_ != nullptr && output_.empty())
-    return {planned_output_, dtype, sdk::Shape{rows, out_}};
+  void* placed = planned_output_ != nullptr ? planned_output_
+                 : output_unfused_          ? deferred_output_
+                                            : nullptr;
+  if (placed != nullptr && output_.empty()) return {placed, dtype, sdk::Shape{rows, out_}};
   if (output_.empty()) return {nullptr, dtype, sdk::Shape{rows, out_}};
   return output_.rows(rows);
 }

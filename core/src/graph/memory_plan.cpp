@@ -30,24 +30,34 @@ DType activation_dtype(const GraphPlan& plan, const Ops& ops, TensorId t) {
 namespace {
 
 // Per node: the last step that reads its output (a forward read, the backward of a reader that
-// keeps its inputs, its own backward when that reads it, the loss for the logits).
-std::vector<int> last_reads(const GraphPlan& plan, const Ops& ops) {
+// keeps its inputs, its own backward when that reads it, the loss for the logits). A pass
+// without a backward (`forward_only`: an evaluation) reads no output past the loss.
+std::vector<int> last_reads(const GraphPlan& plan, const Ops& ops, bool forward_only) {
   const int n = static_cast<int>(ops.size());
   std::vector<int> last(ops.size());
   for (int p = 0; p < n; ++p)
     last[static_cast<std::size_t>(p)] =
-        ops[static_cast<std::size_t>(p)]->backward_reads_output() ? 2 * n - p : p;
+        !forward_only && ops[static_cast<std::size_t>(p)]->backward_reads_output() ? 2 * n - p : p;
   const TensorId logits_root = plan.root(plan.logits());
   if (logits_root.is_node())
     last[logits_root.position()] = std::max(last[logits_root.position()], n);
   for (int q = 0; q < n; ++q) {
     const auto& reader = *ops[static_cast<std::size_t>(q)];
+    // The step at which q's forward reads its inputs: its own, its reader's when that runs it
+    // (forward_in_reader), the loss's when the logits are computed there in blocks.
+    int read_at = q;
+    if (reader.traits().forward_in_reader)
+      for (int r = q + 1; r < n; ++r)
+        for (TensorId t : plan.node(static_cast<std::size_t>(r)).inputs)
+          if (t == TensorId::node(static_cast<std::size_t>(q))) read_at = std::max(read_at, r);
+    if (reader.loss_chunk_rows() > 0) read_at = n;
     for (TensorId t : plan.node(static_cast<std::size_t>(q)).inputs) {
       const TensorId root = plan.root(t);
       if (root.is_batch()) continue;
       auto& l = last[root.position()];
-      l = std::max(l, q);
-      if (!reader.is_view() && reader.backward_reads_inputs()) l = std::max(l, 2 * n - q);
+      l = std::max(l, read_at);
+      if (!forward_only && !reader.is_view() && reader.backward_reads_inputs())
+        l = std::max(l, 2 * n - q);
     }
   }
   return last;
@@ -81,8 +91,9 @@ namespace {
 
 // The activation buffers plan_activations places, in its order.
 std::vector<BufferLife> activation_lives(const GraphPlan& plan, const Ops& ops,
-                                         std::int64_t max_rows, std::optional<DType> as_dtype) {
-  const std::vector<int> last = last_reads(plan, ops);
+                                         std::int64_t max_rows, std::optional<DType> as_dtype,
+                                         bool forward_only = false) {
+  const std::vector<int> last = last_reads(plan, ops, forward_only);
   // An output that is also home to an earlier op's unfused output lives from that op's forward.
   std::vector<int> first(ops.size());
   for (std::size_t i = 0; i < ops.size(); ++i) first[i] = static_cast<int>(i);
@@ -123,6 +134,14 @@ LivenessPlan plan_activations(const GraphPlan& plan, const Ops& ops, std::int64_
   return plan_liveness(activation_lives(plan, ops, max_rows, as_dtype));
 }
 
+ForwardMemoryPlan plan_forward_memory(const GraphPlan& plan, const Ops& ops,
+                                      std::int64_t max_rows) {
+  ForwardMemoryPlan out;
+  out.lives = activation_lives(plan, ops, max_rows, std::nullopt, /*forward_only=*/true);
+  out.arena = plan_liveness(out.lives);
+  return out;
+}
+
 ChunkedLogits chunked_logits(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows) {
   const TensorId root = plan.root(plan.logits());
   if (!root.is_node()) return {};
@@ -134,7 +153,7 @@ ChunkedLogits chunked_logits(const GraphPlan& plan, const Ops& ops, std::int64_t
 
 DeferredOutputPlan plan_deferred_outputs(const GraphPlan& plan, const Ops& ops,
                                          std::int64_t max_rows) {
-  const std::vector<int> last = last_reads(plan, ops);
+  const std::vector<int> last = last_reads(plan, ops, /*forward_only=*/false);
   DeferredOutputPlan out;
   std::vector<BufferLife> lives;
   for (std::size_t i = 0; i < ops.size(); ++i) {

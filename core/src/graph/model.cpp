@@ -21,9 +21,9 @@ void Model::check_backend() const {
   core::check_backend(plan_, ops_, *backend_);
 }
 
-void Model::allocate(std::int64_t max_rows, bool reserve_fp32_gradients) {
+void Model::allocate(Executor::PassRows rows, bool reserve_fp32_gradients) {
   check_backend();
-  executor_.allocate(max_rows, reserve_fp32_gradients, loss_chunk_rows_);
+  executor_.allocate(rows, reserve_fp32_gradients, loss_chunk_rows_);
   bind_operand_amaxes();
   set_mode(mode_);
 }
@@ -36,6 +36,7 @@ LivenessPlan Model::plan_activations(std::int64_t max_rows,
 void Model::set_mode(Mode mode) {
   mode_ = mode;
   for (auto& l : ops_) l->set_training(mode == Mode::train);
+  executor_.set_evaluating(mode == Mode::eval);
 }
 
 void Model::begin_micro_batch(std::int64_t index, std::int64_t count, std::int64_t step,

@@ -173,16 +173,22 @@ std::vector<MemoryItem> held_items(Trainer::State& s) {
                                            : std::string())
                                 : std::to_string(rows) + " rows";
   add("input batch and labels", m.input, sized);
-  const std::size_t fp32 = s.model->plan_activations(rows, DType::fp32).arena_bytes;
+  const std::size_t fp32 = s.model->plan_activations(s.rank_batch, DType::fp32).arena_bytes;
   // One arena holds both; what each alone would take says what the sharing saved.
   const StepMemoryPlan& plan = s.model->executor().step_plan();
-  std::string detail = sized + "; alone " + memory_text(plan.activations.arena_bytes) + " and " +
+  std::string detail = std::to_string(s.rank_batch) + " rows; alone " +
+                       memory_text(plan.activations.arena_bytes) + " and " +
                        memory_text(plan.gradients.planned.arena_bytes);
   if (plan.activations.arena_bytes + 4 < fp32)
     detail += "; the activations " + memory_text(fp32) + " in fp32";
   if (plan.fp32_gradients != kNoBuffer)
     detail += "; with the run.underflow_every pass's fp32 gradients (" +
               memory_text(plan.lives[plan.fp32_gradients].bytes) + ")";
+  // An evaluation of more rows keeps nothing for a backward: its forward alone shares the bytes.
+  if (const std::size_t evaluation = s.model->executor().evaluation_plan().arena.arena_bytes;
+      evaluation > 0)
+    detail += "; an evaluation batch of " + std::to_string(s.eval_batch_rows) +
+              " rows, forward only, " + memory_text(evaluation) + " in the same bytes";
   add("activations and their gradients", m.activations, detail);
   // An arena of nothing is one word: "the rest" holds such noise.
   if (m.deferred_outputs >= 1024)

@@ -101,12 +101,13 @@ void build_model(Trainer::State& s) {
   s.eval_batch_rows =
       s.opt.trains ? std::min(e.data.eval_batch_size, std::max<std::int64_t>(evaluated.rows, 1))
                    : e.data.eval_batch_size;
-  const std::int64_t max_rows = std::max(s.rank_batch, s.eval_batch_rows);
   // Top-k reads every evaluation batch's whole logits, and a step observer (calibration) every
   // node's output after its forward: the logits are computed whole for them.
   if (e.eval.top_k > 0 || s.opt.observer != nullptr) s.model->set_loss_chunk_rows(0);
+  // A session that never trains plans no training step; an evaluation batch larger than the
+  // step's gets a forward-only plan of its own, not a step's memory at its rows.
   s.model->allocate(
-      max_rows,
+      Executor::PassRows{s.opt.trains ? s.rank_batch : 0, s.eval_batch_rows},
       /*reserve_fp32_gradients=*/e.run.underflow_every > 0 && s.precision.underflow_watch);
   report_loss_chunking(s);
   s.params.clear();

@@ -74,6 +74,7 @@ void BatchNorm2dLayer::update_fusion() {
   // Synchronized batch norm reduces its statistics on the host between passes: never fused.
   epilogue_fused_ = into_reader_ && fusion_on_ && backend_offers_ && !synchronized();
   traits_.output_deferred = epilogue_fused_;
+  traits_.forward_in_reader = epilogue_fused_;  // the add normalises the input in its pass
   // Unfused (the replay), the add sums in place onto batch norm's output.
   traits_.output_in_reader = epilogue_fused_;
 }

@@ -96,6 +96,7 @@ bool LinearLayer::fuse_reader(Layer& reader) {
   if (fused_ != nullptr) {
     fused_->fused_ = false;
     fused_->producer_ = nullptr;
+    fused_->traits_.output_written_by_input = false;
   }
   fused_ = next;
   fused_->producer_ = this;
@@ -146,7 +147,11 @@ bool LinearLayer::bias_grad_in_reader() const {
 
 void LinearLayer::update_fusion() {
   epilogue_fused_ = fused_ != nullptr && fusion_on_;
-  if (fused_ != nullptr) fused_->fused_ = fusion_on_;
+  if (fused_ != nullptr) {
+    fused_->fused_ = fusion_on_;
+    // The epilogue writes the activation's output in this GEMM, at this op's step.
+    fused_->traits_.output_written_by_input = fusion_on_;
+  }
   // A fused relu's backward reads the activation's output, so z is never needed.
   traits_.output_deferred = epilogue_fused_ && fused_->activation() == sdk::Activation::relu;
   // Unfused (the replay), z goes into the relu's output and the relu rectifies it in place; its

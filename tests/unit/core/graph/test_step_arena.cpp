@@ -4,13 +4,17 @@
 // twice from the same weights: plainly, and with Executor::set_poison_dead_buffers filling each
 // buffer with NaN once its last planned read has passed. A read the plan did not list would then
 // see NaN: the two steps must give the same bits, finite. Fused and unfused, FP32 and bf16, the
-// chunked loss, and the non-finite replay (which runs the fused pairs unfused).
+// chunked loss, and the non-finite replay (which runs the fused pairs unfused). An evaluation of
+// more rows than the step has a forward-only placement of its own in the same arena: checked the
+// same way, against the same evaluation in the step's placement.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -31,14 +35,18 @@ using test_support::random_vector;
 using test_support::read;
 using test_support::uniform_precision;
 
+using Rows = Executor::PassRows;
+
 struct Family {
   std::string name;
-  // Allocated (the all-FP32 pass's gradients reserved in the arena when asked), initialised, fed.
-  std::function<std::unique_ptr<Model>(bool reserve_fp32)> make;
+  // Allocated for `rows` (the all-FP32 pass's gradients reserved in the arena when asked),
+  // initialised, fed the most rows of the two.
+  std::function<std::unique_ptr<Model>(bool reserve_fp32, Rows rows)> make;
   std::int64_t rows;
 };
 
-std::unique_ptr<Model> resnet(ResNetBlock block, bool fuse, DType dtype, bool reserve = false) {
+std::unique_ptr<Model> resnet(ResNetBlock block, bool fuse, DType dtype, bool reserve = false,
+                              Rows rows = {4, 4}) {
   ResNetPreset p;
   p.blocks = {1, 1};
   p.widths = {4, 8};
@@ -48,35 +56,36 @@ std::unique_ptr<Model> resnet(ResNetBlock block, bool fuse, DType dtype, bool re
   spec.fuse_epilogues = fuse;
   auto m = std::make_unique<Model>(cpu(), spec, 3 * 8 * 8, 3, cnn_testing::image(3, 8, 8));
   for (auto& l : m->layers()) l->set_precision(uniform_precision(dtype));
-  m->allocate(4, reserve);
+  m->allocate(rows, reserve);
   m->init_parameters(5);
-  cnn_testing::feed(*m, 4, 2);
+  cnn_testing::feed(*m, m->max_rows(), 2);
   return m;
 }
 
 constexpr std::int64_t kTokens = 6, kVocab = 13, kBatch = 3;
 
 std::unique_ptr<Model> gpt(bool fuse, DType dtype, std::int64_t loss_block, bool reserve = false,
-                           bool flash = true) {
+                           bool flash = true, Rows rows = {kBatch, kBatch}) {
   ModelSpec spec = test_support::tiny_gpt_spec(2, 2, 8, kVocab, flash);
   spec.fuse_epilogues = fuse;
   spec.loss_chunk_rows = loss_block;
-  auto m = test_support::tiny_gpt_model(spec, kTokens, kVocab, kBatch, 0.3f,
-                                        uniform_precision(dtype), reserve);
-  std::vector<std::int32_t> ids(static_cast<std::size_t>(kBatch * kTokens)), labels(ids.size());
+  const std::int64_t batch = std::max(rows.train, rows.evaluation);
+  auto m = test_support::tiny_gpt_model(spec, kTokens, kVocab, batch, 0.3f,
+                                        uniform_precision(dtype), reserve, rows.train);
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(batch * kTokens)), labels(ids.size());
   const auto r = random_vector(2 * ids.size(), 9, 0.0f, static_cast<float>(kVocab) - 0.01f);
   for (std::size_t i = 0; i < ids.size(); ++i) {
     ids[i] = static_cast<std::int32_t>(r[i]);
     labels[i] = static_cast<std::int32_t>(r[ids.size() + i]);
   }
-  cpu()->copy_from_host(m->input(kBatch), ids.data());
-  cpu()->copy_from_host(m->labels(kBatch), labels.data());
+  cpu()->copy_from_host(m->input(batch), ids.data());
+  cpu()->copy_from_host(m->labels(batch), labels.data());
   return m;
 }
 
 // Fan-out (one tensor read by three ops, add(h, h)), a reshape and a flatten: gradients summed
 // in FP32 from several readers, some written apart and added.
-std::unique_ptr<Model> fan_out(DType dtype, bool reserve = false) {
+std::unique_ptr<Model> fan_out(DType dtype, bool reserve = false, Rows rows = {5, 5}) {
   ModelSpec spec;
   spec.graph = true;
   spec.layers = {
@@ -88,9 +97,9 @@ std::unique_ptr<Model> fan_out(DType dtype, bool reserve = false) {
   spec.layers[6].shape = {2, -1};
   auto m = std::make_unique<Model>(cpu(), spec, 6, 3);
   for (auto& l : m->layers()) l->set_precision(uniform_precision(dtype));
-  m->allocate(5, reserve);
+  m->allocate(rows, reserve);
   m->init_parameters(11);
-  cnn_testing::feed(*m, 5, 3);
+  cnn_testing::feed(*m, m->max_rows(), 3);
   return m;
 }
 
@@ -101,18 +110,20 @@ std::vector<Family> families() {
       const std::string tag =
           std::string(fuse ? "fused " : "unfused ") + std::string(sdk::dtype_name(d));
       f.push_back({"basic resnet, " + tag,
-                   [=](bool r) { return resnet(ResNetBlock::basic, fuse, d, r); }, 4});
+                   [=](bool r, Rows n) { return resnet(ResNetBlock::basic, fuse, d, r, n); }, 4});
       f.push_back({"bottleneck resnet, " + tag,
-                   [=](bool r) { return resnet(ResNetBlock::bottleneck, fuse, d, r); }, 4});
-      f.push_back({"gpt, " + tag, [=](bool r) { return gpt(fuse, d, 0, r); }, kBatch});
+                   [=](bool r, Rows n) { return resnet(ResNetBlock::bottleneck, fuse, d, r, n); },
+                   4});
+      f.push_back(
+          {"gpt, " + tag, [=](bool r, Rows n) { return gpt(fuse, d, 0, r, true, n); }, kBatch});
       f.push_back({"gpt, loss in blocks of 5 rows, " + tag,
-                   [=](bool r) { return gpt(fuse, d, 5, r); }, kBatch});
+                   [=](bool r, Rows n) { return gpt(fuse, d, 5, r, true, n); }, kBatch});
       // Unfused attention keeps P (and then dS) as a GEMM operand of its own dtype.
       f.push_back({"gpt, unfused attention, " + tag,
-                   [=](bool r) { return gpt(fuse, d, 0, r, /*flash=*/false); }, kBatch});
+                   [=](bool r, Rows n) { return gpt(fuse, d, 0, r, /*flash=*/false, n); }, kBatch});
     }
-  f.push_back({"fan-out, fp32", [](bool r) { return fan_out(DType::fp32, r); }, 5});
-  f.push_back({"fan-out, bf16", [](bool r) { return fan_out(DType::bf16, r); }, 5});
+  f.push_back({"fan-out, fp32", [](bool r, Rows n) { return fan_out(DType::fp32, r, n); }, 5});
+  f.push_back({"fan-out, bf16", [](bool r, Rows n) { return fan_out(DType::bf16, r, n); }, 5});
   return f;
 }
 
@@ -151,8 +162,8 @@ bool all_finite(const std::vector<float>& v) {
 TEST(StepArena, EveryReadOfAStepIsOneThePlanListed) {
   for (const Family& f : families()) {
     SCOPED_TRACE(f.name);
-    const auto plain_model = f.make(false);
-    const auto poisoned_model = f.make(false);
+    const auto plain_model = f.make(false, {f.rows, f.rows});
+    const auto poisoned_model = f.make(false, {f.rows, f.rows});
     const auto plain = step(*plain_model, f.rows, false);
     const auto poisoned = step(*poisoned_model, f.rows, true);
     ASSERT_TRUE(all_finite(plain));
@@ -166,7 +177,7 @@ TEST(StepArena, TheNonfiniteReplayReadsOnlyWhatThePlanListed) {
   // finds nothing, poisoned or not.
   for (const Family& f : families()) {
     SCOPED_TRACE(f.name);
-    const auto m = f.make(false);
+    const auto m = f.make(false, {f.rows, f.rows});
     m->executor().set_poison_dead_buffers(true);
     const NonfiniteSite site = locate_first_nonfinite(*m, f.rows, 1.0f);
     EXPECT_TRUE(site.where.empty()) << site.where;
@@ -180,9 +191,9 @@ TEST(StepArena, TheUnderflowPassInTheArenaLeavesTheStepAsItWas) {
   // the same both ways.
   for (const Family& f : families()) {
     SCOPED_TRACE(f.name);
-    const auto without = f.make(false);
-    const auto plain_model = f.make(true);
-    const auto poisoned_model = f.make(true);
+    const auto without = f.make(false, {f.rows, f.rows});
+    const auto plain_model = f.make(true, {f.rows, f.rows});
+    const auto poisoned_model = f.make(true, {f.rows, f.rows});
     const auto alone = step(*without, f.rows, false);
     const auto plain = step(*plain_model, f.rows, false, true);
     const auto poisoned = step(*poisoned_model, f.rows, true, true);
@@ -222,6 +233,75 @@ TEST(StepArena, GradientsTakeTheBytesOfActivationsTheBackwardIsDoneWith) {
     const StepMemoryPlan& q = g->executor().step_plan();
     EXPECT_LT(q.arena.arena_bytes, q.activations.arena_bytes + q.gradients.planned.arena_bytes);
   }
+}
+
+// An evaluation: its loss and logits, flattened (in evaluation mode, read in it).
+std::vector<float> evaluate(Model& m, std::int64_t rows, bool poison) {
+  m.executor().set_poison_dead_buffers(poison);
+  m.set_mode(Model::Mode::eval);
+  m.forward(rows);
+  std::vector<float> out{m.evaluation_loss(rows).loss};
+  const auto logits = read(m.logits(rows));
+  out.insert(out.end(), logits.begin(), logits.end());
+  m.set_mode(Model::Mode::train);
+  return out;
+}
+
+// The evaluation's own placement reads only what its forward-only plan lists, and evaluates as
+// the same model allocated for a step of all its rows; in fewer bytes than that step's arena.
+TEST(EvaluationPlacement, AnEvaluationOfMoreRowsReadsOnlyWhatItsForwardPlanListed) {
+  for (const Family& f : families()) {
+    SCOPED_TRACE(f.name);
+    const auto whole = f.make(false, {f.rows, f.rows});
+    const auto apart = f.make(false, {1, f.rows});
+    ASSERT_GT(apart->executor().evaluation_plan().lives.size(), 0u);
+    const auto expected = evaluate(*whole, f.rows, false);
+    ASSERT_TRUE(all_finite(expected));
+    EXPECT_EQ(evaluate(*apart, f.rows, true), expected);
+    // Equal where the model is too small for the gradients to matter (fan-out's 5 rows).
+    EXPECT_LE(apart->executor().memory().activations, whole->executor().memory().activations);
+    if (!f.name.starts_with("fan-out")) {
+      EXPECT_LT(apart->executor().memory().activations, whole->executor().memory().activations);
+    }
+  }
+}
+
+// Evaluation mode moves the outputs to its placement and training mode moves them back, to the
+// same addresses (a recorded step graph replays them): a step after an evaluation is the step
+// without it.
+TEST(EvaluationPlacement, AStepAfterAnEvaluationIsTheStepWithoutIt) {
+  for (const Family& f : families()) {
+    SCOPED_TRACE(f.name);
+    const auto fresh = f.make(false, {2, f.rows});
+    const auto evaluated = f.make(false, {2, f.rows});
+    std::vector<const void*> before;
+    for (const auto& l : evaluated->layers()) before.push_back(l->output(2).data);
+    evaluate(*evaluated, f.rows, false);
+    // (The chunked logits, unallocated before, are allocated whole when the evaluation reads them.)
+    for (std::size_t i = 0; i < before.size(); ++i)
+      if (before[i] != nullptr) {
+        EXPECT_EQ(evaluated->layers()[i]->output(2).data, before[i]) << i;
+      }
+    const auto expected = step(*fresh, 2, false);
+    ASSERT_TRUE(all_finite(expected));
+    EXPECT_EQ(step(*evaluated, 2, true), expected);
+  }
+}
+
+TEST(EvaluationPlacement, APassThePlacementInUseCannotHoldIsRefused) {
+  const auto m = resnet(ResNetBlock::basic, true, DType::fp32, false, {2, 4});
+  EXPECT_THROW(m->forward(3), std::logic_error);  // the step holds 2 rows
+  m->set_mode(Model::Mode::eval);
+  m->forward(4);
+  EXPECT_THROW(m->loss(4, 1.0f, true), std::logic_error);  // no gradient kept in evaluation
+  EXPECT_THROW(m->backward(4), std::logic_error);
+  EXPECT_THROW(m->forward(5), std::logic_error);
+  // No training step planned: only evaluation runs.
+  const auto evaluating = resnet(ResNetBlock::basic, true, DType::fp32, false, {0, 4});
+  EXPECT_THROW(evaluating->forward(1), std::logic_error);
+  EXPECT_EQ(evaluating->executor().step_plan().lives.size(), 0u);
+  const auto whole = resnet(ResNetBlock::basic, true, DType::fp32, false, {4, 4});
+  EXPECT_EQ(evaluate(*evaluating, 4, true), evaluate(*whole, 4, false));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "config/model_presets.h"
 #include "cpu_test_backend.h"
@@ -37,11 +38,13 @@ inline ModelSpec tiny_gpt_spec(std::int64_t n_layer = 2, std::int64_t n_head = 2
 inline std::unique_ptr<Model> tiny_gpt_model(const ModelSpec& spec, std::int64_t tokens,
                                              std::int64_t vocab, std::int64_t batch, float noise,
                                              const sdk::OpPrecision& precision = {},
-                                             bool reserve_fp32 = false) {
+                                             bool reserve_fp32 = false,
+                                             std::optional<std::int64_t> train_rows = {}) {
   auto m = std::make_unique<Model>(cpu(), spec, tokens, static_cast<std::int32_t>(vocab),
                                    InputSpec{sdk::DType::int32, tokens, {}});
   for (auto& l : m->layers()) l->set_precision(precision);
-  m->allocate(batch, reserve_fp32);
+  // `batch` rows for both passes, or a training step of train_rows and an evaluation of batch.
+  m->allocate(Executor::PassRows{train_rows.value_or(batch), batch}, reserve_fp32);
   m->init_parameters(5);
   for (auto* param : m->parameters()) {
     auto v = read(param->master.view());

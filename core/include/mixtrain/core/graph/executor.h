@@ -3,7 +3,8 @@
 //
 // Contract
 // - Built over a GraphPlan and its ops (both owned by the Model, which outlives it).
-//   allocate(max_rows) places every activation and gradient buffer: the ops' outputs and the
+//   allocate(rows) places every activation and gradient buffer of a training step of up to
+//   rows.train rows: the ops' outputs and the
 //   gradients in their planned dtypes share one arena (plan_step_memory, graph/memory_plan.h), a
 //   gradient reusing the bytes of activations the backward has read for the last time; with
 //   `reserve_fp32_gradients` the all-FP32 pass's gradients are a buffer of it too, live between
@@ -17,6 +18,17 @@
 //   from their own plan (plan_deferred_outputs), allocated here too: running unfused allocates
 //   nothing. memory() says what allocate() placed, in the bytes the backend counted (the memory
 //   report's items).
+// - Evaluation (set_evaluating(true), which Model::set_mode calls): a forward and its loss
+//   without a gradient, of up to rows.evaluation rows. When that is more than rows.train, the
+//   evaluation has a placement of its own in the same arena, from a forward-only plan
+//   (plan_forward_memory): the arena is the larger of the two plans, not a step's at the
+//   evaluation's rows. Evaluation mode moves the ops' outputs and the chunked loss's blocks
+//   there, and training mode moves them back to the same addresses, so a recorded step graph
+//   stays valid; an output read after the mode changed is another placement's, so read it in the
+//   mode that wrote it. rows.train = 0 plans no training step at all (a session that only
+//   evaluates, predicts or samples). A pass of more rows than the placement in use holds, a
+//   training pass with no step planned, and a gradient or backward in an evaluation's
+//   placement are std::logic_error.
 // - Tensors are addressed by TensorId for one pass's Extent (a batch of samples, or a decode step
 //   of tokens): activation(t, e) and gradient(t, e, buffers) are [rows, cols] device views.
 // - forward(e, visit) runs every computing node in forward order; `visit` (optional) sees each
@@ -99,8 +111,21 @@ class Executor {
   Executor(std::shared_ptr<sdk::DeviceBackend> backend, const GraphPlan& plan,
            std::vector<std::unique_ptr<Layer>>& ops);
 
+  // The rows each pass is planned for (the contract): train 0, no training step.
+  struct PassRows {
+    std::int64_t train = 0;
+    std::int64_t evaluation = 0;
+  };
+  void allocate(PassRows rows, bool reserve_fp32_gradients, std::int64_t loss_chunk_rows = 0);
+  // Both passes of up to max_rows rows in the training step's placement.
   void allocate(std::int64_t max_rows, bool reserve_fp32_gradients,
-                std::int64_t loss_chunk_rows = 0);
+                std::int64_t loss_chunk_rows = 0) {
+    allocate(PassRows{max_rows, max_rows}, reserve_fp32_gradients, loss_chunk_rows);
+  }
+  // Evaluation mode's placement (the contract); off after allocate().
+  void set_evaluating(bool on);
+  // The rows of the placement in use: what one pass may hold now.
+  std::int64_t placed_rows() const;
   // The chunked loss as allocate() decided it: rows per block (0: the logits are computed whole),
   // and why not when blocks were asked for and the logits node cannot compute them ("" else).
   struct LossChunking {
@@ -108,6 +133,7 @@ class Executor {
     std::string refusal;
   };
   const LossChunking& loss_chunking() const { return chunking_; }
+  // The most rows of any pass: what the input batch holds.
   std::int64_t max_rows() const { return max_rows_; }
   ExecutorMemory memory() const;
 
@@ -144,9 +170,12 @@ class Executor {
   const StepMemoryPlan& step_plan() const { return step_plan_; }
   const LivenessPlan& activation_plan() const { return step_plan_.activations; }
   const LivenessPlan& gradient_plan() const { return step_plan_.gradients.planned; }
+  // The evaluation's own forward-only plan; empty unless it holds more rows than the step.
+  const ForwardMemoryPlan& evaluation_plan() const { return eval_plan_; }
   // A check of the plan's lives, for tests: while on, the step's passes (forward, the loss and
-  // a backward into the planned gradients) fill each buffer of the step arena with NaN (all ones)
-  // once its last planned read has passed, so a read the plan did not list gives NaN instead of
+  // a backward into the planned gradients), and an evaluation's forward in its own placement,
+  // fill each buffer of the placement in use with NaN (all ones) once its last planned read has
+  // passed, so a read the plan did not list gives NaN instead of
   // a stale value. Off by default; it costs a fill per buffer.
   void set_poison_dead_buffers(bool on) { poison_ = on; }
   const DeferredOutputPlan& deferred_output_plan() const { return deferred_plan_; }
@@ -163,6 +192,25 @@ class Executor {
   sdk::TensorView contribution_buffer(std::size_t node, std::size_t input, sdk::DType dtype,
                                       const sdk::TensorView& gradient,
                                       const GradientBuffers& buffers);
+  // Where a pass's tensors live for batches of up to `rows` rows: each node's planned output
+  // (nullptr where none), where its deferred output goes when it runs unfused, and the chunked
+  // loss's blocks.
+  struct Placement {
+    std::int64_t rows = 0;
+    bool training = false;
+    std::vector<std::byte*> output, unfused;
+    std::int64_t block_rows = 0;
+    sdk::TensorView block_logits, block_logits_grad;
+  };
+  Placement place(std::int64_t rows, const LivenessPlan& arena_plan, std::size_t activation_buffers,
+                  bool training) const;
+  bool evaluation_placed() const;  // the evaluation's placement is the one in use
+  void bind_placement();           // hands the ops the placement in use
+  const std::vector<BufferLife>& placed_lives() const;
+  const LivenessPlan& placed_arena() const;
+  // Throws std::logic_error when `pass` of `samples` rows (with a gradient or a backward when
+  // `backward`) does not fit the placement in use (the contract).
+  void check_pass(const char* pass, std::int64_t samples, bool backward) const;
   void bind_ties();
   // set_poison_dead_buffers: the buffers in order of their last step, and the pass's cursor.
   void plan_poisoning();
@@ -181,6 +229,9 @@ class Executor {
   std::int64_t last_loss_blocks_ = 0;  // blocks of the last compute_loss; 0: computed whole
   bool logits_stale_ = false;          // the last forward skipped the chunked logits node
   StepMemoryPlan step_plan_;
+  ForwardMemoryPlan eval_plan_;  // empty unless the evaluation has more rows than the step
+  Placement step_, evaluation_;  // rows 0: not planned
+  bool evaluating_ = false;
   DeferredOutputPlan deferred_plan_;
   // The step's arena: activations, planned gradients and, when reserved, the all-FP32 ones.
   Tensor act_arena_, deferred_arena_;

@@ -172,8 +172,12 @@ struct OpTraits {
   // its relu rectifies in place). memory_plan.h.
   bool output_in_reader = false;
   // Its output is written during the forward of the op producing its input 0 (a layer norm that
-  // the add before it runs in its pass), so it lives from that op's forward on. memory_plan.h.
+  // the add before it runs in its pass, the activation a linear runs as its GEMM epilogue), so it
+  // lives from that op's forward on. memory_plan.h.
   bool output_written_by_input = false;
+  // Its forward runs inside its one reader's pass, at that reader's step (a batch norm that the
+  // add after it runs: BN + add), so its inputs are read then. memory_plan.h.
+  bool forward_in_reader = false;
   // Its input is read only as a GEMM operand, rounded to its plan's gemm_input dtype (a linear:
   // forward and wgrad).
   bool reads_input_as_gemm_operand = false;
@@ -359,11 +363,12 @@ class Layer {
   std::int64_t loss_chunk_rows() const { return loss_chunk_rows_; }
 
   // The model's activation plan places this op's output in its arena (non-owning; set before
-  // allocate()). Without it the layer allocates its own output.
+  // allocate(), and again whenever the executor's placement changes: Executor::set_evaluating).
+  // Without it the layer allocates its own output.
   void use_output_storage(void* data) { planned_output_ = data; }
   // Where a deferred output goes once it materialises (the op runs unfused): the executor's plan
-  // of deferred outputs (memory_plan.h), non-owning, set before allocate(). Without it the layer
-  // allocates that output itself.
+  // of deferred outputs (memory_plan.h), non-owning, set before allocate() and with the output's.
+  // Without it the layer allocates that output itself.
   void use_deferred_output_storage(void* data) { deferred_output_ = data; }
   // Bytes of the output at `max_rows` rows (stored in `as_dtype` when given), 0 when it is
   // deferred or a view (nothing to plan).
@@ -463,6 +468,7 @@ class Layer {
   std::int64_t loss_chunk_rows_ = 0;  // set_loss_chunk_rows()
   std::vector<bool> accumulate_dx_;   // set_input_gradient_accumulation(), by the executor
   void* deferred_output_ = nullptr;  // in the executor's deferred-output arena, when planned
+  bool output_unfused_ = false;      // materialise_output() made the output deferred_output_
   std::vector<ModelParameter> params_;
   std::vector<ModelBuffer> buffers_;
   std::vector<std::string> frozen_;  // suffixes of the frozen parameters (freeze())

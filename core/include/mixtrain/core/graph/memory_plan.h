@@ -23,8 +23,10 @@
 //   the reader's output then lives from the op's forward on, and the replay needs no buffer of
 //   its own for it (output_home).
 // - An output written by its input's producer (output_written_by_input: the layer norm an add
-//   runs in its pass) lives from that producer's forward, so nothing the producer still reads
-//   shares its bytes.
+//   runs in its pass, the activation a linear runs as its epilogue) lives from that producer's
+//   forward, so nothing the producer still reads shares its bytes. An op whose forward its reader
+//   runs (forward_in_reader: the batch norm of BN + add) reads its inputs at that reader's step,
+//   and the chunked logits node its input at the loss's.
 // - The chunked loss (graph/chunked_loss.h): when the logits node computes its output in blocks
 //   of rows inside the loss (Layer::loss_chunk_rows() > 0), its output takes no bytes, the logits
 //   need no gradient buffer, its input gradients are written at the loss step, and the activation
@@ -70,6 +72,18 @@ ChunkedLogits chunked_logits(const GraphPlan& plan, const Ops& ops, std::int64_t
 // `as_dtype` sizes every output in that dtype instead of its planned one.
 LivenessPlan plan_activations(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows,
                               std::optional<sdk::DType> as_dtype = std::nullopt);
+
+// An evaluation's arena: the activations of a forward alone and its loss, for batches of up to
+// max_rows rows, over the same schedule. Nothing is kept for a backward, so an output lives
+// from its forward to its last forward read (the loss, for the logits), and an evaluation of
+// more rows than the training step may fit in the bytes that step's gradients take
+// (Executor::allocate). The buffers in plan_activations' order, the chunked loss's two blocks
+// last.
+struct ForwardMemoryPlan {
+  std::vector<BufferLife> lives;
+  LivenessPlan arena;
+};
+ForwardMemoryPlan plan_forward_memory(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows);
 
 // The node whose output memory node i's deferred output uses when it materialises: its one
 // reader, when i's op says output_in_reader and the reader's output is a planned buffer of the

@@ -45,7 +45,8 @@
 //   no gradient, so a node needs one only when a trainable parameter lies upstream or here, and
 //   the gradient-ready hook never fires for them.
 // - State: buffers() lists every op's non-trainable FP32 buffers; set_mode() puts every op in
-//   training or evaluation mode (training after construction).
+//   training or evaluation mode (training after construction), and the executor in that mode's
+//   memory placement: read an output in the mode whose pass wrote it.
 // - Spec errors (unknown op, bad sizes or shapes, duplicate names, dangling inputs, cycles, the
 //   last node not producing `classes` outputs, a tie to a missing parameter or of another shape)
 //   raise sdk::ConfigError at the node's file:line:col.
@@ -90,7 +91,13 @@ class Model {
   // Checks the backend first (check_backend), then allocates every buffer once. With
   // reserve_fp32_gradients the all-FP32 pass of measure_gradient_underflow (diagnostics.h) gets
   // its gradient arena up front, and reuses it.
-  void allocate(std::int64_t max_rows, bool reserve_fp32_gradients = false);
+  void allocate(std::int64_t max_rows, bool reserve_fp32_gradients = false) {
+    allocate(Executor::PassRows{max_rows, max_rows}, reserve_fp32_gradients);
+  }
+  // A training step of up to rows.train rows and an evaluation of up to rows.evaluation: an
+  // evaluation of more rows than the step gets a forward-only placement of its own, which
+  // evaluation mode uses (Executor's contract); rows.train = 0 plans no training at all.
+  void allocate(Executor::PassRows rows, bool reserve_fp32_gradients = false);
   // The chunked loss's block (ModelSpec::loss_chunk_rows unless set here, before allocate(); 0
   // computes the logits whole), and what allocate() decided (Executor::loss_chunking()).
   void set_loss_chunk_rows(std::int64_t rows) { loss_chunk_rows_ = rows; }
@@ -163,6 +170,7 @@ class Model {
   // Replica 0 with samples from 0 draws what one process draws.
   void begin_micro_batch(std::int64_t index, std::int64_t count, std::int64_t step = 0,
                          std::int64_t replica = 0, SampleRange samples = {});
+  // The most rows of any pass (the input batch's).
   std::int64_t max_rows() const { return executor_.max_rows(); }
 
   // Runs for each parameter when backward has written its final gradient for the step.
