@@ -211,6 +211,13 @@ bool has_lora_adapters(const sdk::TrainingState& state) {
 
 void refuse_training_beyond_adapters(const sdk::TrainingState& checkpoint,
                                      const std::filesystem::path& source) {
+  // A run without adapters is told that first: every parameter it trained is "besides" them.
+  if (!has_lora_adapters(checkpoint))
+    throw sdk::UserError(source.string() +
+                             " holds no LoRA adapters (its run had no [model.lora]): no adapters "
+                             "to export",
+                         "export a checkpoint (or --initial config) of a run with [model.lora] "
+                         "adapters, or the whole model with --layout hf");
   const auto trained = trained_besides_adapters(checkpoint, source);
   if (trained.empty()) return;
   std::string names;

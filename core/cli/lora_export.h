@@ -15,7 +15,8 @@
 //   gpt-preset model. adapter_config.json: PEFT's LoraConfig (peft_type LORA, r, lora_alpha,
 //   lora_dropout, bias "none", target_modules = the adapted modules' full names, task_type
 //   CAUSAL_LM for a gpt-preset model).
-// - refuse_training_beyond_adapters(): sdk::UserError when the state trained parameters besides
+// - refuse_training_beyond_adapters(): sdk::UserError when the state holds no adapter (a run
+//   without [model.lora]), or when it trained parameters besides
 //   the adapters ([train] trainable): PEFT would load the base model's values for them. A
 //   checkpoint says so in its "resume" entry (which lists the frozen parameters, "param/<name>");
 //   an exported file (no such entry) or a weights-only checkpoint (safetensors: buffers and

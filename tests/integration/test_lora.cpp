@@ -157,6 +157,16 @@ TEST_F(Lora, TheAdaptersTrainAloneAndAResumeContinuesBitForBit) {
           dir_);
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_TRUE(has(r.err, "a trained LoRA adapter that this model has no place for")) << r.err;
+  // The same adapters in a weights-only file (plain names, no "param/"): refused alike, not
+  // warned about and dropped.
+  r = run("export run/checkpoints/step-00000004.mxt --format safetensors --out adapted.safetensors",
+          dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run("train " + write_file("plain.toml", kGpt).string() +
+              " --set checkpoint.init_from=adapted.safetensors --run-dir plain-st",
+          dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "a trained LoRA adapter that this model has no place for")) << r.err;
   // The hints' way: fold the adapters in, then start from that file under the new rank.
   r =
       run("export run/checkpoints/step-00000004.mxt --merge-lora --format safetensors --out "
@@ -193,6 +203,23 @@ TEST_F(Lora, ARunFromAPretrainedFolderStartsAtTheBaseModelsLoss) {
   ASSERT_EQ(plain.size(), 1u);
   ASSERT_EQ(fine.size(), 1u);
   EXPECT_NEAR(fine[0], plain[0], 1e-6 * plain[0]);
+  // Another rank on resume: the way to a new run is a Hugging Face folder, since init_from may
+  // not join from_pretrained; the hint's commands run as written.
+  r = run("train --resume fine --set model.lora.r=2", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  const std::string route =
+      "--merge-lora --layout hf --out start-hf), then [model] from_pretrained";
+  EXPECT_TRUE(has(r.err, route)) << r.err;
+  r = run("export fine/checkpoints/step-00000001.mxt --merge-lora --layout hf --out start-hf",
+          dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string restarted = pretrained + kLora;
+  restarted.replace(restarted.find("from_pretrained = \"hf\""), 22,
+                    "from_pretrained = \"start-hf\"");
+  r = run("train " + write_file("restarted.toml", restarted).string() +
+              " --set model.lora.r=2 --set run.steps=1 --run-dir restarted",
+          dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
 TEST_F(Lora, CheckMeasuresTheAdaptersShareOfAFullFineTune) {

@@ -190,7 +190,8 @@ TEST_F(LoraExport, PeftFolderNamesAndMergedWeights) {
   EXPECT_TRUE(has(r.err, "holds no LoRA adapters")) << r.err;
   r = run("export hf/model.safetensors --layout peft --out y", dir_);
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_TRUE(has(r.err, "config has no [model.lora]: no adapters to export")) << r.err;
+  EXPECT_TRUE(has(r.err, "holds no LoRA adapters")) << r.err;
+  EXPECT_TRUE(has(r.err, "no adapters to export")) << r.err;
   EXPECT_FALSE(fs::exists(dir_ / "y" / "adapter_config.json"));
 }
 
@@ -236,6 +237,23 @@ TEST_F(LoraExport, WhatAnAdapterFolderOrAMergeCannotHoldIsRefused) {
   // Adapters alone trained: the exported file passes as the checkpoint does.
   expect_ok(run("export tied --format safetensors --out tied.safetensors", dir_));
   expect_ok(run("export tied.safetensors --layout peft --out tied-file-adapter", dir_));
+  // mixtrain reads no PEFT adapter: the folder, its file and the file in the gpt2 layout are
+  // each refused with the way to a model it loads (merged in PEFT, then from_pretrained).
+  for (const std::string checkpoint : {"tied-adapter", "tied-adapter/adapter_model.safetensors",
+                                       "tied-adapter/adapter_model.safetensors --layout gpt2"}) {
+    r = run("eval " + config_ + " --checkpoint " + checkpoint, dir_);
+    EXPECT_EQ(r.exit_code, 2) << checkpoint << "\n" << r.err;
+    EXPECT_TRUE(has(r.err, "merge_and_unload()")) << checkpoint << "\n" << r.err;
+  }
+  EXPECT_TRUE(has(r.err, "the file is a PEFT adapter")) << r.err;
+
+  // A run without adapters has none to export: said so, not "trained besides the adapters".
+  expect_ok(run(
+      "train " + write_file("plain.toml", kBase).string() + " --set run.steps=1 --run-dir plain",
+      dir_));
+  r = run("export plain --layout peft --out plain-adapter", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "holds no LoRA adapters")) << r.err;
 }
 
 TEST_F(LoraExport, PeftTrainsLoadsAndMergesAsMixtrain) {

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "graph/ops/op_support.h"
+#include "mixtrain/core/checkpoint/hf_folder.h"
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::core {
@@ -177,9 +178,12 @@ Gpt2Import from_gpt2_layout(std::vector<sdk::HostTensor> tensors, const std::str
     }
     if (!is_gpt2_weight(name))
       fail("tensor '" + file_name + "' is not a weight of Hugging Face GPT-2",
-           "the gpt2 layout reads GPT2Model / GPT2LMHeadModel state dicts (wte, wpe, h.<i>.*, "
-           "ln_f); for other files use the native layout (checkpoint.init_layout = \"native\"; "
-           "--layout native for eval, predict and sample)");
+           file_name.starts_with(kPeftTensorPrefix)
+               ? "the file is a PEFT adapter: " + peft_adapter_route()
+               : "the gpt2 layout reads GPT2Model / GPT2LMHeadModel state dicts (wte, wpe, "
+                 "h.<i>.*, ln_f); for other files use the native layout "
+                 "(checkpoint.init_layout = \"native\"; --layout native for eval, predict and "
+                 "sample)");
     auto [it, added] = file_name_of.emplace(std::string(name), file_name);
     if (!added)
       fail("tensors '" + it->second + "' and '" + file_name + "' are both " + it->first,

@@ -121,6 +121,10 @@ fs::path resolve_checkpoint_path(const fs::path& path, const std::string& extens
           path.string() + " is a Hugging Face model folder, not a mixtrain run",
           "pass its weights with their layout: --checkpoint " + (path / kHfWeightsFile).string() +
               " --layout gpt2");
+    if (all.empty() && fs::is_regular_file(path / kPeftConfigFile, ec))
+      throw sdk::CheckpointError(path.string() + " is a PEFT adapter folder (" +
+                                     std::string(kPeftConfigFile) + "), not a mixtrain run",
+                                 peft_adapter_route());
     if (all.empty()) {
       if (const auto other = other_checkpoints(folder, extension))
         throw sdk::CheckpointError(other->first, other->second);

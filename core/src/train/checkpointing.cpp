@@ -360,7 +360,7 @@ namespace {
 // fit a Conv1D weight, the file is in the other layout.
 std::string shape_hint(const sdk::HostTensor& t, const std::string& parameter,
                        const std::vector<std::int64_t>& expected, bool weights_only,
-                       WeightLayout layout) {
+                       WeightLayout layout, const std::string& fold_route) {
   const bool transposed_fits = t.shape.size() == 2 && expected.size() == 2 &&
                                t.shape[0] == expected[1] && t.shape[1] == expected[0];
   if (weights_only && transposed_fits && is_conv1d_weight(parameter)) {
@@ -374,9 +374,8 @@ std::string shape_hint(const sdk::HostTensor& t, const std::string& parameter,
   }
   if (weights_only &&
       (parameter.ends_with(".lora_A.weight") || parameter.ends_with(".lora_B.weight")))
-    return "the file's adapters have another rank than [model.lora] r: fold them into the weights "
-           "first (mixtrain export <file> --merge-lora --format safetensors --out "
-           "merged.safetensors) and start from that file, or use the checkpoint's r";
+    return "the file's adapters have another rank than [model.lora] r: " + fold_route +
+           ", or use the checkpoint's r";
   return "the file belongs to a different model; check [model] layers";
 }
 
@@ -394,6 +393,8 @@ struct CheckpointFile {
   // Why a tensor would not fit, when the file says more than "another model": [model]
   // from_pretrained's weights were sized by their own folder's config.json.
   std::string misfit_hint;
+  // How to start from this file's weights with its adapters folded in (start_from_weights_route).
+  std::string fold_route;
 
   std::string name_in_file(const sdk::HostTensor& t) const {
     return gpt2 ? file_names[static_cast<std::size_t>(&t - st.tensors.data())] : t.name;
@@ -408,6 +409,7 @@ CheckpointFile read_checkpoint_file(Trainer::State& s, const fs::path& path, boo
   file.st =
       weights_only ? weights_format_for(s.c, path).read(path) : s.c.checkpoint_format->read(path);
   file.gpt2 = layout == WeightLayout::gpt2;
+  file.fold_route = start_from_weights_route(s.e, path, /*merge_lora=*/true);
   if (s.e.from_pretrained.enabled() && path == s.e.from_pretrained.weights)
     file.misfit_hint = "the model is sized by " +
                        (s.e.from_pretrained.folder / kHfConfigFile).string() +
@@ -497,12 +499,14 @@ void warn_on_changed_normalization(Trainer::State& s, const CheckpointFile& file
   const std::string looked_for = file.gpt2 ? "'" + name + "' and 'transformer." + name + "'"
                                            : "'param/" + name + "' and '" + name + "'";
   const bool hf_names = !file.gpt2 && st.find("transformer." + name) != nullptr;
+  const bool peft = !st.tensors.empty() && st.tensors.front().name.starts_with(kPeftTensorPrefix);
   throw sdk::CheckpointError(
       file.path.string() + ": no tensor for parameter '" + name + "' (looked for " + looked_for +
           file.read_as() + ")",
       hf_names ? "the file holds 'transformer." + name +
                      "', a Hugging Face GPT-2 state dict: load it in the gpt2 layout "
                      "(checkpoint.init_layout = \"gpt2\"; eval and sample: --layout gpt2)"
+      : peft                      ? "the file is a PEFT adapter: " + peft_adapter_route()
       : !file.misfit_hint.empty() ? file.misfit_hint
                                   : "the file belongs to a different model; it holds: " +
                                         (have.empty() ? "no tensors" : have));
@@ -521,7 +525,7 @@ void warn_on_changed_normalization(Trainer::State& s, const CheckpointFile& file
                             ops::shape_text(t.shape) + " as [out, in])"
                       : std::string()) +
           " but parameter '" + name + "' expects " + ops::shape_text(expected),
-      file.misfit_hint.empty() ? shape_hint(t, name, expected, weights_only, layout)
+      file.misfit_hint.empty() ? shape_hint(t, name, expected, weights_only, layout, file.fold_route)
                                : file.misfit_hint);
 }
 
@@ -685,17 +689,17 @@ void finish_initial_weights(Trainer::State& s, const CheckpointFile& file,
   // Trained adapters the model has no place for (no [model.lora], or other targets or rank)
   // would be dropped, and the run would start from the base model: refuse, as resume does.
   const bool inference = !s.opt.write_outputs && !s.loading_initial_weights;
+  // A training state names them param/…; a weights-only file (an export, safetensors) plainly.
   for (const auto& t : file.st.tensors)
-    if (!used.count(&t) && t.name.rfind("param/", 0) == 0 &&
+    if (!used.count(&t) &&
+        (t.name.rfind("param/", 0) == 0 || t.name.find('/') == std::string::npos) &&
         (t.name.ends_with(".lora_A.weight") || t.name.ends_with(".lora_B.weight")))
       throw sdk::CheckpointError(
           file.path.string() + ": tensor '" + t.name +
               "' is a trained LoRA adapter that this model has no place for, so " +
               (inference ? "the base weights would run without it"
                          : "the run would start from the base weights without it"),
-          "fold the adapters into the weights first (mixtrain export " + file.path.string() +
-              " --merge-lora --format safetensors --out merged.safetensors) and start from "
-              "that file, or use the [model.lora] the checkpoint was trained with");
+          file.fold_route + ", or use the [model.lora] the checkpoint was trained with");
   reset_ema(s);  // the EMA of initial weights starts at them
   if (inference) {
     check_inference_model(s, file, used);

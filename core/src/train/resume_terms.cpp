@@ -319,6 +319,23 @@ std::optional<ScheduleChange> changed_schedule(const std::map<std::string, std::
   return change;
 }
 
+std::string start_from_weights_route(const Experiment& e, const std::filesystem::path& checkpoint,
+                                     bool merge_lora) {
+  const std::string merge = merge_lora ? " --merge-lora" : "";
+  // A run's config.toml records from_pretrained as its weights in the gpt2 layout.
+  if (e.from_pretrained.enabled() || e.checkpoint.init_layout == WeightLayout::gpt2)
+    return std::string(merge_lora ? "fold the adapters into the weights of a Hugging Face folder"
+                                  : "write the weights as a Hugging Face folder") +
+           " (mixtrain export " + checkpoint.string() + merge +
+           " --layout hf --out start-hf), then [model] from_pretrained = \"start-hf\" in place "
+           "of the config's initial weights";
+  if (!merge_lora) return "checkpoint.init_from = \"" + checkpoint.string() + "\"";
+  return "fold the adapters into the weights first (mixtrain export " + checkpoint.string() +
+         merge +
+         " --format safetensors --out merged.safetensors), then checkpoint.init_from = "
+         "\"merged.safetensors\"";
+}
+
 void keep_lora_terms(const ResumeTerms& terms, const Experiment& e,
                      const std::filesystem::path& file) {
   auto lora_text = [](const std::string& t) {
@@ -330,13 +347,8 @@ void keep_lora_terms(const ResumeTerms& terms, const Experiment& e,
             lora_text(now),
         "a resumed run keeps its adapters: resume with the [model.lora] the run was trained with "
         "(its config.toml holds it), or start a new run from these weights: " +
-            (*terms.lora == "none"
-                 ? "checkpoint.init_from = the checkpoint"
-                 // Its adapters fit no other [model.lora]: folded into the weights, they carry
-                 // over.
-                 : "fold the adapters in first (mixtrain export " + file.string() +
-                       " --merge-lora --format safetensors --out merged.safetensors), then "
-                       "checkpoint.init_from = \"merged.safetensors\""));
+            // Its adapters fit no other [model.lora]: folded into the weights, they carry over.
+            start_from_weights_route(e, file, *terms.lora != "none"));
 }
 
 void keep_frozen_format(const ResumeTerms& terms, const Experiment& e,

@@ -86,6 +86,14 @@ std::optional<double> saved_ema_decay(const std::map<std::string, std::string>& 
 ResumeTerms read_resume_terms(const std::map<std::string, std::string>& metadata,
                               const std::filesystem::path& file);
 
+// How a new run under `e` starts from `checkpoint`'s weights, with its LoRA adapters folded in
+// first when `merge_lora`: through checkpoint.init_from, or, for a config that starts from
+// [model] from_pretrained (which init_from may not join; a run's config.toml records it as
+// init_from in the gpt2 layout), through a Hugging Face folder that export writes; the text of a
+// hint ("fold the adapters in first (mixtrain export …), then …").
+std::string start_from_weights_route(const Experiment& e, const std::filesystem::path& checkpoint,
+                                     bool merge_lora);
+
 // `schedule` is the run's (total_steps = run.steps); `applied` the checkpoint's applied steps;
 // `frozen` this run's frozen parameters, sorted.
 // - keep_lora_terms: other LoRA settings than the checkpoint's are sdk::CheckpointError naming
