@@ -155,6 +155,51 @@ TEST_F(CliImages, CifarFilesTrain) {
   EXPECT_NE((r.out + r.err).find("and this run gives it mean [0.5"), std::string::npos) << r.err;
 }
 
+// eval and predict run the weights on inputs normalised as the checkpoint records they were
+// trained: a from_training config whose training file has changed since (brighter images added)
+// would compute other statistics; the session says so and uses the record, so both give what
+// they give with the training file the run had (before: predictions off by up to 0.9 per pixel).
+TEST_F(CliImages, EvalAndPredictNormaliseAsTheCheckpointWasTrained) {
+  std::ofstream(dir_ / "a.bin", std::ios::binary) << cifar_records(64);
+  std::ofstream(dir_ / "b.bin", std::ios::binary) << cifar_records(16);
+  std::string grown = cifar_records(64);
+  for (int r = 0; r < 64; ++r) {  // brighter copies: every pixel in [128, 255]
+    std::string record = cifar_records(1);
+    for (std::size_t i = 1; i < record.size(); ++i) record[i] = static_cast<char>(record[i] | 0x80);
+    grown += record;
+  }
+  std::ofstream(dir_ / "grown.bin", std::ios::binary) << grown;
+  const std::string data =
+      " --set data.source=cifar10 --set data.cifar10.eval=" + (dir_ / "b.bin").string() +
+      " --set data.normalize.from_training=true --set data.batch_size=16";
+  const auto train_file = [&](const char* f) {
+    return " --set 'data.cifar10.train=[\"" + (dir_ / f).string() + "\"]'";
+  };
+  auto r = run("train " + quickstart() + data + train_file("a.bin") +
+               " --set run.steps=3 --run-dir " + (dir_ / "run").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::map<std::string, std::string> evaluated;
+  std::map<std::string, NpyFloats> predicted;
+  for (const char* f : {"a.bin", "grown.bin"}) {
+    const std::string config = quickstart() + data + train_file(f);
+    r = run("eval " + config + " --checkpoint " + (dir_ / "run").string());
+    ASSERT_EQ(r.exit_code, 0) << f << ": " << r.err;
+    const std::string said = r.out + r.err;
+    EXPECT_EQ(said.find("this session normalises as the model was trained") != std::string::npos,
+              std::string(f) == "grown.bin")
+        << f << ": " << said;
+    evaluated[f] = r.out;  // the JSON line of loss, accuracy and rows
+    const auto out = dir_ / (std::string(f) + ".npy");
+    r = run("predict " + config + " --checkpoint " + (dir_ / "run").string() + " --input " +
+            (dir_ / "b.bin").string() + " --out " + out.string());
+    ASSERT_EQ(r.exit_code, 0) << f << ": " << r.err;
+    predicted[f] = read_npy_floats(out);
+  }
+  EXPECT_EQ(evaluated["grown.bin"], evaluated["a.bin"]);
+  ASSERT_FALSE(predicted["a.bin"].values.empty());
+  EXPECT_EQ(predicted["grown.bin"].values, predicted["a.bin"].values);
+}
+
 // data.pixels: CIFAR-10's bytes, kept as bytes (the default), travel to the backend as bytes and
 // are decoded there through a table with the normalisation folded in; decoded when loaded
 // (float32), or decoded on the host by a backend without the image_input facet, every step and

@@ -456,11 +456,13 @@ void restore_escalation(Trainer::State& s, const CheckpointFile& file, bool weig
 }
 
 // The checkpoint records the normalisation its weights were trained on (metadata
-// "normalization"); a run or a prediction that normalises its inputs otherwise feeds the model
-// inputs it never saw. Not an error (new data may be meant), but said: resume, eval, predict.
+// "normalization", written only when there was one); a run or a prediction that normalises its
+// inputs otherwise feeds the model inputs it never saw. A session that runs the weights (eval,
+// predict) normalises as they were trained: the config's [data.normalize] may differ only by
+// accident (from_training computes it from whatever data the config names now), and the record
+// is the model's. A resumed run keeps the config's (new data may be meant), said.
 // checkpoint.init_from starts a new run, whose data may rightly differ: nothing is said.
-void warn_on_changed_normalization(Trainer::State& s, const CheckpointFile& file,
-                                   bool weights_only) {
+void keep_trained_normalization(Trainer::State& s, const CheckpointFile& file, bool weights_only) {
   if (weights_only && s.opt.write_outputs) return;
   ChannelStats trained;
   if (const auto it = file.st.metadata.find("normalization"); it != file.st.metadata.end()) {
@@ -484,6 +486,17 @@ void warn_on_changed_normalization(Trainer::State& s, const CheckpointFile& file
   auto text = [](const ChannelStats& c) {
     return c.mean.empty() ? std::string("no normalisation") : describe_normalization(c);
   };
+  const bool runs_weights = weights_only && !s.loading_initial_weights;
+  if (runs_weights && !trained.mean.empty() && s.train.is_image() &&
+      trained.mean.size() == static_cast<std::size_t>(s.train.channels()) &&
+      trained.std.size() == trained.mean.size()) {
+    s.log.warn(file.path.string() + " was trained on inputs with " + text(trained) +
+               ", and this session's config gives " + text(now) +
+               ": this session normalises as the model was trained; set [data.normalize] to "
+               "the run's (its normalization.json) to say so");
+    normalize_data_as(s, trained);
+    return;
+  }
   s.log.warn(file.path.string() + " was trained on inputs with " + text(trained) + ", and this " +
              (weights_only ? "session" : "run") + " gives it " + text(now) +
              ": the model sees inputs unlike those it learned from; set [data.normalize] as the "
@@ -525,8 +538,9 @@ void warn_on_changed_normalization(Trainer::State& s, const CheckpointFile& file
                             ops::shape_text(t.shape) + " as [out, in])"
                       : std::string()) +
           " but parameter '" + name + "' expects " + ops::shape_text(expected),
-      file.misfit_hint.empty() ? shape_hint(t, name, expected, weights_only, layout, file.fold_route)
-                               : file.misfit_hint);
+      file.misfit_hint.empty()
+          ? shape_hint(t, name, expected, weights_only, layout, file.fold_route)
+          : file.misfit_hint);
 }
 
 // One parameter's weights from tensor t: shape-checked, into its master, or rounded into a frozen
@@ -986,7 +1000,7 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only, WeightLay
     keep_frozen_format(terms, s.e, path);
   }
   restore_escalation(s, file, weights_only);
-  warn_on_changed_normalization(s, file, weights_only);
+  keep_trained_normalization(s, file, weights_only);
   std::set<const sdk::HostTensor*> used;
   load_parameters(s, file, weights_only, layout, used);
   load_buffers(s, file, used);

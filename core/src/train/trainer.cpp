@@ -180,17 +180,17 @@ void join_replicas(Trainer::State& s) {
   s.writes = s.opt.write_outputs && s.reducer->leads();
 }
 
-void load_training_data(Trainer::State& s) {
+void load_training_data(Trainer::State& s, const DataSettings& data) {
   const auto& e = s.e;
-  auto loaded = load_data(e.data, e.run.seed);
+  auto loaded = load_data(data, e.run.seed);
   s.train = std::move(loaded.train);
   s.eval = std::move(loaded.eval);
   s.black = std::move(loaded.black);
   s.normalization = loaded.normalization;
-  if (e.data.normalize.enabled())
+  if (data.normalize.enabled())
     s.log.info(std::string("data: normalised per channel with ") +
                describe_normalization(loaded.normalization) +
-               (e.data.normalize.from_training ? " (from the training split)" : ""));
+               (data.normalize.from_training ? " (from the training split)" : ""));
   if (s.train.rows < e.data.batch_size)
     throw sdk::DataError(
         "the training split has " + std::to_string(s.train.rows) +
@@ -549,6 +549,17 @@ TrainSummary already_complete(Trainer::State& s, TrainSummary& sum) {
 
 }  // namespace
 
+void normalize_data_as(Trainer::State& s, const ChannelStats& stats) {
+  DataSettings data = s.e.data;
+  data.normalize.from_training = false;
+  data.normalize.mean = stats.mean;
+  data.normalize.std = stats.std;
+  load_training_data(s, data);
+  s.train_fingerprint = data_fingerprint(s.train);
+  s.eval_fingerprint = data_fingerprint(s.eval);
+  prepare_pixel_tables(s);
+}
+
 Trainer::Trainer(const Experiment& experiment, Components components, const TrainOptions& options)
     : s_(std::make_unique<State>()) {
   auto& s = *s_;
@@ -557,7 +568,7 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   s.opt = options;
   const auto& e = s.e;
   join_replicas(s);
-  load_training_data(s);
+  load_training_data(s, e.data);
   s.train_fingerprint = data_fingerprint(s.train);
   s.eval_fingerprint = data_fingerprint(s.eval);
   build_initial_model(s);

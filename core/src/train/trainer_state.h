@@ -107,6 +107,11 @@ void reconcile_best_checkpoint(Trainer::State& s);
 // probe could not tell.
 std::optional<std::string> ema_kept_by_format_warning(Trainer::State& s);
 
+// Loads the data again normalised with `stats` (the checkpoint's record, for a session that runs
+// trained weights: eval, predict) instead of the config's [data.normalize], and uploads the byte
+// images' tables anew. Throws what load_data throws.
+void normalize_data_as(Trainer::State& s, const ChannelStats& stats);
+
 // ema = decay * ema + (1 - decay) * master, on the device, for every trainable parameter.
 void update_ema(Trainer::State& s);
 // ema = master (a fresh EMA: at initialisation, or after loading initial weights).
