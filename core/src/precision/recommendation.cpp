@@ -128,6 +128,13 @@ std::optional<std::string> check_block(const TensorCalibration& t, BlockFormat f
   return calibrated_tensor_name(t.tensor) + *why;
 }
 
+// What the op's backward stores its output's gradient in before it reads it, when not an FP8
+// GEMM operand: a linear's and a convolution's GEMMs read dy cast to their gemm_input dtype,
+// attention casts it to its activation_grad dtype (graph/ops).
+DType output_grad_storage(const OpCalibration& op, const sdk::OpPrecision& q) {
+  return op.type == "attention" ? q.activation_grad : q.gemm_input;
+}
+
 // The first reason the op is unsafe under precision `q`, or nullopt. `blocks`: the FP8 GEMM is
 // block-scaled in that format.
 std::optional<std::string> check_op(const OpCalibration& op, const sdk::OpPrecision& q,
@@ -159,7 +166,7 @@ std::optional<std::string> check_op(const OpCalibration& op, const sdk::OpPrecis
         why = stored(t, q.activation_grad);
         break;
       case CalibratedTensor::output_grad:
-        if (fp8_gemm) why = fp8(t, fp8_gradient);
+        why = fp8_gemm ? fp8(t, fp8_gradient) : stored(t, output_grad_storage(op, q));
         break;
     }
     if (why) return why;
@@ -178,16 +185,32 @@ ScalerRecommendation recommend_scaler(const Calibration& c) {
   int s = kLossScaleCapLog2;
   if (gmax > 0.0)
     while (s > 0 && std::ldexp(gmax, s + kLossScaleMarginLog2) >= kFp16Max) --s;
-  // The gradient that flushes most at scale 1 among those the plan stores in fp16.
+  // The config's [scaler.dynamic] max_scale caps it (a file it refuses to merge helps no one).
+  std::string capped;
+  if (std::isfinite(c.max_scale) && c.max_scale > 0.0 && std::ldexp(1.0, s) > c.max_scale) {
+    s = std::max(0, static_cast<int>(std::floor(std::log2(c.max_scale))));
+    capped =
+        ", capped by the config's [scaler.dynamic] max_scale = " + format_number("%g", c.max_scale);
+  }
+  // The gradient that flushes most at scale 1 among those the plan stores in fp16: each op's
+  // input gradient, and the output gradient its GEMMs read cast to fp16.
   double worst = 0.0;
   std::string worst_op;
   for (const auto& op : c.ops) {
-    if (op.precision_sensitive || op.planned.activation_grad != DType::fp16) continue;
-    if (const TensorCalibration* t = op.find(CalibratedTensor::activation_grad)) {
-      const double share = t->stats.share(t->stats.fp16_flushed_at_scale_log2(0));
-      if (share > worst || worst_op.empty()) {
-        worst = share;
-        worst_op = op.node;
+    if (op.precision_sensitive) continue;
+    const bool fp8_gemm = op.has_gemm && sdk::is_fp8(op.planned.gemm_input);
+    for (const auto& [tensor, stored] :
+         {std::pair{CalibratedTensor::activation_grad, op.planned.activation_grad},
+          std::pair{CalibratedTensor::output_grad, op.has_gemm && !fp8_gemm
+                                                       ? output_grad_storage(op, op.planned)
+                                                       : DType::fp32}}) {
+      if (stored != DType::fp16) continue;
+      if (const TensorCalibration* t = op.find(tensor)) {
+        const double share = t->stats.share(t->stats.fp16_flushed_at_scale_log2(0));
+        if (share > worst || worst_op.empty()) {
+          worst = share;
+          worst_op = op.node;
+        }
       }
     }
   }
@@ -200,7 +223,9 @@ ScalerRecommendation recommend_scaler(const Calibration& c) {
   }
   if (s == 0) {
     r.reason = worst_op + "'s gradient flushes " + format_share(worst) + " at scale 1, but " +
-               largest + ", which leaves no room for a loss scale";
+               (capped.empty() ? largest + ", which leaves no room for a loss scale"
+                               : "the config's [scaler.dynamic] max_scale = " +
+                                     format_number("%g", c.max_scale) + " allows none");
     return r;
   }
   r.needed = true;
@@ -211,8 +236,9 @@ ScalerRecommendation recommend_scaler(const Calibration& c) {
   r.reason = "loss scale needed: " + worst_op + "'s gradient flushes " + format_share(worst) +
              " in fp16 at scale 1; " + largest + ", so init_scale = " + scale_text(s) + " = " +
              format_number("%.0f", std::ldexp(1.0, s)) +
-             (s == kLossScaleCapLog2 ? ", the cap (" + product + ")"
-                                     : ", the largest power of two with " + product);
+             (!capped.empty()          ? capped
+              : s == kLossScaleCapLog2 ? ", the cap (" + product + ")"
+                                       : ", the largest power of two with " + product);
   return r;
 }
 
@@ -412,6 +438,22 @@ Recommendation recommend(const Calibration& c) {
   r.scaler = recommend_scaler(c);
   const int scale_log2 = r.scaler.needed ? r.scaler.scale_log2 : 0;
   r.ops = recommend_ops(c, nullptr, c.block_format, scale_log2);
+  // The scale was judged on the planned dtypes; the recommended ones may raise the gradients
+  // that needed it out of fp16. A scale that keeps no op at a lower rung is not needed.
+  if (r.scaler.needed) {
+    auto unscaled = recommend_ops(c, nullptr, c.block_format, 0);
+    bool same = unscaled.size() == r.ops.size();
+    for (std::size_t i = 0; same && i < unscaled.size(); ++i)
+      same = unscaled[i].recommended == r.ops[i].recommended;
+    if (same) {
+      r.ops = std::move(unscaled);
+      r.scaler.needed = false;
+      r.scaler.reason =
+          "no loss scale needed: the ops whose fp16 gradients flush at scale 1 "
+          "are raised out of fp16 below, and a scale keeps no op at a lower rung";
+      r.scaler.scale_log2 = 0;
+    }
+  }
   r.blocks = recommend_blocks(c, r.ops);
   r.carried = c.config_overrides;
   if (r.blocks.named) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -263,6 +264,75 @@ TEST(CalibrationRecommendation, ABlockScaledRungIsNamedAfterItsFormat) {
   EXPECT_EQ(rung_name(DType::fp8_e5m2, std::nullopt), "fp8");
   EXPECT_EQ(rung_name(DType::fp8_e4m3, BlockFormat::mxfp8), "mxfp8");
   EXPECT_EQ(rung_name(DType::bf16, BlockFormat::nvfp4), "bf16");
+}
+
+// A linear after a layer norm: its input gradient is fp32, but its GEMMs read dy cast to their
+// fp16 gemm_input. Gradients around 1e-8 all flush there, so the weight gradient is zero: the
+// cast is judged, and needs a loss scale (before, "safe in fp16" and "no loss scale needed").
+TEST(CalibrationRecommendation, AnOutputGradientCastForTheGemmIsJudgedInThatDtype) {
+  Calibration c;
+  c.policy = "fp16-mixed";
+  c.policy_needs_loss_scaling = true;
+  c.steps = 1;
+  const sdk::OpPrecision after_norm{DType::fp16, DType::fp16, DType::fp32, DType::fp32};
+  OpCalibration proj = healthy("proj", after_norm, 1e-4, 1e-1);
+  proj.tensors[4].stats = over_steps({logspace(1e-9, 3e-8)}, true);  // output_grad
+  c.ops.push_back(proj);
+  const Recommendation r = recommend(c);
+  ASSERT_TRUE(r.scaler.needed) << r.scaler.reason;
+  EXPECT_NE(r.scaler.reason.find("proj's gradient flushes"), std::string::npos) << r.scaler.reason;
+  EXPECT_EQ(find(r, "proj").recommended, DType::fp16) << find(r, "proj").reason;  // fits at S
+  // Without room for a scale (the config's max_scale = 1), the op goes to fp32.
+  c.max_scale = 1.0;
+  const Recommendation capped = recommend(c);
+  EXPECT_FALSE(capped.scaler.needed);
+  EXPECT_NE(capped.scaler.reason.find("max_scale = 1 allows none"), std::string::npos)
+      << capped.scaler.reason;
+  EXPECT_EQ(find(capped, "proj").recommended, DType::fp32);
+  EXPECT_NE(find(capped, "proj").reason.find("output_grad"), std::string::npos)
+      << find(capped, "proj").reason;
+  // Attention reads its dy cast to its activation_grad dtype, not its gemm_input.
+  OpCalibration attention = proj;
+  attention.type = "attention";
+  c.ops = {attention};
+  c.max_scale = std::numeric_limits<double>::infinity();
+  EXPECT_FALSE(recommend(c).scaler.needed) << recommend(c).scaler.reason;
+}
+
+// The config's [scaler.dynamic] max_scale caps the recommended init_scale, which the merged
+// config would refuse above it; the reason says so.
+TEST(CalibrationRecommendation, TheInitScaleStaysWithinTheConfigsMaxScale) {
+  Calibration c;
+  c.policy = "fp16-mixed";
+  c.policy_needs_loss_scaling = true;
+  c.steps = 1;
+  c.ops.push_back(healthy("fc1", all(DType::fp16), 1e-9, 1e-7));
+  ASSERT_GT(recommend(c).scaler.scale_log2, 16);
+  c.max_scale = 65536;
+  const Recommendation r = recommend(c);
+  ASSERT_TRUE(r.scaler.needed) << r.scaler.reason;
+  EXPECT_EQ(r.scaler.scale_log2, 16);
+  EXPECT_NE(r.scaler.reason.find("max_scale = 65536"), std::string::npos) << r.scaler.reason;
+}
+
+// The scale is judged on the planned dtypes; when the ops it would rescue go to fp32 for another
+// reason anyway, it keeps nothing narrower and is not recommended (the file would replace the
+// config's scaler, and its comment would blame a gradient no longer in fp16).
+TEST(CalibrationRecommendation, AScaleThatKeepsNoOpNarrowerIsNotRecommended) {
+  Calibration c;
+  c.policy = "fp16-mixed";
+  c.policy_needs_loss_scaling = true;
+  c.steps = 1;
+  c.ops.push_back(healthy("fc1", all(DType::fp16), 1e-4, 1e-1));
+  OpCalibration r0 = healthy("r0", all(DType::fp16), 1e-11, 1e-9);  // flushes at scale 1
+  r0.tensors[2].stats = over_steps({logspace(1.0, 1e5)}, false);    // and saturates: fp32
+  c.ops.push_back(r0);
+  const Recommendation r = recommend(c);
+  EXPECT_EQ(find(r, "r0").recommended, DType::fp32);
+  EXPECT_EQ(find(r, "fc1").recommended, DType::fp16);
+  EXPECT_FALSE(r.scaler.needed) << r.scaler.reason;
+  EXPECT_NE(r.scaler.reason.find("no loss scale needed"), std::string::npos) << r.scaler.reason;
+  EXPECT_EQ(recommendation_toml(r, {}).find("[scaler]"), std::string::npos);
 }
 
 TEST(CalibrationRecommendation, SharesPrintWithoutRoundingToZeroOrHundred) {

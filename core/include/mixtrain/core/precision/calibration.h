@@ -40,6 +40,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -93,6 +94,10 @@ struct Calibration {
   std::int64_t block_steps = 0;             // optimizer steps they were measured on
   std::vector<BlockPolicyPlan> block_policies;
   std::vector<PrecisionOverride> config_overrides;  // the experiment's, in config order
+  // The config's [scaler.dynamic] min_scale and max_scale (when its scaler is the dynamic one
+  // and sets them): a recommended init_scale must lie within them, or the merged file is refused.
+  double min_scale = 0.0;
+  double max_scale = std::numeric_limits<double>::infinity();
 };
 
 inline constexpr std::int64_t kBlockSampleSteps = 8;
