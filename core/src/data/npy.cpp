@@ -195,7 +195,15 @@ NpyDtype parse_descr(const fs::path& file, const std::string& descr, bool for_la
     std::string found = "'" + descr + "'";
     if (kind == 'O') found += " (pickled Python objects)";
     if (kind == 'f' && for_labels) found += " (floating point)";
-    fail(file, "unsupported dtype " + found + ", expected " + accepted, hint);
+    // Integer pixels (16-bit PNGs read as int32 or uint16): a plain cast to float would feed
+    // the model values 255 or 65535 times those of the [0, 1] pixels it learns from.
+    const bool integers = !for_labels && (kind == 'i' || kind == 'u' || kind == 'b');
+    fail(file, "unsupported dtype " + found + ", expected " + accepted,
+         integers ? "for 8-bit images save uint8 (np.save(path, x.astype(np.uint8)): mixtrain "
+                    "scales them to [0, 1] as ToTensor does); for other integers save float32 "
+                    "features scaled as the model should see them (16-bit images: "
+                    "np.save(path, (x / 65535).astype(np.float32)))"
+                  : hint);
   }
   return {kind, item_size};
 }

@@ -246,7 +246,8 @@ TEST_F(Npy, BigEndianIsRefusedAndFortranOrderIsReadInCOrder) {
 TEST_F(Npy, WrongDtypes) {
   write_valid();
   write_x(npy_bytes(npy_dict("<i4", {kRows, kCols}), le_array(labels_as<std::int32_t>(kRows * kCols))));
-  expect_x_error({"'<i4'", "float32"});
+  // Integer pixels: the hint scales them (a bare float cast would feed 0..65535 for [0, 1]).
+  expect_x_error({"'<i4'", "float32", "np.uint8", "/ 65535"});
   write_x(npy_bytes(npy_dict("|O", {kRows, kCols}), Bytes(kRows * kCols * 8, 0)));
   expect_x_error({"dtype"});
   write_x(npy_bytes(npy_dict("<c8", {kRows, kCols}), Bytes(kRows * kCols * 8, 0)));
