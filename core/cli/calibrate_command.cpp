@@ -37,8 +37,18 @@ int run_calibrate(const ConfigArgs& cfg, const CalibrateArgs& args) {
   auto config = load_config(cfg);
   auto registry = make_registry(&config);
   const auto experiment = core::parse_experiment(config, *registry);
-  const core::Calibration calibration =
+  core::Calibration calibration =
       core::calibrate(experiment, *registry, core::CalibrationOptions{args.steps, args.blocks});
+  // The file sets [scaler] type = "dynamic", so the config's [scaler.dynamic] bounds apply to its
+  // init_scale when merged, whatever scaler the config names now.
+  for (const auto& o : config.table_options("scaler.dynamic")) {
+    const auto* real = std::get_if<double>(&o.value);
+    const auto* integer = std::get_if<std::int64_t>(&o.value);
+    if (real == nullptr && integer == nullptr) continue;
+    const double v = real != nullptr ? *real : static_cast<double>(*integer);
+    if (o.key == "min_scale") calibration.min_scale = v;
+    if (o.key == "max_scale") calibration.max_scale = v;
+  }
   const core::Recommendation recommendation = core::recommend(calibration);
   std::printf("%s\n", core::calibration_table(calibration, recommendation).c_str());
 

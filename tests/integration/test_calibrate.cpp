@@ -123,6 +123,25 @@ TEST_F(Calibrate, UnderflowDemoUnderFp16RecommendsALossScale) {
       << checked.out;
 }
 
+// A config whose [scaler.dynamic] bounds the scale (here with no scaler of its own: the file
+// turns the dynamic one on) gets an init_scale within them, so the merged config trains; the
+// uncapped 2^24 was refused at the config's max_scale line.
+TEST_F(Calibrate, TheInitScaleStaysWithinTheConfigsScaleBounds) {
+  const auto out = dir_ / "bounded.toml";
+  const std::string bounded = " --set scaler.type=none --set scaler.dynamic.max_scale=65536";
+  auto r = run("calibrate " + demo_ + " --steps 5 --set precision.policy=fp16-mixed" + bounded +
+               " --output " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "capped by the config's [scaler.dynamic] max_scale = 65536")) << r.out;
+  double init_scale = 0.0;
+  for (const auto& o : core::Config::from_file(out).table_options("scaler.dynamic"))
+    if (o.key == "init_scale") init_scale = std::get<double>(o.value);
+  EXPECT_EQ(init_scale, 65536.0);
+  r = run("train " + demo_ + " --set scaler.dynamic.max_scale=65536 --merge " + out.string() +
+          " --set run.steps=2 --run-dir " + (dir_ / "bounded-run").string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 TEST_F(Calibrate, AnInputPastFp16sMaxPinsItsNodeToFp32) {
   // Features in ±1, except the first feature of every 16th row: 70000, past fp16's max of 65504,
   // which the fp16 GEMM input of the first linear cannot hold.

@@ -249,13 +249,6 @@ std::optional<ConfiguredLayouts> plan_ops(const Experiment& experiment,
   // "auto" could mean another policy (fp16-mixed, unchecked) on the next backend.
   if (const std::string chosen = policy->resolved_name(); !chosen.empty()) out.policy = chosen;
   out.policy_needs_loss_scaling = policy->needs_loss_scaling();
-  // The recommendation writes [scaler] type = "dynamic": the dynamic scaler's bounds, when set.
-  if (experiment.scaler_type == "dynamic") {
-    if (experiment.scaler_options.was_set("min_scale"))
-      out.min_scale = experiment.scaler_options.get_double("min_scale");
-    if (experiment.scaler_options.was_set("max_scale"))
-      out.max_scale = experiment.scaler_options.get_double("max_scale");
-  }
   for (const auto& [key, value] : experiment.policy_options.effective())
     if (key == "fp8_format" && std::holds_alternative<std::string>(value) &&
         std::get<std::string>(value) == "e4m3")

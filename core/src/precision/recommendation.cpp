@@ -192,6 +192,12 @@ ScalerRecommendation recommend_scaler(const Calibration& c) {
     capped =
         ", capped by the config's [scaler.dynamic] max_scale = " + format_number("%g", c.max_scale);
   }
+  // Its min_scale is a floor the scaler never goes below: the merged file must start there.
+  if (c.min_scale > std::ldexp(1.0, s)) {
+    s = std::min(kLossScaleCapLog2, static_cast<int>(std::ceil(std::log2(c.min_scale))));
+    capped =
+        ", raised to the config's [scaler.dynamic] min_scale = " + format_number("%g", c.min_scale);
+  }
   // The gradient that flushes most at scale 1 among those the plan stores in fp16: each op's
   // input gradient, and the output gradient its GEMMs read cast to fp16.
   double worst = 0.0;

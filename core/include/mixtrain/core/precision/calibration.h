@@ -94,8 +94,9 @@ struct Calibration {
   std::int64_t block_steps = 0;             // optimizer steps they were measured on
   std::vector<BlockPolicyPlan> block_policies;
   std::vector<PrecisionOverride> config_overrides;  // the experiment's, in config order
-  // The config's [scaler.dynamic] min_scale and max_scale (when its scaler is the dynamic one
-  // and sets them): a recommended init_scale must lie within them, or the merged file is refused.
+  // The config's [scaler.dynamic] min_scale and max_scale, whatever scaler it names now (the
+  // recommendation's file sets the dynamic one): a recommended init_scale must lie within them,
+  // or the merged config is refused. calibrate() leaves the defaults; its caller reads the table.
   double min_scale = 0.0;
   double max_scale = std::numeric_limits<double>::infinity();
 };
