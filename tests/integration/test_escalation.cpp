@@ -235,6 +235,38 @@ TEST_F(Escalation, AResumeAfterThePromotionOrBetweenBlamesContinuesBitForBit) {
   EXPECT_EQ(a.metadata.at("escalation"), b.metadata.at("escalation"));
 }
 
+// A resume under a config that now pins the promoted node (an override added since, as a merged
+// calibration file adds): the config's plan stands and the node's escalation is dropped, said
+// once; no later demotion claims it went back to fp16 (before, "proj back from fp32 to fp16"
+// while it kept running fp32).
+TEST_F(Escalation, AResumeUnderAConfigThatPinsThePromotedNodeDropsItsEscalation) {
+  auto sets = kEscalate;
+  sets.insert(sets.end(), {"checkpoint.every=6", "checkpoint.keep=10",
+                           "precision.escalate.deescalate_after=4"});
+  train("full", sets);
+  ASSERT_FALSE(escalations(metrics("full")).empty());
+  std::ifstream demo(fs::path(MIXTRAIN_CONFIGS_DIR) / "overflow-demo.toml");
+  std::string text((std::istreambuf_iterator<char>(demo)), {});
+  text += "\n[[precision.override]]\nlayers = \"proj\"\ncompute = \"fp32\"\n";
+  const fs::path pinned = dir_ / "pinned.toml";
+  fs::create_directories(dir_);
+  std::ofstream(pinned) << text;
+  sets.insert(sets.begin(), kFp16.begin(), kFp16.end());
+  auto e = core::parse_experiment(core::Config::from_file(pinned, sets), plugins());
+  core::TrainOptions opt;
+  opt.run_dir = dir_ / "pinned";
+  opt.resume = checkpoint("full", 6).string();
+  ::testing::internal::CaptureStderr();  // the host's log sink writes to stderr
+  core::Trainer(e, core::create_components(e, plugins()), opt).run();
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("escalation had promoted node 'proj' from fp16 to fp32, but this config "
+                      "plans it fp32: the config's plan stands"),
+            std::string::npos)
+      << said;
+  for (const auto& event : escalations(metrics("pinned")))
+    EXPECT_NE(event["node"], "proj") << event.dump();
+}
+
 // A rebuilt model keeps the run's seed: its dropout masks (here LoRA's) and stochastic rounding are
 // the run's, not seed 0's. Resuming after a demotion rebuilds nothing, so it continues bit for bit
 // only if the uninterrupted run's rebuilds kept the seed too.

@@ -161,6 +161,31 @@ std::vector<PrecisionOverride> Escalation::overrides() const {
   return out;
 }
 
+namespace {
+bool same_plan(const sdk::OpPrecision& a, const sdk::OpPrecision& b) {
+  return a.weight == b.weight && a.gemm_input == b.gemm_input && a.activation == b.activation &&
+         a.activation_grad == b.activation_grad;
+}
+}  // namespace
+
+std::vector<Escalation::Replanned> Escalation::drop_replanned(
+    const std::function<std::optional<sdk::OpPrecision>(const std::string&)>& plan_now) {
+  std::vector<Replanned> dropped;
+  for (auto it = nodes_.begin(); it != nodes_.end();) {
+    const auto now = plan_now(it->first);
+    if (it->second.stack.empty() || (now && same_plan(*now, it->second.stack.front()))) {
+      ++it;
+      continue;
+    }
+    if (it->second.stack.size() > 1)  // a node only blamed so far is dropped without a word
+      dropped.push_back({it->first, it->second.stack.front(), it->second.stack.back(),
+                         now.value_or(it->second.stack.front())});
+    std::erase(promotion_order_, it->first);
+    it = nodes_.erase(it);
+  }
+  return dropped;
+}
+
 bool Escalation::any_promoted() const {
   return !promotion_order_.empty();
 }

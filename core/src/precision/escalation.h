@@ -19,12 +19,15 @@
 //   node before its first promotion; the trainer passes the current plan when a node is blamed.
 // - overrides(): one PrecisionOverride per promoted node, exact name, every field set: appended
 //   after the config's [[precision.override]] entries they beat them.
+// - drop_replanned(plan_now): forgets every node whose recorded starting plan is not the one the
+//   config gives it now (see the method).
 // - to_json()/from_json(): the whole state (stacks, blames, clean count, events) for checkpoints;
 //   from_json throws sdk::CheckpointError naming the field on any malformed or out-of-range value.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -65,6 +68,17 @@ class Escalation {
 
   std::vector<PrecisionOverride> overrides() const;
   bool any_promoted() const;
+  // A resume whose config plans a node otherwise than the plan its promotions started from (an
+  // override added since, a calibrated file merged): the config's plan stands, so the node's
+  // state is dropped, and a later demotion cannot report a format the node never returns to.
+  // `plan_now` gives the config's plan of a node (nullopt: no such node). Returns what was
+  // dropped, each {node, the plan it started from, its promoted plan, the config's plan}.
+  struct Replanned {
+    std::string node;
+    sdk::OpPrecision started_from, promoted, planned_now;
+  };
+  std::vector<Replanned> drop_replanned(
+      const std::function<std::optional<sdk::OpPrecision>(const std::string&)>& plan_now);
   const std::vector<Event>& events() const { return events_; }
   std::int64_t promotions_standing() const;
 

@@ -447,6 +447,19 @@ void restore_escalation(Trainer::State& s, const CheckpointFile& file, bool weig
     throw sdk::CheckpointError(file.path.string() + ": the 'escalation' entry is not valid JSON",
                                "the checkpoint is damaged; use an earlier one");
   s.precision.escalation = Escalation::from_json(j, s.e.escalate, file.path.string());
+  // The model is planned by this config alone so far: a node it plans otherwise than the plan
+  // escalation started from keeps the config's plan.
+  const auto replanned = s.precision.escalation.drop_replanned(
+      [&](const std::string& node) -> std::optional<sdk::OpPrecision> {
+        for (const auto& l : s.model->layers())
+          if (l->name() == node) return l->precision();
+        return std::nullopt;
+      });
+  for (const auto& r : replanned)
+    s.log.warn(file.path.string() + ": escalation had promoted node '" + r.node + "' from " +
+               precision_text(r.started_from) + " to " + precision_text(r.promoted) +
+               ", but this config plans it " + precision_text(r.planned_now) +
+               ": the config's plan stands, and the node's escalation starts afresh");
   if (s.precision.escalation.any_promoted()) {
     replan_model(s);
     s.log.info(file.path.string() + ": " +

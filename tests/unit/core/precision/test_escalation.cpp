@@ -1,8 +1,10 @@
 // Automatic escalation's bookkeeping (core/src/precision/escalation.h): the ladder, the K-th blame
 // within the window, forgetting, the op that cannot widen, de-escalation, and the checkpoint form
-// (a round trip, and every malformed field refused by name).
+// (a round trip, and every malformed field refused by name), and a resume under a config that
+// plans a promoted node otherwise.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 
 #include "precision/escalation.h"
@@ -35,6 +37,31 @@ TEST(Escalation, TheLadderWidensEveryFieldOneRung) {
   EXPECT_EQ(precision_text(kFp16), "fp16");
   EXPECT_EQ(precision_text(kFp8),
             "weight=bf16 gemm_input=fp8_e4m3 activation=bf16 activation_grad=bf16");
+}
+
+// A resume under a config that plans a promoted node otherwise (an override added since): the
+// config's plan stands, the node's promotion is dropped and so never demoted "back" to a format
+// it no longer has; a node planned as before keeps its state.
+TEST(Escalation, ANodeTheConfigNowPlansOtherwiseIsDroppedOthersStand) {
+  Escalation esc(on(1, 10));
+  esc.start_from("proj", kFp16);
+  esc.start_from("fc1", kFp16);
+  ASSERT_TRUE(esc.observe(1, true, "proj"));
+  ASSERT_TRUE(esc.observe(2, true, "fc1"));
+  const OpPrecision fp32{};
+  const auto dropped =
+      esc.drop_replanned([&](const std::string& node) -> std::optional<OpPrecision> {
+        return node == "proj" ? fp32 : kFp16;
+      });
+  ASSERT_EQ(dropped.size(), 1u);
+  EXPECT_EQ(dropped[0].node, "proj");
+  EXPECT_TRUE(same(dropped[0].started_from, kFp16));
+  EXPECT_TRUE(same(dropped[0].promoted, widen(kFp16)));
+  EXPECT_TRUE(same(dropped[0].planned_now, fp32));
+  const auto o = esc.overrides();
+  ASSERT_EQ(o.size(), 1u);
+  EXPECT_EQ(o[0].pattern, "fc1");
+  EXPECT_EQ(esc.promotions_standing(), 1);
 }
 
 TEST(Escalation, FiresExactlyOnTheKthBlameWithinTheWindow) {
