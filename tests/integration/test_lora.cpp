@@ -203,6 +203,13 @@ TEST_F(Lora, ARunFromAPretrainedFolderStartsAtTheBaseModelsLoss) {
   ASSERT_EQ(plain.size(), 1u);
   ASSERT_EQ(fine.size(), 1u);
   EXPECT_NEAR(fine[0], plain[0], 1e-6 * plain[0]);
+  // A checkpoint run under a gpt config of other sizes: the hint names the preset's table (not
+  // [model] layers, which a preset config has none of).
+  r = run("eval " + write_file("sized.toml", kGpt).string() +
+              " --set model.gpt.n_embd=64 --checkpoint plain",
+          dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "check the sizes in [model.gpt]")) << r.err;
   // Another rank on resume: the way to a new run is a Hugging Face folder, since init_from may
   // not join from_pretrained; the hint's commands run as written.
   r = run("train --resume fine --set model.lora.r=2", dir_);

@@ -360,7 +360,8 @@ namespace {
 // fit a Conv1D weight, the file is in the other layout.
 std::string shape_hint(const sdk::HostTensor& t, const std::string& parameter,
                        const std::vector<std::int64_t>& expected, bool weights_only,
-                       WeightLayout layout, const std::string& fold_route) {
+                       WeightLayout layout, const std::string& fold_route,
+                       const std::string& model_hint) {
   const bool transposed_fits = t.shape.size() == 2 && expected.size() == 2 &&
                                t.shape[0] == expected[1] && t.shape[1] == expected[0];
   if (weights_only && transposed_fits && is_conv1d_weight(parameter)) {
@@ -376,7 +377,7 @@ std::string shape_hint(const sdk::HostTensor& t, const std::string& parameter,
       (parameter.ends_with(".lora_A.weight") || parameter.ends_with(".lora_B.weight")))
     return "the file's adapters have another rank than [model.lora] r: " + fold_route +
            ", or use the checkpoint's r";
-  return "the file belongs to a different model; check [model] layers";
+  return "the file belongs to a different model; " + model_hint;
 }
 
 }  // namespace
@@ -395,6 +396,8 @@ struct CheckpointFile {
   std::string misfit_hint;
   // How to start from this file's weights with its adapters folded in (start_from_weights_route).
   std::string fold_route;
+  // What of the config sizes the model: a preset's table ([model.gpt]), or [model] layers.
+  std::string model_hint;
 
   std::string name_in_file(const sdk::HostTensor& t) const {
     return gpt2 ? file_names[static_cast<std::size_t>(&t - st.tensors.data())] : t.name;
@@ -410,6 +413,20 @@ CheckpointFile read_checkpoint_file(Trainer::State& s, const fs::path& path, boo
       weights_only ? weights_format_for(s.c, path).read(path) : s.c.checkpoint_format->read(path);
   file.gpt2 = layout == WeightLayout::gpt2;
   file.fold_route = start_from_weights_route(s.e, path, /*merge_lora=*/true);
+  file.model_hint = "check [model] layers";
+  if (s.e.from_pretrained.enabled())
+    file.model_hint = "this config's model is sized by " +
+                      (s.e.from_pretrained.folder / kHfConfigFile).string() +
+                      "; run the checkpoint with the config it was trained with (its run's "
+                      "config.toml)";
+  else
+    for (const auto& layer : s.e.model.layers)
+      if (!layer.preset_keys.empty()) {
+        const std::string& key = layer.preset_keys.begin()->second;  // "model.gpt.vocab_size"
+        file.model_hint = "check the sizes in [" + key.substr(0, key.rfind('.')) +
+                          "] against the run's config.toml";
+        break;
+      }
   if (s.e.from_pretrained.enabled() && path == s.e.from_pretrained.weights)
     file.misfit_hint = "the model is sized by " +
                        (s.e.from_pretrained.folder / kHfConfigFile).string() +
@@ -552,7 +569,7 @@ void keep_trained_normalization(Trainer::State& s, const CheckpointFile& file, b
                       : std::string()) +
           " but parameter '" + name + "' expects " + ops::shape_text(expected),
       file.misfit_hint.empty()
-          ? shape_hint(t, name, expected, weights_only, layout, file.fold_route)
+          ? shape_hint(t, name, expected, weights_only, layout, file.fold_route, file.model_hint)
           : file.misfit_hint);
 }
 
