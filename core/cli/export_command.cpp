@@ -141,13 +141,27 @@ void write_peft_folder(const sdk::CheckpointFormat& writer, sdk::TrainingState s
             << peft.state.tensors.size() << " tensors, fp32)" << std::endl;
 }
 
-// A Hugging Face model folder: model.safetensors and config.json (StagedFolder).
+// The tokenizer files beside the weights a run started from, when those are a Hugging Face
+// folder's (from_pretrained): the tokenizer the model was fine-tuned with.
+std::vector<std::string_view> tokenizer_files_beside(const fs::path& initial_weights) {
+  std::vector<std::string_view> found;
+  if (initial_weights.filename() != core::kHfWeightsFile) return found;
+  std::error_code ec;
+  for (const std::string_view name : core::kHfTokenizerFiles)
+    if (fs::is_regular_file(initial_weights.parent_path() / name, ec)) found.push_back(name);
+  return found;
+}
+
+// A Hugging Face model folder: model.safetensors and config.json (StagedFolder), and the
+// tokenizer files of the folder the run started from, so AutoTokenizer loads it as it did that.
 void write_hf_folder(const ExportArgs& args, const sdk::CheckpointFormat& writer,
                      sdk::TrainingState state, const fs::path& source, const fs::path& out,
                      const std::string& from) {
   const sdk::DType stored = args.dtype.empty()
                                 ? sdk::DType::fp32
                                 : sdk::parse_dtype(args.dtype).value_or(sdk::DType::fp32);
+  const fs::path initial = initial_weights_of(state);
+  const auto tokenizer = tokenizer_files_beside(initial);
   auto folder = in_hf_folder(std::move(state), source, stored);
   create_folder(out);
   {
@@ -155,14 +169,26 @@ void write_hf_folder(const ExportArgs& args, const sdk::CheckpointFormat& writer
     writer.write(staged.staged(core::kHfWeightsFile), folder.state);
     write_text_file(staged.staged(core::kHfConfigFile), folder.config_json,
                     "Hugging Face config");
-    staged.publish({core::kHfWeightsFile, core::kHfConfigFile});
+    std::vector<std::string_view> files = {core::kHfWeightsFile, core::kHfConfigFile};
+    for (const std::string_view name : tokenizer) {
+      std::error_code ec;
+      fs::copy_file(initial.parent_path() / name, staged.staged(name), ec);
+      if (ec)
+        throw sdk::UserError("cannot copy " + (initial.parent_path() / name).string() +
+                                 " into the export: " + ec.message(),
+                             "check that it is readable and the disk has room");
+      files.push_back(name);
+    }
+    staged.publish(files);
   }
   std::string zeros;
   if (!folder.zero_biases.empty())
     zeros = ", " + std::to_string(folder.zero_biases.size()) +
             " zero biases added: the model has bias = false and GPT-2 has biases";
+  std::string carried;
+  for (const std::string_view name : tokenizer) carried += ", " + std::string(name);
   std::cout << "wrote " << out.string() << " (Hugging Face GPT-2 folder: " << core::kHfConfigFile
-            << ", " << core::kHfWeightsFile << "; " << from << ", "
+            << ", " << core::kHfWeightsFile << carried << "; " << from << ", "
             << weight_tensor_count(folder.state) << " weight tensors, " << sdk::dtype_name(stored)
             << zeros << ")" << std::endl;
 }

@@ -73,7 +73,7 @@ StagedFolder::~StagedFolder() {
   if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
-void StagedFolder::publish(std::initializer_list<std::string_view> names) const {
+void StagedFolder::publish(const std::vector<std::string_view>& names) const {
   for (const std::string_view name : names) {
     std::error_code ec;
     fs::rename(staging_ / name, out_ / name, ec);

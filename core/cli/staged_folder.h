@@ -16,7 +16,6 @@
 #pragma once
 
 #include <filesystem>
-#include <initializer_list>
 #include <string_view>
 #include <vector>
 
@@ -30,7 +29,7 @@ class StagedFolder {
   StagedFolder& operator=(const StagedFolder&) = delete;
 
   std::filesystem::path staged(std::string_view name) const { return staging_ / name; }
-  void publish(std::initializer_list<std::string_view> names) const;
+  void publish(const std::vector<std::string_view>& names) const;
 
  private:
   std::filesystem::path out_, staging_;

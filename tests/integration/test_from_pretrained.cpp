@@ -208,6 +208,29 @@ TEST_F(FromPretrained, TheFoldersTokenIdsReachTheExportsConfigJson) {
       << r.out << r.err;
 }
 
+// A run from a folder with a tokenizer exports a folder with that tokenizer's files, byte for
+// byte, so AutoTokenizer.from_pretrained loads the fine-tuned model as it loaded the base; a
+// config started otherwise (its initial weights no folder's) carries none.
+TEST_F(FromPretrained, AnHfExportCarriesTheFoldersTokenizerFiles) {
+  export_initial_folder("hf");
+  write_file("hf/vocab.json", "{\"a\": 0, \"b\": 1}");
+  write_file("hf/merges.txt", "#version: 0.2\na b\n");
+  write_file("hf/tokenizer_config.json", "{\"model_max_length\": 16}");
+  auto r = run("train " + pretrained_ + " --set run.steps=1 --run-dir fine", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run("export fine --layout hf --out out", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "vocab.json")) << r.out;
+  for (const char* f : {"vocab.json", "merges.txt", "tokenizer_config.json"})
+    EXPECT_EQ(slurp(dir_ / "out" / f), slurp(dir_ / "hf" / f)) << f;
+  EXPECT_FALSE(fs::exists(dir_ / "out" / "tokenizer.json"));  // only those the folder has
+  r = run("export " + pretrained_ + " --initial --layout hf --out initial", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(dir_ / "initial" / "merges.txt"));
+  export_initial_folder("plain");
+  EXPECT_FALSE(fs::exists(dir_ / "plain" / "vocab.json"));
+}
+
 // A folder without a tokenizer (a byte-level model's export) reads bytes: it trains on the text
 // source, which a folder with a tokenizer is refused (the bad-input test's text-bytes case).
 TEST_F(FromPretrained, AByteLevelFolderWithoutATokenizerTrainsOnText) {

@@ -69,6 +69,12 @@ inline constexpr std::string_view kHfWeightsFile = "model.safetensors";
 inline constexpr std::string_view kHfPickleWeightsFile = "pytorch_model.bin";
 inline constexpr std::string_view kHfShardIndexFile = "model.safetensors.index.json";
 
+// The tokenizer's files a Hugging Face folder may hold beside the model (AutoTokenizer reads
+// them): an exported folder of a run that started from one carries them over.
+inline constexpr std::string_view kHfTokenizerFiles[] = {
+    "tokenizer.json", "tokenizer_config.json",   "vocab.json",
+    "merges.txt",     "special_tokens_map.json", "added_tokens.json"};
+
 // PEFT's adapter folder (a PeftModel's save_pretrained), which mixtrain writes (export --layout
 // peft) but does not read, and the names its tensors carry; peft_adapter_route() is the hint of
 // an error that meets one: how to make it a model mixtrain loads.
