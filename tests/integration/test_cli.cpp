@@ -850,6 +850,14 @@ TEST_F(Cli, CheckWarnsOfAFirstStepWhoseForwardOverflows) {
   r = run("check " + config("overflow-demo.toml") + " --set precision.policy=fp32");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_FALSE(has(r.out + r.err, warning)) << r.out << r.err;
+  // A loss scale too large for the first step overflows the backward, not the forward: the
+  // replay runs on the step's own weights, before an update of non-finite gradients (which the
+  // optimizer never gets: zeros take its path) could have made them NaN and blamed the forward.
+  r = run("check " + quickstart() +
+          " --set precision.policy=fp16-mixed --set scaler.type=dynamic"
+          " --set scaler.dynamic.init_scale=4294967296");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(has(r.out + r.err, warning)) << r.out << r.err;
 }
 
 // A run killed before its first checkpoint (a second Ctrl-C) leaves metrics and no checkpoint or

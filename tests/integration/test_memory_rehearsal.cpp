@@ -144,8 +144,8 @@ TEST(MemoryRehearsal, RehearsesTheUnderflowMeasurementWhereGradientsAreNarrow) {
   const auto fp32 = rehearse("fp32", false);
   const auto bf16 = rehearse("bf16-mixed", false);
   for (const auto* r : {&fp32, &bf16})
-    for (const char* path : {"forward and backward", "gradient check and update",
-                             "skipped-step replay", "evaluation batch"})
+    for (const char* path : {"forward and backward", "gradient check", "skipped-step replay",
+                             "update", "evaluation batch"})
       EXPECT_TRUE(rehearsed(*r, path)) << path;
   EXPECT_FALSE(rehearsed(fp32, "underflow measurement"));
   EXPECT_TRUE(rehearsed(bf16, "underflow measurement"));

@@ -457,14 +457,22 @@ NonfiniteSite run_each_step_path(Trainer::State& s,
   s.reducer->finish_gradients();
   const StepTotals totals = check_gradients(s, request, s.c.scaler->scale());
   if (s.c.policy->uses_scaled_operands()) s.reducer->flush_operand_amaxes(model);
-  apply_update(s, request, totals.sum_squares, s.schedule.lr_at(s.position.applied));
-  after("gradient check and update");
+  after("gradient check");
+  // The replay a skipped step runs instead of the update, on this step's weights: before the
+  // update moves them (on weights an update had made non-finite, it blamed the forward).
   NonfiniteSite site;
   {
     const auto alone = s.reducer->local_only();
     site = locate_first_nonfinite(model, s.rank_batch, seed);
   }
   after("skipped-step replay");
+  // An optimizer steps only on finite gradients (sdk/optimizer.h): gradients that are not (a
+  // loss scale too large for the first step) take the update's path as zeros.
+  if (totals.found_inf)
+    for (const sdk::TensorView& g : s.grads) s.c.backend->fill(g, 0.0f);
+  apply_update(s, request, totals.found_inf ? 0.0 : totals.sum_squares,
+               s.schedule.lr_at(s.position.applied));
+  after("update");
   return site;
 }
 

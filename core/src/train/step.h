@@ -61,10 +61,12 @@ void read_loss_after_step(Trainer::State& s, StepOutcome& step);
 // s.opt.observer; with a statistics step's FP8 operand diagnostics when the policy scales
 // operands), the underflow measurement when run.underflow_every asks for one at a step the run
 // reaches (s.position.step, the first, to run.steps), the gradient
-// check with the norm, the update, and a skipped step's checked replay; after(path) is called
-// after each. It writes no records and tells the scaler nothing; the weights, the optimizer state
-// and the data position move on as after an applied step. Returns the replay's first non-finite
-// tensor of that batch (where is empty when every tensor is finite).
+// check with the norm, a skipped step's checked replay (on the step's own weights), and the
+// update (on zeros where the gradients are not finite: an optimizer steps only on finite ones);
+// after(path) is called after each. It writes no records and tells the scaler nothing; the
+// weights, the optimizer state and the data position move on as after an applied step. Returns
+// the replay's first non-finite tensor of that batch (where is empty when every tensor is
+// finite).
 NonfiniteSite run_each_step_path(Trainer::State& s,
                                  const std::function<void(std::string_view)>& after);
 
