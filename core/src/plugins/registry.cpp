@@ -292,9 +292,13 @@ void PluginRegistry::register_components(LibraryRecord& rec, std::shared_ptr<voi
       continue;
     }
     if (const auto* prev = find(info.kind, info.name)) {
-      rec.warnings.push_back("duplicate " + std::string(sdk::component_kind_name(info.kind)) +
-                             " '" + info.name + "' ignored; " + prev->library.string() +
-                             " provides it first");
+      rec.warnings.push_back(
+          who + " ignored: " +
+          (prev->library == rec.path
+               ? "the library registers that name twice; rename one and rebuild the plugin"
+               : prev->library.string() +
+                     " provides it first (the first library the search finds wins; the order is "
+                     "`mixtrain plugins`'s)"));
       continue;
     }
     if (info.create == nullptr) {

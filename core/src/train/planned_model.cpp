@@ -1,6 +1,7 @@
 #include "train/planned_model.h"
 
 #include <algorithm>
+#include <set>
 #include <string>
 
 #include "mixtrain/core/graph/backend_needs.h"
@@ -128,6 +129,17 @@ void build_model(Trainer::State& s) {
   // A session that never trains binds nothing: no optimizer state (TrainOptions::trains).
   s.c.optimizer->bind(backend, s.opt.trains ? std::span<const sdk::Parameter>(s.params)
                                             : std::span<const sdk::Parameter>());
+  // Its slots are saved by name: two of one name would fail at the first checkpoint, steps later.
+  std::set<std::string> slots;
+  for (const auto& t : s.c.optimizer->state_tensors())
+    if (t.name.empty() || !slots.insert(t.name).second)
+      throw sdk::PluginError(
+          "optimizer '" + e.optimizer_type + "' names " +
+              (t.name.empty() ? std::string("a state tensor ''")
+                              : "two of its state tensors '" + t.name + "'") +
+              " (state_tensors()), so a checkpoint could not hold them",
+          "give each slot a name of its own, \"<param>.<slot>\" (sdk/optimizer.h); this is a bug "
+          "in the optimizer: report it to its authors");
   {
     std::string static_step;  // why the step is not static ("": it is)
     for (const auto& l : s.model->layers())

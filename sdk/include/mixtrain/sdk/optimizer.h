@@ -9,8 +9,9 @@
 //   `grad_scale` is the clipping coefficient to multiply gradients by (1 when not clipping).
 //   After the update each parameter's `working` copy (when present) holds the new weights in its
 //   low-precision dtype.
-// - state_tensors() exposes the per-parameter slots (named "<param>.<slot>") so the host can save
-//   and restore them; save_state()/load_state() carry scalars such as the step count.
+// - state_tensors() exposes the per-parameter slots (named "<param>.<slot>", each name its own:
+//   the host refuses two of one name when it binds) so the host can save and restore them;
+//   save_state()/load_state() carry scalars such as the step count.
 #pragma once
 
 #include "mixtrain/sdk/export.h"
