@@ -182,7 +182,6 @@ Executor::Placement Executor::place(std::int64_t rows, const LivenessPlan& arena
                                     std::size_t activation_buffers, bool training) const {
   Placement p;
   p.rows = rows;
-  p.training = training;
   auto* base = static_cast<std::byte*>(act_arena_.view().data);
   // Each planned output's place in the arena, in the plan's order (an op's unfused output may
   // live in its reader's).

@@ -197,7 +197,6 @@ class Executor {
   // loss's blocks.
   struct Placement {
     std::int64_t rows = 0;
-    bool training = false;
     std::vector<std::byte*> output, unfused;
     std::int64_t block_rows = 0;
     sdk::TensorView block_logits, block_logits_grad;
