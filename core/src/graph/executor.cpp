@@ -149,10 +149,22 @@ void Executor::allocate(PassRows rows, bool reserve_fp32_gradients, std::int64_t
     allocating("the outputs written only unfused (the non-finite replay)",
                deferred_plan_.plan.arena_bytes,
                [&] { deferred_arena_ = arena(backend_, deferred_plan_.plan.arena_bytes); });
-  step_ = rows.train > 0 ? place(rows.train, step_plan_.arena, step_plan_.activation_buffers, true)
-                         : Placement{};
+  // The deferred outputs of each pass: the step's in their own arena, the evaluation's in its.
+  auto* base = static_cast<std::byte*>(act_arena_.view().data);
+  std::vector<std::pair<std::size_t, std::byte*>> unfused_step, unfused_evaluation;
+  for (std::size_t d = 0; d < deferred_plan_.nodes.size(); ++d)
+    unfused_step.emplace_back(
+        deferred_plan_.nodes[d],
+        static_cast<std::byte*>(deferred_arena_.view().data) + deferred_plan_.plan.offset[d]);
+  for (std::size_t d = 0; d < eval_plan_.deferred.size(); ++d)
+    unfused_evaluation.emplace_back(
+        eval_plan_.deferred[d], base + eval_plan_.arena.offset[eval_plan_.activation_buffers + d]);
+  step_ = rows.train > 0
+              ? place(rows.train, step_plan_.arena, step_plan_.activation_buffers, unfused_step)
+              : Placement{};
   evaluation_ = rows.evaluation > rows.train
-                    ? place(rows.evaluation, eval_plan_.arena, eval_plan_.lives.size(), false)
+                    ? place(rows.evaluation, eval_plan_.arena, eval_plan_.activation_buffers,
+                            unfused_evaluation)
                     : Placement{};
   evaluating_ = false;
   bind_placement();
@@ -178,8 +190,9 @@ void Executor::allocate(PassRows rows, bool reserve_fp32_gradients, std::int64_t
   bind_ties();
 }
 
-Executor::Placement Executor::place(std::int64_t rows, const LivenessPlan& arena_plan,
-                                    std::size_t activation_buffers, bool training) const {
+Executor::Placement Executor::place(
+    std::int64_t rows, const LivenessPlan& arena_plan, std::size_t activation_buffers,
+    const std::vector<std::pair<std::size_t, std::byte*>>& unfused) const {
   Placement p;
   p.rows = rows;
   auto* base = static_cast<std::byte*>(act_arena_.view().data);
@@ -190,14 +203,9 @@ Executor::Placement Executor::place(std::int64_t rows, const LivenessPlan& arena
   for (std::size_t i = 0, k = 0; i < ops_.size(); ++i)
     if (ops_[i]->planned_output_bytes(rows * plan_.node(i).rows_per_sample) > 0)
       p.output[i] = base + arena_plan.offset[k++];
-  for (std::size_t i = 0, d = 0; i < ops_.size(); ++i) {
-    // Only a training step runs unfused (the non-finite replay); an evaluation that did would
-    // get an output of the op's own, at the most rows (Layer::materialise_output).
-    if (training && d < deferred_plan_.nodes.size() && deferred_plan_.nodes[d] == i)
-      p.unfused[i] =
-          static_cast<std::byte*>(deferred_arena_.view().data) + deferred_plan_.plan.offset[d++];
+  for (const auto& [node, at] : unfused) p.unfused[node] = at;
+  for (std::size_t i = 0; i < ops_.size(); ++i)
     if (const auto home = output_home(plan_, ops_, i, rows)) p.unfused[i] = p.output[*home];
-  }
   if (chunking_.rows > 0) {
     // The blocks are the activations' last two buffers (memory_plan.h).
     const ChunkedLogits c = chunked_logits(plan_, ops_, rows);

@@ -138,6 +138,19 @@ ForwardMemoryPlan plan_forward_memory(const GraphPlan& plan, const Ops& ops,
                                       std::int64_t max_rows) {
   ForwardMemoryPlan out;
   out.lives = activation_lives(plan, ops, max_rows, std::nullopt, /*forward_only=*/true);
+  out.activation_buffers = out.lives.size();
+  const std::vector<int> last = last_reads(plan, ops, /*forward_only=*/true);
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const Layer& op = *ops[i];
+    if (op.is_view() || !op.traits().output_deferred || output_home(plan, ops, i, max_rows))
+      continue;
+    const std::int64_t rows = max_rows * plan.node(i).rows_per_sample;
+    out.deferred.push_back(i);
+    out.lives.push_back({op.name() + " (unfused)",
+                         static_cast<std::size_t>(rows * op.out_features()) *
+                             sdk::dtype_size(storage_of(op.precision().activation)),
+                         static_cast<int>(i), last[i]});
+  }
   out.arena = plan_liveness(out.lives);
   return out;
 }

@@ -67,6 +67,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mixtrain/core/graph/bound_facets.h"
@@ -201,8 +202,9 @@ class Executor {
     std::int64_t block_rows = 0;
     sdk::TensorView block_logits, block_logits_grad;
   };
+  // `unfused`: each deferred output's (node, address) where it is written unfused.
   Placement place(std::int64_t rows, const LivenessPlan& arena_plan, std::size_t activation_buffers,
-                  bool training) const;
+                  const std::vector<std::pair<std::size_t, std::byte*>>& unfused) const;
   bool evaluation_placed() const;  // the evaluation's placement is the one in use
   void bind_placement();           // hands the ops the placement in use
   const std::vector<BufferLife>& placed_lives() const;

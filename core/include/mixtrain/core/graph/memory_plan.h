@@ -78,9 +78,13 @@ LivenessPlan plan_activations(const GraphPlan& plan, const Ops& ops, std::int64_
 // from its forward to its last forward read (the loss, for the logits), and an evaluation of
 // more rows than the training step may fit in the bytes that step's gradients take
 // (Executor::allocate). The buffers in plan_activations' order, the chunked loss's two blocks
-// last.
+// last of those; then the deferred outputs without a home in their reader's output
+// (plan_deferred_outputs' nodes), which an op whose fused pass falls back at run time (a batch
+// norm whose add reads another dtype) writes in an evaluation too.
 struct ForwardMemoryPlan {
   std::vector<BufferLife> lives;
+  std::size_t activation_buffers = 0;  // lives[0, activation_buffers): the activations
+  std::vector<std::size_t> deferred;   // lives[activation_buffers + d]: node deferred[d]'s
   LivenessPlan arena;
 };
 ForwardMemoryPlan plan_forward_memory(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows);
