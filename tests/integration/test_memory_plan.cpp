@@ -143,6 +143,22 @@ TEST_F(MemoryPlanFlags, ACheckpointOfFrozenBf16WeightsPeaksAtTheForecast) {
       << "check predicted " << peaks->predicted << ", the run peaked at " << peaks->measured;
 }
 
+// An evaluation batch larger than the step's grows the backend's scratch, which the steps after it
+// still hold: a run that evaluates before a statistics step peaks there, and check rehearses the
+// evaluation first when one comes before a step (it predicted 1 MiB, 6%, under the run before).
+// Its forward-only placement keeps the arena well under a step's at the evaluation's rows.
+TEST_F(MemoryPlanFlags, AStepAfterALargerEvaluationPeaksAtTheForecast) {
+  const std::string cfg = config("cnn-small.toml") +
+                          " --set precision.policy=fp16-mixed --set run.steps=4"
+                          " --set run.underflow_every=2 --set checkpoint.every=0"
+                          " --set data.eval_batch_size=256";
+  for (const std::string every : {"0", "1"}) {
+    const auto peaks = forecast_and_run(cfg + " --set run.eval_every=" + every, "every-" + every);
+    ASSERT_TRUE(peaks) << every;
+    EXPECT_EQ(peaks->measured, peaks->predicted) << "eval_every " << every;
+  }
+}
+
 // A run evaluates its held-out split and nothing else: a data.eval_batch_size above the split's
 // rows (the quickstart's 819) sizes nothing for rows that never exist (100000 reserved 208 MiB
 // of arena, before), and evaluates to the same numbers.

@@ -228,6 +228,22 @@ MemoryReport Trainer::memory_report(bool rehearse) {
   GrowthWatch watch(b, scratch, r);
   {
     RehearsalScope scope(s, watch);
+    const auto evaluation = [&] {
+      const Dataset& d = s.eval.rows > 0 ? s.eval : s.train;
+      const Dataset batch = first_rows(d, std::min(s.eval_batch_rows, d.rows));
+      if (s.e.eval.top_k > 0)  // top-k reads each batch's logits on the host
+        predict(batch, batch.rows, [](const PredictionBatch&) {});
+      else
+        predict(batch, batch.rows, nullptr);
+      const std::string eval = "evaluation batch";
+      r.rehearsed.push_back(eval);
+      watch.after_path(eval);
+    };
+    // What an evaluation grows (the backend's scratch, at its rows) is still held by the steps
+    // after it: a run that evaluates before its last step peaks at a step on top of that.
+    const bool steps_follow_an_evaluation =
+        s.e.run.eval_every > 0 && s.e.run.eval_every < s.e.run.steps;
+    if (steps_follow_an_evaluation) evaluation();
     ++s.position.step;  // as run() numbers its first step (dropout keys its masks on it)
     const NonfiniteSite site = run_each_step_path(s, [&](std::string_view path) {
       r.rehearsed.emplace_back(path);
@@ -235,15 +251,7 @@ MemoryReport Trainer::memory_report(bool rehearse) {
     });
     if (!site.where.empty() && !site.where.starts_with("backward"))
       r.nonfinite_forward = site.where;
-    const Dataset& d = s.eval.rows > 0 ? s.eval : s.train;
-    const Dataset batch = first_rows(d, std::min(s.eval_batch_rows, d.rows));
-    if (s.e.eval.top_k > 0)  // top-k reads each batch's logits on the host
-      predict(batch, batch.rows, [](const PredictionBatch&) {});
-    else
-      predict(batch, batch.rows, nullptr);
-    const std::string eval = "evaluation batch";
-    r.rehearsed.push_back(eval);
-    watch.after_path(eval);
+    if (!steps_follow_an_evaluation) evaluation();
   }
 
   const sdk::MemoryStats after = b.memory_stats();
