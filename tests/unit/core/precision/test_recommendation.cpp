@@ -69,11 +69,17 @@ OpCalibration healthy(const std::string& name, sdk::OpPrecision planned, double 
   return op;
 }
 
-TEST(CalibrationRecommendation, ATensorThatSaturatesFp16GoesToFp32) {
+// A calibration of one step under fp16-mixed (which needs loss scaling), its ops to be added.
+Calibration fp16_calibration() {
   Calibration c;
   c.policy = "fp16-mixed";
   c.policy_needs_loss_scaling = true;
   c.steps = 1;
+  return c;
+}
+
+TEST(CalibrationRecommendation, ATensorThatSaturatesFp16GoesToFp32) {
+  Calibration c = fp16_calibration();
   c.ops.push_back(healthy("fc1", all(DType::fp16), 1e-3, 1e-1));
   OpCalibration big = healthy("fc2", all(DType::fp16), 1e-3, 1e-1);
   big.tensors[2].stats = over_steps({logspace(1.0, 1e5)}, false);  // activation past 65504
@@ -96,10 +102,7 @@ TEST(CalibrationRecommendation, ATensorThatSaturatesFp16GoesToFp32) {
 }
 
 TEST(CalibrationRecommendation, GradientsThatFlushAtScaleOneGetADynamicScalerWithTheComputedScale) {
-  Calibration c;
-  c.policy = "fp16-mixed";
-  c.policy_needs_loss_scaling = true;
-  c.steps = 1;
+  Calibration c = fp16_calibration();
   // Gradients around 1e-10: all flush in fp16 unscaled; the largest gradient amax is 3e-3.
   c.ops.push_back(healthy("fc1", all(DType::fp16), 1e-11, 1e-9));
   c.ops.push_back(healthy("fc2", all(DType::fp16), 1e-6, 3e-3));
@@ -270,10 +273,7 @@ TEST(CalibrationRecommendation, ABlockScaledRungIsNamedAfterItsFormat) {
 // fp16 gemm_input. Gradients around 1e-8 all flush there, so the weight gradient is zero: the
 // cast is judged, and needs a loss scale (before, "safe in fp16" and "no loss scale needed").
 TEST(CalibrationRecommendation, AnOutputGradientCastForTheGemmIsJudgedInThatDtype) {
-  Calibration c;
-  c.policy = "fp16-mixed";
-  c.policy_needs_loss_scaling = true;
-  c.steps = 1;
+  Calibration c = fp16_calibration();
   const sdk::OpPrecision after_norm{DType::fp16, DType::fp16, DType::fp32, DType::fp32};
   OpCalibration proj = healthy("proj", after_norm, 1e-4, 1e-1);
   proj.tensors[4].stats = over_steps({logspace(1e-9, 3e-8)}, true);  // output_grad
@@ -302,10 +302,7 @@ TEST(CalibrationRecommendation, AnOutputGradientCastForTheGemmIsJudgedInThatDtyp
 // The config's [scaler.dynamic] max_scale caps the recommended init_scale, which the merged
 // config would refuse above it; the reason says so.
 TEST(CalibrationRecommendation, TheInitScaleStaysWithinTheConfigsMaxScale) {
-  Calibration c;
-  c.policy = "fp16-mixed";
-  c.policy_needs_loss_scaling = true;
-  c.steps = 1;
+  Calibration c = fp16_calibration();
   c.ops.push_back(healthy("fc1", all(DType::fp16), 1e-9, 1e-7));
   ASSERT_GT(recommend(c).scaler.scale_log2, 16);
   c.max_scale = 65536;
@@ -319,10 +316,7 @@ TEST(CalibrationRecommendation, TheInitScaleStaysWithinTheConfigsMaxScale) {
 // reason anyway, it keeps nothing narrower and is not recommended (the file would replace the
 // config's scaler, and its comment would blame a gradient no longer in fp16).
 TEST(CalibrationRecommendation, AScaleThatKeepsNoOpNarrowerIsNotRecommended) {
-  Calibration c;
-  c.policy = "fp16-mixed";
-  c.policy_needs_loss_scaling = true;
-  c.steps = 1;
+  Calibration c = fp16_calibration();
   c.ops.push_back(healthy("fc1", all(DType::fp16), 1e-4, 1e-1));
   OpCalibration r0 = healthy("r0", all(DType::fp16), 1e-11, 1e-9);  // flushes at scale 1
   r0.tensors[2].stats = over_steps({logspace(1.0, 1e5)}, false);    // and saturates: fp32
