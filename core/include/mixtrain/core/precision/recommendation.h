@@ -12,15 +12,19 @@
 //   planned fp32 get no override.
 // - Safety, with the thresholds below: a tensor stored in fp16/bf16 is unsafe when any value
 //   saturates or more than kMaxFlushShare of its non-zero values flush to zero; fp16 gradients
-//   are judged at the recommended loss scale. An FP8 GEMM (gemm_input fp8) casts gemm_input and
+//   are judged at the recommended loss scale. A GEMM op's output_grad is stored in the dtype its
+//   backward casts dy to: gemm_input (linear, conv2d), activation_grad (attention). An FP8 GEMM (gemm_input fp8) casts gemm_input and
 //   weight to e4m3 and output_grad to e5m2 with per-tensor scaling; it is unsafe when a scaled
 //   cast flushes more than kMaxFlushShare or saturates, or when one step's amax exceeds
 //   kMaxAmaxGrowth × the largest amax of the steps before it: a tolerance (delayed scaling
 //   clamps the top values from about 1.04×, e4m3's 464/448; up to 2× they lose less than half).
 // - Loss scale (policies that need loss scaling): S = 2^s, the largest s in [0, 24] with
-//   (largest gradient amax) · 2^s · 2^kLossScaleMarginLog2 < 65504. A dynamic scaler with
-//   init_scale S is recommended when some gradient stored in fp16 flushes more than
-//   kMaxFlushShare at scale 1; otherwise no loss scale is needed and S = 1 for the rules.
+//   (largest gradient amax) · 2^s · 2^kLossScaleMarginLog2 < 65504, then within the
+//   Calibration's min_scale and max_scale. A dynamic scaler with init_scale S is recommended when
+//   some gradient stored in fp16 (an input gradient, or an output gradient cast for a GEMM)
+//   flushes more than kMaxFlushShare at scale 1, unless the rules at scale 1 recommend every op
+//   the same rung as at S (the scale keeps nothing narrower); otherwise no loss scale is needed
+//   and S = 1 for the rules.
 // - Under a block-scaled policy (Calibration::block_format) an FP8 GEMM's operands are judged by
 //   their per-block counts in that policy's format instead (gemm_input, weight, output_grad:
 //   unsafe if a value saturates or more than kMaxFlushShare flush); no amax-growth rule, as
