@@ -1,10 +1,13 @@
 #include "train/resume_terms.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <iterator>
 #include <limits>
 #include <optional>
+#include <string_view>
+#include <system_error>
 #include <variant>
 #include <vector>
 
@@ -336,10 +339,30 @@ std::string start_from_weights_route(const Experiment& e, const std::filesystem:
          "\"merged.safetensors\"";
 }
 
+namespace {
+// LoRA terms as a message prints them: the "%.17g" numbers checkpoints store (and compare as
+// text) in the shortest form that reads back the same, "dropout = 0.10000000000000001" as 0.1.
+std::string readable_lora_terms(std::string terms) {
+  for (const std::string_view key : {"alpha = ", "dropout = "}) {
+    const auto at = terms.find(key);
+    if (at == std::string::npos) continue;
+    const std::size_t begin = at + key.size();
+    const std::size_t end = std::min(terms.find(',', begin), terms.size());
+    double v = 0;
+    const auto [read, read_ec] = std::from_chars(terms.data() + begin, terms.data() + end, v);
+    if (read_ec != std::errc() || read != terms.data() + end) continue;
+    char shortest[32];
+    const auto [wrote, ec] = std::to_chars(shortest, shortest + sizeof shortest, v);
+    if (ec == std::errc()) terms.replace(begin, end - begin, std::string(shortest, wrote));
+  }
+  return terms;
+}
+}  // namespace
+
 void keep_lora_terms(const ResumeTerms& terms, const Experiment& e,
                      const std::filesystem::path& file) {
   auto lora_text = [](const std::string& t) {
-    return t == "none" ? std::string("no LoRA") : "LoRA " + t;
+    return t == "none" ? std::string("no LoRA") : "LoRA " + readable_lora_terms(t);
   };
   if (const std::string now = lora_terms(e.model.lora); terms.lora && *terms.lora != now)
     throw sdk::CheckpointError(

@@ -114,7 +114,11 @@ TEST(ResumeTerms, OtherLoraSettingsAreRefusedNamingBoth) {
            {"none", "trained with no LoRA, this one has LoRA r = 8, alpha = 16"},
            {"r = 4, alpha = 16, dropout = 0, targets = [\"h.*.attn.c_attn\"]",
             "trained with LoRA r = 4, alpha = 16, dropout = 0, targets = [\"h.*.attn.c_attn\"], "
-            "this one has LoRA r = 8, alpha = 16, dropout = 0, targets = [\"h.*.attn.c_attn\"]"}}) {
+            "this one has LoRA r = 8, alpha = 16, dropout = 0, targets = [\"h.*.attn.c_attn\"]"},
+           // Stored as "%.17g" (and compared so), said in the shortest form that reads back.
+           {"r = 8, alpha = 10.5, dropout = 0.10000000000000001, targets = [\"h.*.attn.c_attn\"]",
+            "trained with LoRA r = 8, alpha = 10.5, dropout = 0.1, targets = "
+            "[\"h.*.attn.c_attn\"], this one"}}) {
     ResumeTerms t{8, 1, 5, std::vector<std::string>{}, was, "compute"};
     try {
       keep_lora_terms(t, e, "c.mxt");
