@@ -3,10 +3,13 @@
 // one process training the same global batch. Skips, saying why, where mpirun or the mpi plugin
 // is missing.
 #include <signal.h>
+#include <stdlib.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <string>
+#include <system_error>
 #include <thread>
 
 #include "cli_test_support.h"
@@ -50,7 +53,24 @@ lr = 0.01
     CliTest::SetUp();
     std::string why;
     if (!mpi_available(why)) GTEST_SKIP() << why;
+    // Each test's launches keep Open MPI's session directory (under TMPDIR) in a folder of their
+    // own: two mpiruns at once in one TMPDIR race to create it ("mkdir ... File exists",
+    // orte_init failed: two tests of a fresh-machine run). Short: its sockets' paths are bounded.
+    char folder[] = "/tmp/mxmpi.XXXXXX";
+    if (::mkdtemp(folder) != nullptr) mpi_tmpdir_ = folder;
   }
+  void TearDown() override {
+    if (!mpi_tmpdir_.empty()) {
+      std::error_code ec;
+      fs::remove_all(mpi_tmpdir_, ec);
+    }
+    CliTest::TearDown();
+  }
+  // What an mpirun command line starts with: its session folder.
+  std::string launcher() const {
+    return mpi_tmpdir_.empty() ? std::string() : "TMPDIR=" + mpi_tmpdir_ + " ";
+  }
+  std::string mpi_tmpdir_;
 
   // `mixtrain ARGS` on `ranks` ranks (`args_per_rank`: each rank its own arguments, MPMD).
   CliResult run_ranks(int ranks, const std::string& args) {
@@ -68,7 +88,8 @@ lr = 0.01
     CliResult r;
     auto out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
     // timeout(1): a hang fails the test (exit 124) instead of stalling the suite.
-    std::string cmd = "timeout 600 mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1";
+    std::string cmd =
+        launcher() + "timeout 600 mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1";
     for (std::size_t i = 0; i < command_per_rank.size(); ++i)
       cmd += std::string(i ? " :" : "") + " -np 1 " + command_per_rank[i];
     cmd += " >" + out.string() + " 2>" + err.string() + " </dev/null";
@@ -710,7 +731,7 @@ TEST_F(DataParallelTest, ARankThatDiesEndsTheRunAndTheLastCheckpointLoads) {
   const auto cfg =
       mlp_config("dp.toml", "[distributed]\ntype = \"mpi\"\n[checkpoint]\nevery = 5\nkeep = 50\n");
   const auto run_dir = dir_ / "r";
-  const std::string cmd = std::string("mpirun --oversubscribe --allow-run-as-root -np 2 ") +
+  const std::string cmd = launcher() + "mpirun --oversubscribe --allow-run-as-root -np 2 " +
                           MIXTRAIN_EXE + " train " + cfg.string() +
                           " --set run.steps=100000 --set run.log_every=1000 --run-dir " +
                           run_dir.string() + " >" + (dir_ / "out.txt").string() + " 2>" +
