@@ -166,14 +166,7 @@ void Executor::allocate(PassRows rows, bool reserve_fp32_gradients, std::int64_t
                     ? place(rows.evaluation, eval_plan_.arena, eval_plan_.activation_buffers,
                             unfused_evaluation)
                     : Placement{};
-  evaluating_ = false;
-  bind_placement();
-  for (std::size_t i = 0; i < ops_.size(); ++i) {
-    const std::size_t own = owned_parameter_bytes(*ops_[i], false);
-    allocating("the parameters, gradients and buffers of node '" + ops_[i]->name() + "' (" +
-                   ops_[i]->type() + ")",
-               own, [&] { ops_[i]->allocate(backend_, max_rows * plan_.node(i).rows_per_sample); });
-  }
+  // The chunked loss's per-block values, which every placement's blocks share.
   blocks_ = LossBlockMemory{};
   loss_parts_ = Tensor();
   correct_parts_ = Tensor();
@@ -186,7 +179,14 @@ void Executor::allocate(PassRows rows, bool reserve_fp32_gradients, std::int64_t
       correct_parts_ = Tensor(backend_, DType::int32, sdk::Shape{count});
     });
   }
-  bind_placement();
+  evaluating_ = false;
+  bind_placement();  // before the ops allocate: an op with no planned output allocates its own
+  for (std::size_t i = 0; i < ops_.size(); ++i) {
+    const std::size_t own = owned_parameter_bytes(*ops_[i], false);
+    allocating("the parameters, gradients and buffers of node '" + ops_[i]->name() + "' (" +
+                   ops_[i]->type() + ")",
+               own, [&] { ops_[i]->allocate(backend_, max_rows * plan_.node(i).rows_per_sample); });
+  }
   bind_ties();
 }
 
