@@ -187,6 +187,8 @@ void load_training_data(Trainer::State& s, const DataSettings& data) {
   s.eval = std::move(loaded.eval);
   s.black = std::move(loaded.black);
   s.normalization = loaded.normalization;
+  s.train_fingerprint = data_fingerprint(s.train);
+  s.eval_fingerprint = data_fingerprint(s.eval);
   if (data.normalize.enabled())
     s.log.info(std::string("data: normalised per channel with ") +
                describe_normalization(loaded.normalization) +
@@ -555,8 +557,6 @@ void normalize_data_as(Trainer::State& s, const ChannelStats& stats) {
   data.normalize.mean = stats.mean;
   data.normalize.std = stats.std;
   load_training_data(s, data);
-  s.train_fingerprint = data_fingerprint(s.train);
-  s.eval_fingerprint = data_fingerprint(s.eval);
   prepare_pixel_tables(s);
 }
 
@@ -569,8 +569,6 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   const auto& e = s.e;
   join_replicas(s);
   load_training_data(s, e.data);
-  s.train_fingerprint = data_fingerprint(s.train);
-  s.eval_fingerprint = data_fingerprint(s.eval);
   build_initial_model(s);
   s.data.sampler =
       std::make_unique<BatchSampler>(s.train.rows, e.data.batch_size, e.data.shuffle, e.run.seed);
