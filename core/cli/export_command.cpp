@@ -16,6 +16,7 @@
 #include "mixtrain/core/checkpoint/gpt2_layout.h"
 #include "mixtrain/core/checkpoint/hf_folder.h"
 #include "mixtrain/core/checkpoint/path.h"
+#include "mixtrain/core/checkpoint/peft_adapter.h"
 #include "mixtrain/sdk/checkpoint_format.h"
 #include "mixtrain/sdk/dtype.h"
 #include "mixtrain/sdk/support/atomic_file_writer.h"
@@ -105,7 +106,9 @@ void check_output(const ExportArgs& args, const fs::path& out, const CommandInpu
     check_output_folder(out, {std::string(core::kHfWeightsFile), std::string(core::kHfConfigFile)},
                         {input}, args.force);
   else if (peft_layout(args))
-    check_output_folder(out, {kPeftWeightsFile, kPeftConfigFile}, {input}, args.force);
+    check_output_folder(out,
+                        {std::string(core::kPeftWeightsFile), std::string(core::kPeftConfigFile)},
+                        {input}, args.force);
   else
     check_output_file(out, {input}, args.force, "--out", "exported.safetensors");
 }
@@ -132,13 +135,13 @@ void write_peft_folder(const sdk::CheckpointFormat& writer, sdk::TrainingState s
   create_folder(out);
   {
     const StagedFolder staged(out);
-    writer.write(staged.staged(kPeftWeightsFile), peft.state);
-    write_text_file(staged.staged(kPeftConfigFile), peft.config_json, "PEFT adapter config");
-    staged.publish({kPeftWeightsFile, kPeftConfigFile});
+    writer.write(staged.staged(core::kPeftWeightsFile), peft.state);
+    write_text_file(staged.staged(core::kPeftConfigFile), peft.config_json, "PEFT adapter config");
+    staged.publish({core::kPeftWeightsFile, core::kPeftConfigFile});
   }
-  std::cout << "wrote " << out.string() << " (PEFT LoRA adapter folder: " << kPeftConfigFile << ", "
-            << kPeftWeightsFile << "; " << from << ", " << peft.adapters << " adapted modules, "
-            << peft.state.tensors.size() << " tensors, fp32)" << std::endl;
+  std::cout << "wrote " << out.string() << " (PEFT LoRA adapter folder: " << core::kPeftConfigFile
+            << ", " << core::kPeftWeightsFile << "; " << from << ", " << peft.adapters
+            << " adapted modules, " << peft.state.tensors.size() << " tensors, fp32)" << std::endl;
 }
 
 // The tokenizer files beside the weights a run started from, when those are a Hugging Face

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "exported_weights.h"
+#include "mixtrain/core/checkpoint/peft_adapter.h"
 #include "mixtrain/core/config/config.h"
 #include "mixtrain/core/graph/freezing.h"
 #include "mixtrain/sdk/error.h"
@@ -73,12 +74,6 @@ LoraSettings settings_of(const sdk::TrainingState& state, const std::filesystem:
       if (from.filename() == "model.safetensors") s.base = from.parent_path().string();
     }
   return s;
-}
-
-// GPT2LMHeadModel's module for a gpt-preset node: its blocks, embeddings and final norm live in
-// `transformer`, the head beside it.
-std::string module_of(const std::string& node, bool gpt) {
-  return gpt && node != "lm_head" ? "transformer." + node : node;
 }
 
 std::vector<float> floats(const sdk::HostTensor& t, const std::filesystem::path& source) {
@@ -237,12 +232,13 @@ PeftExport in_peft_layout(sdk::TrainingState state, const std::filesystem::path&
   PeftExport out;
   std::vector<std::string> modules;
   for (const auto& [node, ad] : adapters) {
-    const std::string module = module_of(node, s.gpt);
+    const std::string module = core::peft_module_name(node, s.gpt);
     modules.push_back(module);
     for (const sdk::HostTensor* t : {ad.a, ad.b}) {
       floats(*t, source);  // FP32 or an error
       sdk::HostTensor copy = *t;
-      copy.name = "base_model.model." + module + (t == ad.a ? ".lora_A.weight" : ".lora_B.weight");
+      copy.name =
+          core::peft_tensor_name(module, t == ad.a ? core::LoraFactor::a : core::LoraFactor::b);
       out.state.tensors.push_back(std::move(copy));
     }
   }

@@ -36,9 +36,6 @@
 
 namespace mixtrain::cli {
 
-inline constexpr const char* kPeftWeightsFile = "adapter_model.safetensors";
-inline constexpr const char* kPeftConfigFile = "adapter_config.json";
-
 bool has_lora_adapters(const sdk::TrainingState& state);
 
 struct PeftExport {

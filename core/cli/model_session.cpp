@@ -27,6 +27,7 @@ ModelSession open_model_session(const ConfigArgs& cfg, SessionWeights weights, b
   s.checkpoint_format = components.checkpoint_format;
   if (weights == SessionWeights::from_checkpoint) {
     s.experiment.checkpoint.init_from.clear();
+    s.experiment.from_peft = {};
     // The learning-rate schedule's warnings are training's matter: eval, predict and sample never
     // step it.
     std::erase_if(s.experiment.config_warnings,

@@ -26,6 +26,13 @@ mixtrain to start from, for test_hf_export.cpp and test_from_pretrained.cpp.
           The same model in eval mode: its logits of every held-out window (as gpt2), then
           merge_and_unload()'s state dict (GPT2LMHeadModel's names, Conv1D [in, out]) written to
           M. Needs peft 0.4.0.
+  make-peft-adapter --folder DIR --out A --r R --alpha ALPHA --targets T[,T...] [--regex] --seed S
+          get_peft_model(GPT2LMHeadModel.from_pretrained(DIR), LoraConfig(r, lora_alpha,
+          lora_dropout 0, target_modules: the list T, or with --regex the one string T,
+          fan_in_fan_out, CAUSAL_LM)) with noise on lora_B (PEFT starts it at zero, which would
+          hide a misplaced or unscaled adapter), written by save_pretrained(A,
+          safe_serialization=True): a PEFT-made adapter for [model.lora] from_peft. Prints the
+          files and the adapted modules. Needs peft 0.4.0.
   resnet  --weights F.safetensors --classes K --images x.npy --logits-out F.npy
           torchvision.models.resnet18(num_classes=K).load_state_dict(file, strict=True), then
           its eval-mode logits of the [N, 3, H, W] images in [0, 1] behind the Normalize whose
@@ -147,6 +154,25 @@ def peft_logits(a):
 
 
 @torch.no_grad()
+def make_peft_adapter(a):
+    from peft import LoraConfig, get_peft_model
+    from transformers import GPT2LMHeadModel
+    torch.manual_seed(a.seed)
+    base = GPT2LMHeadModel.from_pretrained(a.folder)
+    targets = a.targets if a.regex else a.targets.split(",")
+    model = get_peft_model(base, LoraConfig(r=a.r, lora_alpha=a.alpha, lora_dropout=0.0,
+                                            target_modules=targets, fan_in_fan_out=True,
+                                            task_type="CAUSAL_LM"))
+    adapted = []
+    for name, p in model.named_parameters():
+        if "lora_B" in name:
+            p.add_(0.05 * torch.randn_like(p))
+            adapted.append(name)
+    model.save_pretrained(a.out, safe_serialization=True)
+    print(json.dumps({"files": sorted(os.listdir(a.out)), "adapted": adapted}))
+
+
+@torch.no_grad()
 def resnet(a):
     import torchvision
     tensors, metadata = read_safetensors(a.weights)
@@ -194,6 +220,13 @@ def main():
     for key in ("folder", "adapter", "tokens", "logits-out", "merged-out"):
         lg.add_argument("--" + key, required=True)
     lg.add_argument("--block-size", type=int, required=True)
+    pa = sub.add_parser("make-peft-adapter")
+    for k in ("folder", "out", "targets"):
+        pa.add_argument("--" + k, required=True)
+    pa.add_argument("--r", type=int, required=True)
+    pa.add_argument("--alpha", type=float, required=True)
+    pa.add_argument("--seed", type=int, required=True)
+    pa.add_argument("--regex", action="store_true")
     r = sub.add_parser("resnet")
     r.add_argument("--weights", required=True)
     r.add_argument("--classes", type=int, required=True)
@@ -202,6 +235,7 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(1)
     {"gpt2": gpt2, "make-gpt2": make_gpt2, "peft-train": peft_train, "peft-logits": peft_logits,
+     "make-peft-adapter": make_peft_adapter,
      "resnet": resnet}[a.command](a)
 
 

@@ -237,13 +237,15 @@ TEST_F(LoraExport, WhatAnAdapterFolderOrAMergeCannotHoldIsRefused) {
   // Adapters alone trained: the exported file passes as the checkpoint does.
   expect_ok(run("export tied --format safetensors --out tied.safetensors", dir_));
   expect_ok(run("export tied.safetensors --layout peft --out tied-file-adapter", dir_));
-  // mixtrain reads no PEFT adapter: the folder, its file and the file in the gpt2 layout are
-  // each refused with the way to a model it loads (merged in PEFT, then from_pretrained).
+  // A PEFT adapter is no checkpoint: the folder, its file and the file in the gpt2 layout are
+  // each refused with the two ways to use it ([model.lora] from_peft, or merged in PEFT).
   for (const std::string checkpoint : {"tied-adapter", "tied-adapter/adapter_model.safetensors",
                                        "tied-adapter/adapter_model.safetensors --layout gpt2"}) {
     r = run("eval " + config_ + " --checkpoint " + checkpoint, dir_);
     EXPECT_EQ(r.exit_code, 2) << checkpoint << "\n" << r.err;
     EXPECT_TRUE(has(r.err, "merge_and_unload()")) << checkpoint << "\n" << r.err;
+    EXPECT_TRUE(has(r.err, "[model.lora] from_peft = \"")) << checkpoint << "\n" << r.err;
+    EXPECT_TRUE(has(r.err, "tied-adapter\"")) << checkpoint << "\n" << r.err;
   }
   EXPECT_TRUE(has(r.err, "the file is a PEFT adapter")) << r.err;
 

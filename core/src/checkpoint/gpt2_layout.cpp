@@ -7,8 +7,11 @@
 #include <set>
 #include <stdexcept>
 
+#include <filesystem>
 #include "graph/ops/op_support.h"
+
 #include "mixtrain/core/checkpoint/hf_folder.h"
+#include "mixtrain/core/checkpoint/peft_adapter.h"
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::core {
@@ -179,7 +182,8 @@ Gpt2Import from_gpt2_layout(std::vector<sdk::HostTensor> tensors, const std::str
     if (!is_gpt2_weight(name))
       fail("tensor '" + file_name + "' is not a weight of Hugging Face GPT-2",
            file_name.starts_with(kPeftTensorPrefix)
-               ? "the file is a PEFT adapter: " + peft_adapter_route()
+               ? "the file is a PEFT adapter's: " +
+                     peft_adapter_route(std::filesystem::path(origin).parent_path().string())
                : "the gpt2 layout reads GPT2Model / GPT2LMHeadModel state dicts (wte, wpe, "
                  "h.<i>.*, ln_f); for other files use the native layout "
                  "(checkpoint.init_layout = \"native\"; --layout native for eval, predict and "

@@ -18,13 +18,6 @@
 
 namespace mixtrain::core {
 
-std::string peft_adapter_route() {
-  return "mixtrain reads no PEFT adapter; merge it into its base model in PEFT "
-         "(PeftModel.from_pretrained(base, adapter).merge_and_unload().save_pretrained(\"merged\", "
-         "safe_serialization=True)) and start from that folder ([model] from_pretrained = "
-         "\"merged\"), with a [model.lora] of its own to train new adapters";
-}
-
 std::optional<std::int64_t> gpt2_token_id(std::optional<std::int64_t> stated,
                                           std::int64_t vocab_size) {
   constexpr std::int64_t kEndOfText = 50256;

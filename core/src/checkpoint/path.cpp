@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mixtrain/core/checkpoint/hf_folder.h"
+#include "mixtrain/core/checkpoint/peft_adapter.h"
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::core {
@@ -124,7 +125,7 @@ fs::path resolve_checkpoint_path(const fs::path& path, const std::string& extens
     if (all.empty() && fs::is_regular_file(path / kPeftConfigFile, ec))
       throw sdk::CheckpointError(path.string() + " is a PEFT adapter folder (" +
                                      std::string(kPeftConfigFile) + "), not a mixtrain run",
-                                 peft_adapter_route());
+                                 peft_adapter_route(path.string()));
     if (all.empty()) {
       if (const auto other = other_checkpoints(folder, extension))
         throw sdk::CheckpointError(other->first, other->second);

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "config/data_section.h"
+#include "config/lora_section.h"
 #include "config/misplaced_key.h"
 #include "config/model_section.h"
 #include "config/reading.h"
@@ -663,49 +664,6 @@ void read_train(const Config& config, Experiment& e) {
     }
     section.raw_values.emplace_back(list, text + "]");
   }
-  e.core_sections.push_back(section);
-}
-
-// [model.lora], after [train]: the adapters join train.trainable (graph/lora.h). Without the
-// table the model is left as it is.
-void read_lora(const Config& config, Experiment& e) {
-  if (!config.has_table("model.lora")) return;
-  reject_nested(config, "model.lora");
-  const std::vector<std::string> lists = {"targets"};
-  const sdk::SourceLocation table = config.location("model.lora");
-  const auto o = sdk::Options::resolve("model.lora", lora_schema(),
-                                       config.table_options("model.lora", lists), table, {});
-  LoraSpec lora;
-  lora.r = o.get_int("r");
-  lora.alpha = o.get_double("alpha");
-  lora.dropout = o.get_double("dropout");
-  lora.where = table;
-  if (lora.dropout >= 1.0)
-    o.fail("dropout", "= 1 would zero the adapters' every input",
-           "use a dropout in [0, 1) (PEFT's lora_dropout; 0 for none)");
-  const std::string key = "model.lora.targets";
-  const auto globs = config.string_array(key);
-  const bool array = config.is_array(key);
-  ResolvedSection section = section_of("model.lora", {}, o);
-  std::string text = "[";
-  for (std::size_t i = 0; i < globs.size(); ++i) {
-    const auto where =
-        array ? config.location(key + "." + std::to_string(i)) : config.location(key);
-    if (globs[i].empty())
-      throw sdk::ConfigError(where, key, "an empty target names no node",
-                             "write a linear node's name (\"h.0.attn.c_attn\") or a glob "
-                             "(\"h.*.attn.c_attn\")");
-    lora.targets.push_back({globs[i], where, array ? key + "[" + std::to_string(i) + "]" : key});
-    text += (i ? ", " : "") + sdk::option_value_to_string(globs[i]);
-  }
-  if (lora.targets.empty())
-    throw sdk::ConfigError(array ? config.location(key) : table, key,
-                           "LoRA needs the linear nodes to adapt",
-                           "name them: targets = [\"h.*.attn.c_attn\"] (globs over node names; "
-                           "`mixtrain check` lists the nodes)");
-  std::erase_if(section.values, [](const auto& kv) { return kv.first == "targets"; });
-  section.raw_values.emplace_back("targets", text + "]");
-  apply_lora(e.model, lora);
   e.core_sections.push_back(section);
 }
 

@@ -170,6 +170,10 @@ sdk::OptionSchema lora_schema() {
       OptionSpec::string("targets", "",
                          "the linear nodes that get adapters, as names or fnmatch globs over node "
                          "names, e.g. [\"h.*.attn.c_attn\", \"h.*.mlp.*\"]"),
+      OptionSpec::string("from_peft", "",
+                         "a PEFT LoRA adapter folder (adapter_config.json, "
+                         "adapter_model.safetensors) whose adapters a new run starts from; r, "
+                         "alpha, dropout and targets default to its"),
   };
 }
 

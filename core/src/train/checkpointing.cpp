@@ -25,6 +25,7 @@
 #include "mixtrain/core/checkpoint/gpt2_layout.h"
 #include "mixtrain/core/checkpoint/hf_folder.h"
 #include "mixtrain/core/checkpoint/path.h"
+#include "mixtrain/core/checkpoint/peft_adapter.h"
 #include "mixtrain/core/graph/lora.h"
 #include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "mixtrain/sdk/version.h"
@@ -339,11 +340,7 @@ fs::path Trainer::save_checkpoint() {
   return path;
 }
 
-namespace {
-
-// The format that reads `path` for a weights-only load: the one whose extension the file has
-// (e.g. .safetensors exported for or by other tools), else the configured one. Full resumes always
-// use the configured format, which holds the whole training state.
+// trainer_state.h
 const sdk::CheckpointFormat& weights_format_for(const Components& c, const fs::path& path) {
   const auto ext = path.extension().string();
   if (c.checkpoint_format->file_extension() == ext) return *c.checkpoint_format;
@@ -351,8 +348,6 @@ const sdk::CheckpointFormat& weights_format_for(const Components& c, const fs::p
     if (f->file_extension() == ext) return *f;
   return *c.checkpoint_format;
 }
-
-}  // namespace
 
 namespace {
 
@@ -549,7 +544,8 @@ void keep_trained_normalization(Trainer::State& s, const CheckpointFile& file, b
       hf_names ? "the file holds 'transformer." + name +
                      "', a Hugging Face GPT-2 state dict: load it in the gpt2 layout "
                      "(checkpoint.init_layout = \"gpt2\"; eval and sample: --layout gpt2)"
-      : peft                      ? "the file is a PEFT adapter: " + peft_adapter_route()
+      : peft
+          ? "the file is a PEFT adapter's: " + peft_adapter_route(file.path.parent_path().string())
       : !file.misfit_hint.empty() ? file.misfit_hint
                                   : "the file belongs to a different model; it holds: " +
                                         (have.empty() ? "no tensors" : have));

@@ -24,6 +24,7 @@
 #include "mixtrain/core/profiling/profiling_backend.h"
 #include "mixtrain/core/runs/folder.h"
 #include "mixtrain/sdk/support/atomic_file_writer.h"
+#include "train/peft_import.h"
 #include "train/planned_model.h"
 #include "train/step.h"
 #include "train/trainer_state.h"
@@ -593,6 +594,7 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
     load_checkpoint(e.checkpoint.init_from, /*weights_only=*/true, e.checkpoint.init_layout);
     s.loading_initial_weights = false;
   }
+  if (e.from_peft.enabled() && !options.resume) load_peft_adapter(s);
   if (options.resume) {
     const std::string extension = s.c.checkpoint_format->file_extension();
     s.position.resumed_from = resolve_checkpoint_path(*options.resume, extension);

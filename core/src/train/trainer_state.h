@@ -112,6 +112,12 @@ std::optional<std::string> ema_kept_by_format_warning(Trainer::State& s);
 // images' tables anew. Throws what load_data throws.
 void normalize_data_as(Trainer::State& s, const ChannelStats& stats);
 
+// The format that reads `path` for a weights-only load: the one whose extension the file has
+// (e.g. .safetensors exported for or by other tools), else the configured one. Full resumes always
+// use the configured format, which holds the whole training state.
+const sdk::CheckpointFormat& weights_format_for(const Components& c,
+                                                const std::filesystem::path& path);
+
 // ema = decay * ema + (1 - decay) * master, on the device, for every trainable parameter.
 void update_ema(Trainer::State& s);
 // ema = master (a fresh EMA: at initialisation, or after loading initial weights).

@@ -75,13 +75,6 @@ inline constexpr std::string_view kHfTokenizerFiles[] = {
     "tokenizer.json", "tokenizer_config.json",   "vocab.json",
     "merges.txt",     "special_tokens_map.json", "added_tokens.json"};
 
-// PEFT's adapter folder (a PeftModel's save_pretrained), which mixtrain writes (export --layout
-// peft) but does not read, and the names its tensors carry; peft_adapter_route() is the hint of
-// an error that meets one: how to make it a model mixtrain loads.
-inline constexpr std::string_view kPeftConfigFile = "adapter_config.json";
-inline constexpr std::string_view kPeftTensorPrefix = "base_model.model.";
-std::string peft_adapter_route();
-
 // What the weights do not say: the head count. Everything else config.json states is either a
 // size the weights have or fixed by the preset.
 struct HfGpt2Model {

@@ -217,6 +217,18 @@ struct PretrainedSource {
   bool enabled() const { return !folder.empty(); }
 };
 
+// [model.lora] from_peft (README, "LoRA adapters"): the PEFT adapter folder whose lora_A and
+// lora_B tensors the run's adapters start from (after the base weights: from_pretrained or
+// checkpoint.init_from). Its adapter_config.json gave the r, alpha, dropout and targets the table
+// leaves out; the resolved config states them, so a run's config.toml reads the folder only to
+// start a new run (a resume and eval, predict and sample take the adapters from the checkpoint).
+struct PeftAdapterSource {
+  std::filesystem::path folder, weights;  // absolute; empty: no from_peft
+  sdk::SourceLocation where;              // of the from_peft key
+  bool gpt_modules = false;  // the nodes are GPT2LMHeadModel's modules (peft_adapter.h)
+  bool enabled() const { return !folder.empty(); }
+};
+
 struct Experiment {
   std::string source_name;
   RunSettings run;
@@ -227,6 +239,7 @@ struct Experiment {
   EvalSettings eval;
   ModelSpec model;
   PretrainedSource from_pretrained;
+  PeftAdapterSource from_peft;
   std::vector<PrecisionOverride> overrides;
   EscalationSettings escalate;
   DistributedSettings distributed;

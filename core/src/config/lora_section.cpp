@@ -1,0 +1,223 @@
+// The [model.lora] table; see config/lora_section.h for the contract.
+#include "config/lora_section.h"
+
+#include <algorithm>
+#include <optional>
+#include <set>
+
+#include "config/reading.h"
+#include "mixtrain/core/checkpoint/peft_adapter.h"
+#include "mixtrain/core/config/host_schemas.h"
+#include "mixtrain/core/graph/lora.h"
+#include "mixtrain/core/graph/model_spec.h"
+
+namespace mixtrain::core {
+
+namespace {
+
+// A node name as an fnmatch pattern that matches it alone.
+std::string literal_glob(const std::string& name) {
+  std::string out;
+  for (const char c : name) {
+    if (c == '*' || c == '?' || c == '[' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+std::string joined(const std::set<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+// Whether the model's nodes are GPT2LMHeadModel's modules (PEFT names them under "transformer.").
+bool gpt_modules(const Config& config, const Experiment& e) {
+  if (e.from_pretrained.enabled()) return true;
+  for (const auto& o : config.table_options("model"))
+    if (o.key == "preset" && std::holds_alternative<std::string>(o.value))
+      return std::get<std::string>(o.value) == "gpt";
+  return false;
+}
+
+// The folder from_peft names, opened; its errors point at the key too.
+PeftAdapterFolder open_adapter(const std::filesystem::path& folder, const sdk::SourceLocation& at) {
+  try {
+    return open_peft_adapter(folder);
+  } catch (const sdk::UserError& err) {
+    throw sdk::ConfigError(at, "model.lora.from_peft", err.what(), err.hint());
+  }
+}
+
+// The linear nodes whose PEFT modules the adapter's target_modules adapts.
+std::set<std::string> peft_target_nodes(const PeftAdapterFolder& adapter, const ModelSpec& model,
+                                        bool gpt, const sdk::SourceLocation& at) {
+  const std::string file = adapter.config_file.string();
+  std::set<std::string> out, linears;
+  for (const auto& l : model.layers) {
+    if (l.type == "linear") linears.insert(l.name);
+    const std::string module = peft_module_name(l.name, gpt);
+    if (!peft_targets(adapter.config, module)) continue;
+    if (l.type != "linear")
+      throw sdk::ConfigError(at, "model.lora.from_peft",
+                             file + "'s target_modules = " + adapter.config.targets_text +
+                                 " adapts '" + module + "', a node of type " + l.type +
+                                 " here: mixtrain adapts linear nodes only",
+                             "merge the adapter into its base model in PEFT (merge_and_unload) "
+                             "and start from that folder ([model] from_pretrained)");
+    out.insert(l.name);
+  }
+  if (out.empty())
+    throw sdk::ConfigError(at, "model.lora.from_peft",
+                           file + "'s target_modules = " + adapter.config.targets_text +
+                               " adapts no module of this model",
+                           "start from the base model the adapter was trained on; this model's "
+                           "linear nodes: " +
+                               joined(linears));
+  return out;
+}
+
+// r and alpha the table states must be the adapter's; the ones it leaves out are the adapter's.
+// `sources` gets a line per value the file gave.
+std::vector<sdk::RawOption> options_with_adapter(std::vector<sdk::RawOption> raw,
+                                                 const PeftAdapterFolder& adapter,
+                                                 std::vector<std::string>& sources) {
+  const std::string file = adapter.config_file.string();
+  const auto& c = adapter.config;
+  const std::pair<const char*, sdk::OptionValue> fields[] = {
+      {"r", sdk::OptionValue{c.r}}, {"alpha", sdk::OptionValue{c.alpha}}, {"dropout", c.dropout}};
+  const char* peft_names[] = {"r", "lora_alpha", "lora_dropout"};
+  for (std::size_t i = 0; i < 3; ++i) {
+    const auto& [key, value] = fields[i];
+    const std::string taken = std::string(key) + " = " + sdk::option_value_to_string(value) +
+                              " (its " + peft_names[i] + ")";
+    const auto given =
+        std::find_if(raw.begin(), raw.end(), [&](const sdk::RawOption& r) { return r.key == key; });
+    if (given == raw.end()) {
+      raw.push_back({key, value, {file, 0, 0}});
+      sources.push_back(taken);
+      continue;
+    }
+    if (std::string_view(key) == "dropout") continue;  // training noise: the table's wins
+    const auto number = [](const sdk::OptionValue& v) {
+      if (const auto* d = std::get_if<double>(&v)) return *d;
+      if (const auto* n = std::get_if<std::int64_t>(&v)) return static_cast<double>(*n);
+      return -1.0;
+    };
+    if (number(given->value) != number(value))
+      throw sdk::ConfigError(given->where, std::string("model.lora.") + key,
+                             std::string(key) + " = " + sdk::option_value_to_string(given->value) +
+                                 " disagrees with " + file + "'s " + peft_names[i] + " = " +
+                                 sdk::option_value_to_string(value),
+                             std::string("from_peft's adapters are of its ") + peft_names[i] +
+                                 ": remove " + key + " from [model.lora] (or set it to " +
+                                 sdk::option_value_to_string(value) + ")");
+  }
+  return raw;
+}
+
+}  // namespace
+
+void read_lora(const Config& config, Experiment& e) {
+  if (!config.has_table("model.lora")) return;
+  reject_nested(config, "model.lora");
+  const std::vector<std::string> lists = {"targets"};
+  const sdk::SourceLocation table = config.location("model.lora");
+  auto raw = config.table_options("model.lora", lists);
+  const std::string key = "model.lora.targets";
+  const auto globs = config.string_array(key);
+  const bool array = config.is_array(key);
+
+  // from_peft, opened first: its adapter_config.json gives what the table leaves out.
+  std::optional<PeftAdapterFolder> adapter;
+  std::vector<std::string> sources;
+  const auto peft_key = std::find_if(raw.begin(), raw.end(),
+                                     [](const sdk::RawOption& r) { return r.key == "from_peft"; });
+  const auto* peft_text =
+      peft_key == raw.end() ? nullptr : std::get_if<std::string>(&peft_key->value);
+  if (peft_text != nullptr && !peft_text->empty()) {
+    const auto folder = config_path(config, "model.lora.from_peft", *peft_text);
+    const auto stated = [&](const char* k) {
+      return std::any_of(raw.begin(), raw.end(), [&](const auto& r) { return r.key == k; });
+    };
+    // A run's config.toml states all three: its folder is needed only to start a new run.
+    std::error_code ec;
+    const bool self_sufficient = stated("r") && stated("alpha") && !globs.empty();
+    if (!(self_sufficient && !std::filesystem::exists(folder, ec))) {
+      adapter = open_adapter(folder, peft_key->where);
+      raw = options_with_adapter(std::move(raw), *adapter, sources);
+    }
+    e.from_peft = {folder, folder / kPeftWeightsFile, peft_key->where, gpt_modules(config, e)};
+  }
+
+  const auto o = sdk::Options::resolve("model.lora", lora_schema(), raw, table, {});
+  LoraSpec lora;
+  lora.r = o.get_int("r");
+  lora.alpha = o.get_double("alpha");
+  lora.dropout = o.get_double("dropout");
+  lora.where = table;
+  if (lora.dropout >= 1.0)
+    o.fail("dropout", "= 1 would zero the adapters' every input",
+           "use a dropout in [0, 1) (PEFT's lora_dropout; 0 for none)");
+  ResolvedSection section = section_of("model.lora", {}, o);
+  for (std::size_t i = 0; i < globs.size(); ++i) {
+    const auto where =
+        array ? config.location(key + "." + std::to_string(i)) : config.location(key);
+    if (globs[i].empty())
+      throw sdk::ConfigError(where, key, "an empty target names no node",
+                             "write a linear node's name (\"h.0.attn.c_attn\") or a glob "
+                             "(\"h.*.attn.c_attn\")");
+    lora.targets.push_back({globs[i], where, array ? key + "[" + std::to_string(i) + "]" : key});
+  }
+  if (adapter) {
+    const auto nodes =
+        peft_target_nodes(*adapter, e.model, e.from_peft.gpt_modules, e.from_peft.where);
+    if (lora.targets.empty()) {
+      for (const auto& n : nodes)
+        lora.targets.push_back({literal_glob(n), e.from_peft.where, "model.lora.from_peft"});
+      sources.push_back("targets: the " + std::to_string(nodes.size()) +
+                        " linear nodes its target_modules = " + adapter->config.targets_text +
+                        " adapts");
+    } else {
+      ModelSpec trial = e.model;
+      apply_lora(trial, lora);
+      const auto selected = lora_targets(trial);
+      const std::set<std::string> chosen(selected.begin(), selected.end());
+      if (chosen != nodes)
+        throw sdk::ConfigError(
+            config.location(key), key,
+            "targets select " + joined(chosen) + ", but " + adapter->config_file.string() +
+                "'s target_modules = " + adapter->config.targets_text + " adapts " + joined(nodes),
+            "remove targets from [model.lora]: from_peft's adapters sit where "
+            "its target_modules puts them");
+    }
+  }
+  if (lora.targets.empty())
+    throw sdk::ConfigError(array ? config.location(key) : table, key,
+                           "LoRA needs the linear nodes to adapt",
+                           "name them: targets = [\"h.*.attn.c_attn\"] (globs over node names; "
+                           "`mixtrain check` lists the nodes)");
+  std::string text = "[";
+  for (std::size_t i = 0; i < lora.targets.size(); ++i)
+    text += (i ? ", " : "") + sdk::option_value_to_string(lora.targets[i].pattern);
+  std::erase_if(section.values, [](const auto& kv) { return kv.first == "targets"; });
+  section.raw_values.emplace_back("targets", text + "]");
+  if (e.from_peft.enabled()) {
+    show_resolved(section, "from_peft", e.from_peft.folder.string());
+    if (!sources.empty()) {
+      section.comments.push_back("from " + (e.from_peft.folder / kPeftConfigFile).string() + ":");
+      for (const auto& s : sources) section.comments.push_back("  " + s);
+    }
+    if (e.checkpoint.init_from.empty())
+      e.config_warnings.push_back(
+          "model.lora.from_peft (" + e.from_peft.where.to_string() + ") starts the adapters from " +
+          e.from_peft.folder.string() +
+          ", but the base model starts from its seeded initialisation: an adapter is trained "
+          "on its base model's weights; name them ([model] from_pretrained or "
+          "checkpoint.init_from)");
+  }
+  apply_lora(e.model, lora);
+  e.core_sections.push_back(section);
+}
+
+}  // namespace mixtrain::core

@@ -1,0 +1,100 @@
+// PEFT adapters into a new run; see train/peft_import.h for the contract.
+#include "train/peft_import.h"
+
+#include <cstring>
+#include <map>
+#include <span>
+
+#include "mixtrain/core/checkpoint/peft_adapter.h"
+#include "mixtrain/core/graph/lora.h"
+#include "mixtrain/sdk/support/float_formats.h"
+
+namespace mixtrain::core {
+
+namespace {
+
+// The tensor's values as FP32: fp16 and bf16 (a model saved in half precision) widen exactly.
+std::vector<float> fp32_values(const sdk::HostTensor& t, const std::filesystem::path& file) {
+  const auto n = static_cast<std::size_t>(t.numel());
+  std::vector<float> out(n);
+  switch (t.dtype) {
+    case sdk::DType::fp32:
+      std::memcpy(out.data(), t.bytes.data(), n * sizeof(float));
+      return out;
+    case sdk::DType::fp16:
+    case sdk::DType::bf16: {
+      std::vector<std::uint16_t> bits(n);
+      std::memcpy(bits.data(), t.bytes.data(), n * 2);
+      sdk::convert(std::span<const std::uint16_t>(bits), t.dtype, std::span<float>(out));
+      return out;
+    }
+    default:
+      throw sdk::CheckpointError(
+          file.string() + ": tensor '" + t.name + "' is " + std::string(sdk::dtype_name(t.dtype)),
+          "PEFT's adapters are fp32, fp16 or bf16; save the adapter again "
+          "from a model in one of those");
+  }
+}
+
+}  // namespace
+
+void load_peft_adapter(Trainer::State& s) {
+  const PeftAdapterSource& source = s.e.from_peft;
+  const PeftAdapterFolder adapter = open_peft_adapter(source.folder);
+  const auto& file = adapter.weights_file;
+  const sdk::TrainingState st = weights_format_for(s.c, file).read(file);
+  std::map<std::string, const sdk::HostTensor*> by_name;
+  for (const auto& t : st.tensors) by_name[t.name] = &t;
+  std::size_t loaded = 0;
+  for (auto* p : s.model->parameters()) {
+    if (!is_lora_parameter(p->name)) continue;
+    const bool a = p->name.ends_with(".lora_A.weight");
+    const std::string node =
+        p->name.substr(0, p->name.size() - std::string(".lora_A.weight").size());
+    const std::string name = peft_tensor_name(peft_module_name(node, source.gpt_modules),
+                                              a ? LoraFactor::a : LoraFactor::b);
+    const auto it = by_name.find(name);
+    if (it == by_name.end())
+      throw sdk::CheckpointError(
+          file.string() + ": no tensor '" + name + "' for the adapter parameter '" + p->name + "'",
+          "the folder's adapter_config.json adapts '" + node +
+              "' but its weights do not: its two files are of different adapters; save the "
+              "adapter again with PeftModel.save_pretrained");
+    const sdk::HostTensor& t = *it->second;
+    const auto expected = p->shape().to_vector();
+    if (t.shape != expected)
+      throw sdk::CheckpointError(
+          file.string() + ": tensor '" + name + "' has shape " +
+              sdk::Shape::from_vector(t.shape).to_string() + " but the adapter parameter '" +
+              p->name + "' expects " + p->shape().to_string(),
+          "an adapter fits the base model it was trained on, at its r: start from that model "
+          "([model] from_pretrained)");
+    const auto values = fp32_values(t, file);
+    if (!p->master.empty())
+      s.c.backend->copy_from_host(p->master.view(), values.data());
+    else
+      set_parameter_from_fp32(s.c.backend, *p, values.data());  // [train] frozen it
+    by_name.erase(it);
+    ++loaded;
+  }
+  if (!by_name.empty()) {
+    std::string names;
+    std::size_t shown = 0;
+    for (const auto& [name, t] : by_name)
+      if (shown++ < 4) names += (names.empty() ? "" : ", ") + name;
+    if (by_name.size() > 4) names += ", … (" + std::to_string(by_name.size()) + " in all)";
+    throw sdk::CheckpointError(
+        file.string() + ": " + names +
+            " match no adapter of this model, so they would be "
+            "dropped",
+        "mixtrain loads lora_A and lora_B of the linear modules adapter_config.json's "
+        "target_modules names; merge an adapter with more into its base model in PEFT "
+        "(merge_and_unload) and start from that folder ([model] from_pretrained)");
+  }
+  s.model->refresh_working_copies();
+  reset_ema(s);  // the EMA of initial weights starts at them
+  s.log.info("LoRA adapters loaded from " + source.folder.string() + " (" +
+             std::to_string(loaded / 2) + " modules, PEFT layout)");
+}
+
+}  // namespace mixtrain::core
