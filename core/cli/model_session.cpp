@@ -17,7 +17,8 @@ std::filesystem::path ModelSession::checkpoint_path(const std::string& user_path
   return core::resolve_checkpoint_path(user_path, checkpoint_format->file_extension());
 }
 
-ModelSession open_model_session(const ConfigArgs& cfg, SessionWeights weights, bool rehearses) {
+ModelSession open_model_session(const ConfigArgs& cfg, SessionWeights weights, bool rehearses,
+                                SessionInputs inputs) {
   ModelSession s;
   auto config = load_config(cfg);
   s.registry = make_registry(&config);
@@ -40,6 +41,7 @@ ModelSession open_model_session(const ConfigArgs& cfg, SessionWeights weights, b
   opt.write_outputs = false;
   // Only check rehearses a training step; the others never step the optimizer.
   opt.trains = rehearses;
+  opt.loads_data = inputs == SessionInputs::splits;
   s.trainer = std::make_unique<core::Trainer>(s.experiment, std::move(components), opt);
   return s;
 }

@@ -13,6 +13,11 @@
 //   then init_from when the config names one.
 // - `rehearses` (check): the Trainer's optimizer is bound as training binds it, for a rehearsed
 //   step; otherwise it holds no state (TrainOptions::trains = false).
+// - `inputs` says what the model is fed. splits: the config's data (eval, check, export). own:
+//   inputs the command brings (predict's --input, sample's prompt), so a token source is not
+//   opened (TrainOptions::loads_data = false): a run folder samples and predicts on a machine
+//   without its token files. Image and table sources still load (their sample shape is in the
+//   files).
 // - Errors are those of Config, parse_experiment, create_components and the Trainer
 //   (sdk::UserError subclasses for bad input).
 #pragma once
@@ -28,6 +33,7 @@
 namespace mixtrain::cli {
 
 enum class SessionWeights { from_checkpoint, as_training_starts };
+enum class SessionInputs { splits, own };
 
 struct ModelSession {
   std::unique_ptr<core::PluginRegistry> registry;
@@ -42,7 +48,8 @@ struct ModelSession {
 
 // The config (the embedded quickstart when cfg.config is empty) opened as described above.
 ModelSession open_model_session(const ConfigArgs& cfg, SessionWeights weights,
-                                bool rehearses = false);
+                                bool rehearses = false,
+                                SessionInputs inputs = SessionInputs::splits);
 
 // The config with its --set lines: the file, or the embedded quickstart when none is given.
 core::Config load_config(const ConfigArgs& cfg);

@@ -80,7 +80,8 @@ int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
   format.top_k = args.top_k;
   format.all_positions = args.positions == "all";
 
-  auto session = open_model_session(cfg, SessionWeights::from_checkpoint);
+  auto session = open_model_session(cfg, SessionWeights::from_checkpoint, /*rehearses=*/false,
+                                    SessionInputs::own);
   auto& trainer = *session.trainer;
   const core::Dataset& trained = trainer.train_data();
   const std::int64_t classes = trainer.model().classes();

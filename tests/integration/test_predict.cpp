@@ -295,6 +295,38 @@ TEST_F(Predict, ALanguageModelWritesTheLastOrEveryPositionAndEvalsHeldOutLoss) {
   EXPECT_EQ(exact["labelled_rows"], 2);
 }
 
+// Predict and sample feed the model inputs of their own: a run folder copied without its token
+// files (a text model's training text) predicts and samples as before; eval, which reads the
+// held-out split, names the missing file.
+TEST_F(Predict, ALanguageModelPredictsAndSamplesWithoutItsTrainingText) {
+  std::string text;
+  for (int i = 0; text.size() < 600; ++i)
+    text += "the cat sat on mat " + std::to_string(i % 7) + "\n";
+  std::ofstream(dir_ / "train.txt") << text;
+  std::ofstream(dir_ / "eval.txt") << text.substr(0, 8 * 10 + 1);
+  std::ofstream(dir_ / "query.txt") << text.substr(0, 8 * 4 + 1);
+  const auto cfg = write_file("gpt.toml", kGpt).string();
+  ASSERT_EQ(run("train " + cfg + " --run-dir run", dir_).exit_code, 0);
+  const std::string predict =
+      "predict " + cfg + " --checkpoint run --input query.txt --force " + "--positions all --out ";
+  const std::string sample =
+      "sample " + cfg + " --checkpoint run --prompt 'the c' --tokens 12 --seed 3 --print-ids";
+  ASSERT_EQ(run(predict + "with.npy", dir_).exit_code, 0);
+  const auto with_files = run(sample, dir_);
+  ASSERT_EQ(with_files.exit_code, 0) << with_files.err;
+  fs::rename(dir_ / "train.txt", dir_ / "train.moved");
+  fs::rename(dir_ / "eval.txt", dir_ / "eval.moved");
+  auto r = run(predict + "without.npy", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(slurp(dir_ / "with.npy"), slurp(dir_ / "without.npy"));
+  r = run(sample, dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, with_files.out);
+  r = run("eval " + cfg + " --checkpoint run", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "train.txt\", which does not exist")) << r.err;
+}
+
 TEST_F(Predict, BadInputExits2NamingTheFixAndNeverOverwritesWithoutForce) {
   write_clusters(dir_, 30, 2);
   const auto cfg = write_file("mlp.toml", kMlp).string();

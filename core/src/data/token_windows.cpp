@@ -52,6 +52,15 @@ Dataset make_token_dataset(std::vector<std::int32_t> tokens, std::int64_t block_
   return d;
 }
 
+Dataset token_data_shape(std::int64_t block_size, std::int32_t vocab_size) {
+  require_window_arguments(block_size, vocab_size, 1);
+  Dataset d;
+  d.features = block_size;
+  d.classes = vocab_size;
+  d.stride = 1;
+  return d;
+}
+
 std::pair<Dataset, Dataset> split_token_tail(std::vector<std::int32_t> tokens,
                                              std::int64_t block_size, std::int32_t vocab_size,
                                              double eval_fraction, std::string_view origin) {

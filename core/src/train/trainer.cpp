@@ -569,10 +569,17 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   s.opt = options;
   const auto& e = s.e;
   join_replicas(s);
-  load_training_data(s, e.data);
+  s.data_loaded = options.loads_data || !is_token_source(e.data.source);
+  if (s.data_loaded) {
+    load_training_data(s, e.data);
+  } else {
+    s.train = token_data_shape(e.data.block_size, e.data.vocab_size);
+    s.eval = s.train;
+  }
   build_initial_model(s);
-  s.data.sampler =
-      std::make_unique<BatchSampler>(s.train.rows, e.data.batch_size, e.data.shuffle, e.run.seed);
+  if (s.data_loaded)
+    s.data.sampler =
+        std::make_unique<BatchSampler>(s.train.rows, e.data.batch_size, e.data.shuffle, e.run.seed);
   // Every epoch drops its incomplete last batch (data/batch_sampler.h); shuffled, each epoch's
   // dropped rows differ, in order they are the same rows every time.
   if (const std::int64_t never = s.train.rows % e.data.batch_size; !e.data.shuffle && never > 0)
@@ -675,10 +682,10 @@ TrainSummary Trainer::run() {
     throw std::logic_error(
         "Trainer::run: this trainer has run; a new Trainer with TrainOptions::resume continues "
         "the run from its checkpoint");
-  if (!s.opt.trains)
+  if (!s.opt.trains || !s.data_loaded)
     throw std::logic_error(
         "Trainer::run: this trainer was opened with TrainOptions::trains = false (evaluation, "
-        "prediction, sampling): its optimizer holds no state");
+        "prediction, sampling) or loads_data = false: it cannot train");
   s.ran = true;
   const auto& e = s.e;
   // Rows per optimizer step: run.accumulate micro-batches of data.batch_size.

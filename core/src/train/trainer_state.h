@@ -53,6 +53,7 @@ struct Trainer::State {
   std::optional<RunFolderLock> run_folder_lock;  // held while the run writes run_dir
   bool loading_initial_weights = false;          // the constructor's checkpoint.init_from load
   bool ran = false;                              // run() was called (it runs once)
+  bool data_loaded = true;                       // false: TrainOptions::loads_data, tokens
   RunPosition position;
   PrecisionState precision;
   DataPosition data;

@@ -304,6 +304,11 @@ std::vector<std::int32_t> load_text_tokens(std::span<const std::filesystem::path
 Dataset make_token_dataset(std::vector<std::int32_t> tokens, std::int64_t block_size,
                            std::int32_t vocab_size, std::int64_t stride, std::string_view origin);
 
+// The token dataset a session that feeds the model windows of its own (sample, predict) runs:
+// features = block_size, classes = vocab_size, stride 1, and no rows or stream. Checks as
+// make_token_dataset() does.
+Dataset token_data_shape(std::int64_t block_size, std::int32_t vocab_size);
+
 // (train, eval) from one stream, never shuffled (overlapping windows would leak between the
 // splits): eval is the tail, round(N·eval_fraction) tokens, cut into non-overlapping windows
 // (stride block_size: each held-out token is predicted at most once); train is the rest, a window

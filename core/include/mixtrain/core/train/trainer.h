@@ -93,6 +93,11 @@ struct TrainOptions {
   // logic_error): the optimizer is bound to no parameters, so it holds no state (AdamW's two
   // FP32 moments per weight, a GPT-2 small's 1 GB).
   bool trains = true;
+  // false: a session that feeds the model inputs of its own (sample, predict) and reads no split.
+  // A token source is then not opened, its shape being the config's (block_size, vocab_size), so
+  // a run folder samples and predicts where its token files are not; other sources load as usual
+  // (their sample shape is in the files). evaluate() and run() are then a logic_error.
+  bool loads_data = true;
 };
 
 // One batch of predictions (Trainer::predict): rows [first_row, first_row + rows) of the input
