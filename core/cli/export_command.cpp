@@ -331,7 +331,10 @@ int export_initial(const ExportArgs& args) {
   write_export(args, *writer, std::move(state), config, out,
                "initial weights of " + config.string() + ", run.seed " +
                    std::to_string(session.experiment.run.seed) +
-                   (init_from.empty() ? std::string() : ", then " + init_from));
+                   (init_from.empty() ? std::string() : ", then " + init_from) +
+                   (session.experiment.from_peft.enabled()
+                        ? ", then the adapters of " + session.experiment.from_peft.folder.string()
+                        : std::string()));
   return 0;
 }
 

@@ -41,7 +41,9 @@ ModelSession open_model_session(const ConfigArgs& cfg, SessionWeights weights, b
   opt.write_outputs = false;
   // Only check rehearses a training step; the others never step the optimizer.
   opt.trains = rehearses;
-  opt.loads_data = inputs == SessionInputs::splits;
+  opt.splits = inputs == SessionInputs::splits     ? core::DataSplits::both
+               : inputs == SessionInputs::held_out ? core::DataSplits::held_out
+                                                   : core::DataSplits::none;
   s.trainer = std::make_unique<core::Trainer>(s.experiment, std::move(components), opt);
   return s;
 }

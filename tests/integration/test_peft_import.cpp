@@ -202,21 +202,43 @@ TEST_F(PeftImport, AnExportedAdapterStartsANewRunBitForBit) {
     ASSERT_EQ(got[i], want) << i;
   }
 
+  // A frozen adapter keeps its values under a quantized base (QLoRA quantizes the base alone).
+  const auto nf4 = write_file("nf4.toml", std::string(kRun) +
+                                              "[train]\nfrozen_format = \"nf4\"\n"
+                                              "frozen = [\"h.0.*\"]\n[model.lora]\n"
+                                              "from_peft = \"adapter\"\n");
+  expect_ok(run("export " + nf4.string() + " --initial --format safetensors --out nf4.safetensors",
+                dir_));
+  StFile quantized = read_st(dir_ / "nf4.safetensors");
+  for (const char* name : {"h.0.attn.c_attn.lora_A.weight", "h.0.mlp.c_fc.lora_B.weight"}) {
+    ASSERT_NE(quantized.find(name), nullptr) << name;
+    EXPECT_EQ(quantized.find(name)->bytes, trained.find(name)->bytes) << name;
+  }
+
   // The run's config.toml states r, alpha and targets: a resume and an evaluation read it
-  // without the folder, which only a new run from it needs (and check, which forecasts one).
+  // without the folder, whatever it holds now; a new run from it (and check, which forecasts
+  // one) checks the folder and loads it.
   const auto one = write_file("one.toml", std::string(kRun) + "[model.lora]\nfrom_peft = \"" +
                                               (dir_ / "adapter").string() + "\"\n");
   expect_ok(run("train " + one.string() + " --set run.steps=1 --run-dir run2", dir_));
-  fs::remove_all(dir_ / "adapter");
+  edit_adapter_config([](json& c) { c["r"] = 8; }, dir_ / "adapter");
   expect_ok(run("train run2/config.toml --set run.steps=2 --resume run2", dir_));
   expect_ok(run("eval run2/config.toml --checkpoint run2", dir_));
   for (const std::string command :
        {"train run2/config.toml --run-dir run3", "check run2/config.toml --skip-rehearsal"}) {
     const auto again = run(command, dir_);
     EXPECT_EQ(again.exit_code, 2) << command << again.err;
-    EXPECT_TRUE(has(again.err, (dir_ / "adapter").string() + " does not exist"))
-        << command << again.err;
+    EXPECT_TRUE(has(again.err, "config.toml:")) << command << again.err;
+    EXPECT_TRUE(has(again.err, "r = 4 disagrees with")) << command << again.err;
   }
+  fs::remove_all(dir_ / "adapter");
+  expect_ok(run("eval run2/config.toml --checkpoint run2", dir_));
+  const auto gone = run("train run2/config.toml --run-dir run3", dir_);
+  EXPECT_EQ(gone.exit_code, 2) << gone.err;
+  EXPECT_TRUE(has(gone.err, (dir_ / "adapter").string() + " does not exist")) << gone.err;
+  EXPECT_TRUE(has(gone.err, "'model.lora.from_peft'")) << gone.err;
+  EXPECT_TRUE(has(gone.err, "from its own config.toml")) << gone.err;
+  EXPECT_FALSE(fs::exists(dir_ / "run3" / "checkpoints"));
 }
 
 TEST_F(PeftImport, WhatAnAdapterCannotGiveIsRefused) {
@@ -260,6 +282,18 @@ TEST_F(PeftImport, WhatAnAdapterCannotGiveIsRefused) {
   starts("fewer", {"base_model.model.transformer.h.0.attn.c_proj.lora_A.weight",
                    "match no adapter of this model", "dropped"});
   EXPECT_FALSE(fs::exists(dir_ / "never" / "checkpoints"));
+
+  // A start whose checkpoint.init_from holds trained adapters would drop them for from_peft's.
+  const auto both = run(
+      "check " +
+          write_file("both.toml", std::string(kBase) + "[checkpoint]\ninit_from = "
+                                                       "\"trained.safetensors\"\n"
+                                                       "[model.lora]\nfrom_peft = \"adapter\"\n")
+              .string() +
+          " --skip-rehearsal",
+      dir_);
+  EXPECT_EQ(both.exit_code, 2) << both.err;
+  EXPECT_TRUE(has(both.err, "holds trained LoRA adapters, and from_peft names others")) << both.err;
 
   // An adapter folder where a checkpoint belongs says how to use it.
   const auto r = run(

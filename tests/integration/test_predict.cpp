@@ -296,8 +296,8 @@ TEST_F(Predict, ALanguageModelWritesTheLastOrEveryPositionAndEvalsHeldOutLoss) {
 }
 
 // Predict and sample feed the model inputs of their own: a run folder copied without its token
-// files (a text model's training text) predicts and samples as before; eval, which reads the
-// held-out split, names the missing file.
+// files (a text model's training text) predicts and samples as before; eval reads its held-out
+// file alone, and names it when it is missing.
 TEST_F(Predict, ALanguageModelPredictsAndSamplesWithoutItsTrainingText) {
   std::string text;
   for (int i = 0; text.size() < 600; ++i)
@@ -324,7 +324,15 @@ TEST_F(Predict, ALanguageModelPredictsAndSamplesWithoutItsTrainingText) {
   EXPECT_EQ(r.out, with_files.out);
   r = run("eval " + cfg + " --checkpoint run", dir_);
   EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_TRUE(has(r.err, "train.txt\", which does not exist")) << r.err;
+  EXPECT_TRUE(has(r.err, "eval.txt\", which does not exist")) << r.err;
+  // eval reads the held-out text alone: the numbers of the whole data's session.
+  fs::rename(dir_ / "eval.moved", dir_ / "eval.txt");
+  const auto held_out_only = run("eval " + cfg + " --checkpoint run", dir_);
+  ASSERT_EQ(held_out_only.exit_code, 0) << held_out_only.err;
+  fs::rename(dir_ / "train.moved", dir_ / "train.txt");
+  const auto both = run("eval " + cfg + " --checkpoint run", dir_);
+  ASSERT_EQ(both.exit_code, 0) << both.err;
+  EXPECT_EQ(held_out_only.out, both.out);
 }
 
 TEST_F(Predict, BadInputExits2NamingTheFixAndNeverOverwritesWithoutForce) {

@@ -17,6 +17,10 @@ using Json = nlohmann::json;
 
 constexpr std::string_view kGptModulePrefix = "transformer.";
 
+const char* kResave =
+    "PEFT writes LoraConfig's fields in adapter_config.json: save the adapter again with "
+    "PeftModel.save_pretrained, or correct the field by hand";
+
 const char* kSaveSafetensors =
     "save it again as safetensors: PeftModel.save_pretrained(folder, safe_serialization=True) "
     "(in the Python peers venv, ~/.cache/mixtrain/peers)";
@@ -36,7 +40,8 @@ double read_number(const Json& c, const char* field, const sdk::SourceLocation& 
     throw sdk::ConfigError(at, field, "absent",
                            "PEFT writes r, lora_alpha and target_modules in adapter_config.json; "
                            "save the adapter again with save_pretrained");
-  if (!it->is_number()) throw sdk::ConfigError(at, field, "expected a number, got " + it->dump());
+  if (!it->is_number())
+    throw sdk::ConfigError(at, field, "expected a number, got " + it->dump(), kResave);
   return it->get<double>();
 }
 
@@ -75,16 +80,18 @@ PeftAdapterConfig parse_peft_adapter_config(std::string_view text, const std::st
   PeftAdapterConfig out;
   const double r = read_number(c, "r", at);
   if (r < 1 || r != static_cast<double>(static_cast<std::int64_t>(r)) || r > 65536)
-    throw sdk::ConfigError(at, "r", "is " + c["r"].dump() + ", expected an integer in [1, 65536]");
+    throw sdk::ConfigError(at, "r", "is " + c["r"].dump() + ", expected an integer in [1, 65536]",
+                           kResave);
   out.r = static_cast<std::int64_t>(r);
   out.alpha = read_number(c, "lora_alpha", at);
   if (!(out.alpha > 0))
-    throw sdk::ConfigError(at, "lora_alpha", "is " + c["lora_alpha"].dump() + ", expected > 0");
+    throw sdk::ConfigError(at, "lora_alpha", "is " + c["lora_alpha"].dump() + ", expected > 0",
+                           kResave);
   if (const auto it = c.find("lora_dropout"); it != c.end() && !it->is_null()) {
     out.dropout = read_number(c, "lora_dropout", at);
     if (!(out.dropout >= 0 && out.dropout < 1))
       throw sdk::ConfigError(at, "lora_dropout",
-                             "is " + it->dump() + ", expected a number in [0, 1)");
+                             "is " + it->dump() + ", expected a number in [0, 1)", kResave);
   }
 
   const auto targets = c.find("target_modules");
@@ -96,6 +103,14 @@ PeftAdapterConfig parse_peft_adapter_config(std::string_view text, const std::st
   out.targets_text = targets->dump();
   if (targets->is_string()) {
     out.target_regex = targets->get<std::string>();
+    // Python's anchors, which ECMAScript reads as the letters A and Z.
+    for (const char* anchor : {"\\A", "\\Z", "\\z"})
+      if (out.target_regex->find(anchor) != std::string::npos)
+        throw sdk::ConfigError(at, "target_modules",
+                               "is the regular expression " + targets->dump() + ", whose " +
+                                   anchor + " is Python's alone",
+                               "drop it: the expression is matched against whole module names "
+                               "(re.fullmatch), so it is anchored already");
     try {
       std::regex probe(*out.target_regex);
     } catch (const std::regex_error& e) {
@@ -116,7 +131,8 @@ PeftAdapterConfig parse_peft_adapter_config(std::string_view text, const std::st
     throw sdk::ConfigError(at, "target_modules",
                            "is " + targets->dump() +
                                ", expected a list of module names or a "
-                               "regular expression");
+                               "regular expression",
+                           kResave);
   }
 
   if (const auto bias = c.find("bias"); bias != c.end() && !bias->is_null() && *bias != "none")
@@ -178,6 +194,13 @@ PeftAdapterFolder open_peft_adapter(const std::filesystem::path& folder) {
                        std::string("PEFT keeps the adapter's weights in adapter_model.safetensors "
                                    "beside adapter_config.json; ") +
                            kSaveSafetensors);
+}
+
+std::string peft_base_model_text(const PeftAdapterConfig& config) {
+  return config.base_model.empty() ? std::string("the base model it was trained on")
+                                   : "the base model it was trained on (its "
+                                     "base_model_name_or_path: \"" +
+                                         config.base_model + "\")";
 }
 
 bool peft_targets(const PeftAdapterConfig& config, const std::string& module) {

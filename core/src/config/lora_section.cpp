@@ -40,21 +40,15 @@ bool gpt_modules(const Config& config, const Experiment& e) {
   return false;
 }
 
-// The folder from_peft names, opened; its errors point at the key too.
-PeftAdapterFolder open_adapter(const std::filesystem::path& folder, const sdk::SourceLocation& at) {
-  try {
-    return open_peft_adapter(folder);
-  } catch (const sdk::UserError& err) {
-    throw sdk::ConfigError(at, "model.lora.from_peft", err.what(), err.hint());
-  }
-}
-
-// The linear nodes whose PEFT modules the adapter's target_modules adapts.
+// The nodes PEFT's target_modules adapts, of the model's nodes other than `skipped` (the LoRA
+// rewrite's own, once it ran): linear ones, or an error at `at`.
 std::set<std::string> peft_target_nodes(const PeftAdapterFolder& adapter, const ModelSpec& model,
-                                        bool gpt, const sdk::SourceLocation& at) {
+                                        bool gpt, const std::set<std::string>& skipped,
+                                        const sdk::SourceLocation& at) {
   const std::string file = adapter.config_file.string();
   std::set<std::string> out, linears;
   for (const auto& l : model.layers) {
+    if (skipped.count(l.name)) continue;
     if (l.type == "linear") linears.insert(l.name);
     const std::string module = peft_module_name(l.name, gpt);
     if (!peft_targets(adapter.config, module)) continue;
@@ -71,14 +65,12 @@ std::set<std::string> peft_target_nodes(const PeftAdapterFolder& adapter, const 
     throw sdk::ConfigError(at, "model.lora.from_peft",
                            file + "'s target_modules = " + adapter.config.targets_text +
                                " adapts no module of this model",
-                           "start from the base model the adapter was trained on; this model's "
-                           "linear nodes: " +
-                               joined(linears));
+                           "start from " + peft_base_model_text(adapter.config) +
+                               "; this model's linear nodes: " + joined(linears));
   return out;
 }
 
-// r and alpha the table states must be the adapter's; the ones it leaves out are the adapter's.
-// `sources` gets a line per value the file gave.
+// The r, alpha and dropout the table leaves out, from the adapter: `sources` gets a line each.
 std::vector<sdk::RawOption> options_with_adapter(std::vector<sdk::RawOption> raw,
                                                  const PeftAdapterFolder& adapter,
                                                  std::vector<std::string>& sources) {
@@ -89,34 +81,63 @@ std::vector<sdk::RawOption> options_with_adapter(std::vector<sdk::RawOption> raw
   const char* peft_names[] = {"r", "lora_alpha", "lora_dropout"};
   for (std::size_t i = 0; i < 3; ++i) {
     const auto& [key, value] = fields[i];
-    const std::string taken = std::string(key) + " = " + sdk::option_value_to_string(value) +
-                              " (its " + peft_names[i] + ")";
-    const auto given =
-        std::find_if(raw.begin(), raw.end(), [&](const sdk::RawOption& r) { return r.key == key; });
-    if (given == raw.end()) {
-      raw.push_back({key, value, {file, 0, 0}});
-      sources.push_back(taken);
-      continue;
-    }
-    if (std::string_view(key) == "dropout") continue;  // training noise: the table's wins
-    const auto number = [](const sdk::OptionValue& v) {
-      if (const auto* d = std::get_if<double>(&v)) return *d;
-      if (const auto* n = std::get_if<std::int64_t>(&v)) return static_cast<double>(*n);
-      return -1.0;
-    };
-    if (number(given->value) != number(value))
-      throw sdk::ConfigError(given->where, std::string("model.lora.") + key,
-                             std::string(key) + " = " + sdk::option_value_to_string(given->value) +
-                                 " disagrees with " + file + "'s " + peft_names[i] + " = " +
-                                 sdk::option_value_to_string(value),
-                             std::string("from_peft's adapters are of its ") + peft_names[i] +
-                                 ": remove " + key + " from [model.lora] (or set it to " +
-                                 sdk::option_value_to_string(value) + ")");
+    if (std::any_of(raw.begin(), raw.end(), [&](const auto& r) { return r.key == key; })) continue;
+    raw.push_back({key, value, {file, 0, 0}});
+    sources.push_back(std::string(key) + " = " + sdk::option_value_to_string(value) + " (its " +
+                      peft_names[i] + ")");
   }
   return raw;
 }
 
 }  // namespace
+
+PeftAdapterFolder open_peft_adapter_at(const PeftAdapterSource& source) {
+  std::error_code ec;
+  try {
+    return open_peft_adapter(source.folder);
+  } catch (const sdk::UserError& err) {
+    throw sdk::ConfigError(
+        source.where, "model.lora.from_peft", err.what(),
+        std::filesystem::exists(source.folder, ec)
+            ? err.hint()
+            : err.hint() +
+                  "; a run that started from it resumes, evaluates and samples without it from "
+                  "its own config.toml, which states r, alpha and targets");
+  }
+}
+
+void check_peft_agreement(const Experiment& e, const PeftAdapterFolder& adapter) {
+  const auto& source = e.from_peft;
+  const auto& lora = e.model.lora;
+  const std::string file = adapter.config_file.string();
+  const auto disagree = [&](const char* key, const char* field, const std::string& ours,
+                            const std::string& theirs, const sdk::SourceLocation& where) {
+    throw sdk::ConfigError(where, std::string("model.lora.") + key,
+                           std::string(key) + " = " + ours + " disagrees with " + file + "'s " +
+                               field + " = " + theirs,
+                           std::string("from_peft's adapters are of its ") + field + ": remove " +
+                               key + " from [model.lora] (or set it to " + theirs + ")");
+  };
+  if (lora.r != adapter.config.r)
+    disagree("r", "r", std::to_string(lora.r), std::to_string(adapter.config.r), source.r_where);
+  if (lora.alpha != adapter.config.alpha)
+    disagree("alpha", "lora_alpha", sdk::option_value_to_string(lora.alpha),
+             sdk::option_value_to_string(adapter.config.alpha), source.alpha_where);
+  const auto targets = lora_targets(e.model);
+  std::set<std::string> skipped;
+  for (const auto& t : targets)
+    for (const char* suffix : {".lora_A", ".lora_B", ".lora_dropout", ".lora_sum"})
+      skipped.insert(t + suffix);
+  const auto nodes = peft_target_nodes(adapter, e.model, source.gpt_modules, skipped, source.where);
+  const std::set<std::string> chosen(targets.begin(), targets.end());
+  if (chosen != nodes)
+    throw sdk::ConfigError(source.targets_where, "model.lora.targets",
+                           "targets select " + joined(chosen) + ", but " + file +
+                               "'s target_modules = " + adapter.config.targets_text + " adapts " +
+                               joined(nodes),
+                           "remove targets from [model.lora]: from_peft's adapters sit where its "
+                           "target_modules puts them");
+}
 
 void read_lora(const Config& config, Experiment& e) {
   if (!config.has_table("model.lora")) return;
@@ -128,7 +149,10 @@ void read_lora(const Config& config, Experiment& e) {
   const auto globs = config.string_array(key);
   const bool array = config.is_array(key);
 
-  // from_peft, opened first: its adapter_config.json gives what the table leaves out.
+  // from_peft: its adapter_config.json gives what the table leaves out. A table that states r,
+  // alpha and targets (a run's config.toml) needs nothing of the folder here: a new run's start
+  // checks them against it (train/peft_import.h), and a resume or a checkpoint's session never
+  // opens it.
   std::optional<PeftAdapterFolder> adapter;
   std::vector<std::string> sources;
   const auto peft_key = std::find_if(raw.begin(), raw.end(),
@@ -137,17 +161,17 @@ void read_lora(const Config& config, Experiment& e) {
       peft_key == raw.end() ? nullptr : std::get_if<std::string>(&peft_key->value);
   if (peft_text != nullptr && !peft_text->empty()) {
     const auto folder = config_path(config, "model.lora.from_peft", *peft_text);
+    e.from_peft.folder = folder;
+    e.from_peft.weights = folder / kPeftWeightsFile;
+    e.from_peft.where = peft_key->where;
+    e.from_peft.gpt_modules = gpt_modules(config, e);
     const auto stated = [&](const char* k) {
       return std::any_of(raw.begin(), raw.end(), [&](const auto& r) { return r.key == k; });
     };
-    // A run's config.toml states all three: its folder is needed only to start a new run.
-    std::error_code ec;
-    const bool self_sufficient = stated("r") && stated("alpha") && !globs.empty();
-    if (!(self_sufficient && !std::filesystem::exists(folder, ec))) {
-      adapter = open_adapter(folder, peft_key->where);
+    if (!(stated("r") && stated("alpha") && !globs.empty())) {
+      adapter = open_peft_adapter_at(e.from_peft);
       raw = options_with_adapter(std::move(raw), *adapter, sources);
     }
-    e.from_peft = {folder, folder / kPeftWeightsFile, peft_key->where, gpt_modules(config, e)};
   }
 
   const auto o = sdk::Options::resolve("model.lora", lora_schema(), raw, table, {});
@@ -169,28 +193,19 @@ void read_lora(const Config& config, Experiment& e) {
                              "(\"h.*.attn.c_attn\")");
     lora.targets.push_back({globs[i], where, array ? key + "[" + std::to_string(i) + "]" : key});
   }
-  if (adapter) {
+  if (e.from_peft.enabled()) {
+    e.from_peft.r_where = o.where("r");
+    e.from_peft.alpha_where = o.where("alpha");
+    e.from_peft.targets_where = globs.empty() ? e.from_peft.where : config.location(key);
+  }
+  if (adapter && lora.targets.empty()) {
     const auto nodes =
-        peft_target_nodes(*adapter, e.model, e.from_peft.gpt_modules, e.from_peft.where);
-    if (lora.targets.empty()) {
-      for (const auto& n : nodes)
-        lora.targets.push_back({literal_glob(n), e.from_peft.where, "model.lora.from_peft"});
-      sources.push_back("targets: the " + std::to_string(nodes.size()) +
-                        " linear nodes its target_modules = " + adapter->config.targets_text +
-                        " adapts");
-    } else {
-      ModelSpec trial = e.model;
-      apply_lora(trial, lora);
-      const auto selected = lora_targets(trial);
-      const std::set<std::string> chosen(selected.begin(), selected.end());
-      if (chosen != nodes)
-        throw sdk::ConfigError(
-            config.location(key), key,
-            "targets select " + joined(chosen) + ", but " + adapter->config_file.string() +
-                "'s target_modules = " + adapter->config.targets_text + " adapts " + joined(nodes),
-            "remove targets from [model.lora]: from_peft's adapters sit where "
-            "its target_modules puts them");
-    }
+        peft_target_nodes(*adapter, e.model, e.from_peft.gpt_modules, {}, e.from_peft.where);
+    for (const auto& n : nodes)
+      lora.targets.push_back({literal_glob(n), e.from_peft.where, "model.lora.from_peft"});
+    sources.push_back("targets: the " + std::to_string(nodes.size()) +
+                      " linear nodes its target_modules = " + adapter->config.targets_text +
+                      " adapts");
   }
   if (lora.targets.empty())
     throw sdk::ConfigError(array ? config.location(key) : table, key,
@@ -217,6 +232,7 @@ void read_lora(const Config& config, Experiment& e) {
           "checkpoint.init_from)");
   }
   apply_lora(e.model, lora);
+  if (adapter) check_peft_agreement(e, *adapter);
   e.core_sections.push_back(section);
 }
 

@@ -12,18 +12,29 @@
 //   states must select the same nodes, and a dropout it states wins (training noise, not the
 //   function). A module target_modules adapts that is not a linear node, or none at all, is
 //   refused. The resolved config states all four and from_peft's absolute path, so a run's
-//   config.toml does not need the folder to be read: when DIR is gone and the table states r,
-//   alpha and targets, the folder is not opened here (a new run's start then fails to load it;
-//   resume, eval, predict and sample never do).
+//   config.toml does not need the folder to be read: a table that states r, alpha and targets
+//   is not checked against the folder here (a new run's start checks it, before loading the
+//   adapters; a resume, eval, predict and sample never open it, whatever the folder now holds).
 // - Errors are sdk::ConfigError at the key's file:line:col (the folder's own errors, quoted, at
 //   from_peft).
 #pragma once
 
+#include "mixtrain/core/checkpoint/peft_adapter.h"
 #include "mixtrain/core/config/config.h"
 #include "mixtrain/core/config/experiment.h"
 
 namespace mixtrain::core {
 
 void read_lora(const Config& config, Experiment& e);
+
+// from_peft's folder opened (open_peft_adapter), its errors as sdk::ConfigError at the key; a
+// folder that is gone says a run started from it resumes from its own config.toml.
+PeftAdapterFolder open_peft_adapter_at(const PeftAdapterSource& source);
+
+// The folder's adapter_config.json against the experiment's [model.lora] once read: r and alpha
+// equal, the targets the nodes its target_modules adapts. sdk::ConfigError at the key that
+// disagrees. read_lora() calls it when it opened the folder, and a new run's start always
+// (train/peft_import.h), before it loads the adapters.
+void check_peft_agreement(const Experiment& e, const PeftAdapterFolder& adapter);
 
 }  // namespace mixtrain::core

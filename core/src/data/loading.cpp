@@ -257,6 +257,24 @@ LoadedData load_data(const DataSettings& settings, std::uint64_t seed) {
   return out;
 }
 
+LoadedData load_held_out_data(const DataSettings& settings, std::uint64_t seed) {
+  if (!is_token_source(settings.source) || settings.eval_token_paths.empty())
+    return load_data(settings, seed);
+  DataSettings held_out = settings;
+  std::erase_if(held_out.named_files, [&](const DataSettings::NamedFile& f) {
+    return std::find(settings.eval_token_paths.begin(), settings.eval_token_paths.end(), f.path) ==
+           settings.eval_token_paths.end();
+  });
+  check_named_files_exist(held_out);
+  const std::string kind = settings.source == DataSource::text ? "text" : "token file";
+  LoadedData out;
+  out.train = token_data_shape(settings.block_size, settings.vocab_size);
+  out.eval = make_token_dataset(read_stream(settings, settings.eval_token_paths),
+                                settings.block_size, settings.vocab_size, settings.block_size,
+                                stream_origin(kind, settings.eval_token_paths));
+  return out;
+}
+
 std::pair<Dataset, Dataset> load_train_and_eval(const DataSettings& settings, std::uint64_t seed) {
   auto loaded = load_data(settings, seed);
   return {std::move(loaded.train), std::move(loaded.eval)};

@@ -8,6 +8,7 @@
 #include "graph/ops/op_registry.h"
 #include "graph/ops/op_support.h"
 #include "graph/ops/view.h"
+#include "mixtrain/core/graph/lora.h"
 #include "mixtrain/core/graph/topology.h"
 
 namespace mixtrain::core {
@@ -333,8 +334,11 @@ void store_frozen_quantized(const FreezeSpec& freeze, std::vector<std::unique_pt
   std::size_t stored = 0;
   for (auto& op : ops)
     for (const auto& p : op->traits().parameters)
+      // LoRA adapters stay unquantized frozen or not (QLoRA quantizes the base alone): a frozen
+      // one (an imported adapter, say) keeps its values.
       if (op->frozen(p.suffix) && op->can_quantize(p.suffix) &&
-          !tied.count(op->name() + "." + p.suffix)) {
+          !tied.count(op->name() + "." + p.suffix) &&
+          !is_lora_parameter(op->name() + "." + p.suffix)) {
         op->quantize_frozen(p.suffix, freeze.format, freeze.block, scratch);
         ++stored;
       }

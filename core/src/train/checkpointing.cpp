@@ -608,6 +608,8 @@ void load_parameters(Trainer::State& s, const CheckpointFile& file, bool weights
     if (t == nullptr && weights_only && s.e.model.lora.enabled() && is_lora_parameter(p->name))
       continue;
     if (t == nullptr) throw_missing_parameter(file, p->name);
+    if (s.loading_initial_weights && is_lora_parameter(p->name))
+      s.initial_adapters_from = file.path;
     load_parameter(s, file, *t, *p, weights_only, layout);
     used.insert(t);
   }

@@ -53,10 +53,10 @@ struct EvalMode {
 // host from each batch's FP32 logits and the labels feed_batch left in host.y.
 EvalResult Trainer::evaluate() {
   auto& s = *s_;
-  if (!s.data_loaded)
+  if (!s.evaluates)
     throw std::logic_error(
-        "Trainer::evaluate: this trainer was opened with TrainOptions::loads_data = false and "
-        "holds no held-out rows");
+        "Trainer::evaluate: this trainer was opened with TrainOptions::splits = none and holds "
+        "no held-out rows");
   const Dataset& d = s.eval.rows > 0 ? s.eval : s.train;
   // A run says so once at its start; `mixtrain eval` (a session that writes nothing) says it here.
   if (s.eval.rows == 0 && !s.opt.write_outputs)

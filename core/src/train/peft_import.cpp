@@ -5,6 +5,7 @@
 #include <map>
 #include <span>
 
+#include "config/lora_section.h"
 #include "mixtrain/core/checkpoint/peft_adapter.h"
 #include "mixtrain/core/graph/lora.h"
 #include "mixtrain/sdk/support/float_formats.h"
@@ -40,9 +41,26 @@ std::vector<float> fp32_values(const sdk::HostTensor& t, const std::filesystem::
 
 void load_peft_adapter(Trainer::State& s) {
   const PeftAdapterSource& source = s.e.from_peft;
-  const PeftAdapterFolder adapter = open_peft_adapter(source.folder);
+  if (s.initial_adapters_from)
+    throw sdk::ConfigError(
+        source.where, "model.lora.from_peft",
+        "checkpoint.init_from (" + s.initial_adapters_from->string() +
+            ") holds trained LoRA adapters, and from_peft names others: the run would start "
+            "from from_peft's, dropping the checkpoint's",
+        "keep one: remove from_peft to start from the checkpoint's adapters, or start from a "
+        "base without adapters (the base model, or the checkpoint folded with `mixtrain export "
+        "CKPT --merge-lora`)");
+  const PeftAdapterFolder adapter = open_peft_adapter_at(source);
+  check_peft_agreement(s.e, adapter);
   const auto& file = adapter.weights_file;
-  const sdk::TrainingState st = weights_format_for(s.c, file).read(file);
+  sdk::TrainingState st;
+  try {
+    st = weights_format_for(s.c, file).read(file);
+  } catch (const sdk::CheckpointError& e) {
+    throw sdk::CheckpointError(e.what(),
+                               "save the adapter again with PeftModel.save_pretrained(folder, "
+                               "safe_serialization=True)");
+  }
   std::map<std::string, const sdk::HostTensor*> by_name;
   for (const auto& t : st.tensors) by_name[t.name] = &t;
   std::size_t loaded = 0;
@@ -62,13 +80,21 @@ void load_peft_adapter(Trainer::State& s) {
               "adapter again with PeftModel.save_pretrained");
     const sdk::HostTensor& t = *it->second;
     const auto expected = p->shape().to_vector();
-    if (t.shape != expected)
+    if (t.shape != expected) {
+      // lora_A is [r, in], lora_B [out, r]: an r of its own is the folder's two files disagreeing.
+      const std::size_t r_dim = a ? 0 : 1;
+      const bool other_r = t.shape.size() == 2 && t.shape[r_dim] != expected[r_dim];
       throw sdk::CheckpointError(
           file.string() + ": tensor '" + name + "' has shape " +
               sdk::Shape::from_vector(t.shape).to_string() + " but the adapter parameter '" +
               p->name + "' expects " + p->shape().to_string(),
-          "an adapter fits the base model it was trained on, at its r: start from that model "
-          "([model] from_pretrained)");
+          other_r
+              ? "its rank is not adapter_config.json's r = " + std::to_string(adapter.config.r) +
+                    ": the folder's two files are of different adapters; save the adapter "
+                    "again with PeftModel.save_pretrained"
+              : "an adapter fits " + peft_base_model_text(adapter.config) +
+                    ": start from that model ([model] from_pretrained)");
+    }
     const auto values = fp32_values(t, file);
     if (!p->master.empty())
       s.c.backend->copy_from_host(p->master.view(), values.data());
@@ -88,8 +114,10 @@ void load_peft_adapter(Trainer::State& s) {
             " match no adapter of this model, so they would be "
             "dropped",
         "mixtrain loads lora_A and lora_B of the linear modules adapter_config.json's "
-        "target_modules names; merge an adapter with more into its base model in PEFT "
-        "(merge_and_unload) and start from that folder ([model] from_pretrained)");
+        "target_modules names in this model: start from " +
+            peft_base_model_text(adapter.config) +
+            ", or merge an adapter with more into its base model in PEFT (merge_and_unload) "
+            "and start from that folder ([model] from_pretrained)");
   }
   s.model->refresh_working_copies();
   reset_ema(s);  // the EMA of initial weights starts at them

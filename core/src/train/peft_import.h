@@ -8,11 +8,13 @@
 //   (peft_tensor_name of n's module), widened to FP32 from fp16 or bf16 exactly; the working
 //   copies and the EMA start from them. A step-0 state: a resume takes its adapters from its
 //   checkpoint and never calls it.
-// - sdk::UserError (the folder: open_peft_adapter's), sdk::CheckpointError naming the file and
-//   tensor: an adapter the file lacks (its two files are of different adapters), a shape other
-//   than the parameter's (another base model or r), a dtype other than fp32, fp16 or bf16, and a
-//   tensor the model has no adapter for (PEFT's lora_embedding_A, a bias, modules_to_save), which
-//   would be dropped.
+// - sdk::ConfigError at [model.lora]'s keys: the folder's own errors (open_peft_adapter_at), a
+//   config that disagrees with it (check_peft_agreement: a run's config.toml states r, alpha and
+//   targets, checked only here), and a checkpoint.init_from whose trained adapters it would
+//   replace. sdk::CheckpointError naming the file and tensor: an adapter the file lacks (its two
+//   files are of different adapters), a shape other than the parameter's (another base model or r),
+//   a dtype other than fp32, fp16 or bf16, and a tensor the model has no adapter for (PEFT's
+//   lora_embedding_A, a bias, modules_to_save), which would be dropped.
 #pragma once
 
 #include "train/trainer_state.h"

@@ -569,9 +569,17 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   s.opt = options;
   const auto& e = s.e;
   join_replicas(s);
-  s.data_loaded = options.loads_data || !is_token_source(e.data.source);
+  const bool tokens = is_token_source(e.data.source);
+  s.data_loaded = options.splits == DataSplits::both || !tokens ||
+                  (options.splits == DataSplits::held_out && e.data.eval_token_paths.empty());
+  s.evaluates = options.splits != DataSplits::none || !tokens;
   if (s.data_loaded) {
     load_training_data(s, e.data);
+  } else if (s.evaluates) {
+    auto loaded = load_held_out_data(e.data, e.run.seed);
+    s.train = std::move(loaded.train);
+    s.eval = std::move(loaded.eval);
+    s.eval_fingerprint = data_fingerprint(s.eval);
   } else {
     s.train = token_data_shape(e.data.block_size, e.data.vocab_size);
     s.eval = s.train;
@@ -685,7 +693,7 @@ TrainSummary Trainer::run() {
   if (!s.opt.trains || !s.data_loaded)
     throw std::logic_error(
         "Trainer::run: this trainer was opened with TrainOptions::trains = false (evaluation, "
-        "prediction, sampling) or loads_data = false: it cannot train");
+        "prediction, sampling) or without the training split: it cannot train");
   s.ran = true;
   const auto& e = s.e;
   // Rows per optimizer step: run.accumulate micro-batches of data.batch_size.

@@ -52,8 +52,11 @@ struct Trainer::State {
   std::filesystem::path run_dir;
   std::optional<RunFolderLock> run_folder_lock;  // held while the run writes run_dir
   bool loading_initial_weights = false;          // the constructor's checkpoint.init_from load
+  // The init_from file, when it held trained LoRA adapters (from_peft must not replace them).
+  std::optional<std::filesystem::path> initial_adapters_from;
   bool ran = false;                              // run() was called (it runs once)
-  bool data_loaded = true;                       // false: TrainOptions::loads_data, tokens
+  bool data_loaded = true;  // the training split (TrainOptions::splits both, or not tokens)
+  bool evaluates = true;    // the held-out split (TrainOptions::splits other than none)
   RunPosition position;
   PrecisionState precision;
   DataPosition data;

@@ -91,6 +91,8 @@ TEST(PeftAdapter, WhatChangesTheAdaptersFunctionIsRefusedByName) {
   EXPECT_NE(with("target_modules", nullptr).find("target_modules"), std::string::npos);
   EXPECT_NE(with("target_modules", Json::array({1})).find("module names"), std::string::npos);
   EXPECT_NE(with("target_modules", "(unclosed").find("regular expression"), std::string::npos);
+  // Python's anchors would be read as letters.
+  EXPECT_NE(with("target_modules", R"(\A.*c_attn\Z)").find("Python's alone"), std::string::npos);
   EXPECT_NE(with("bias", "all").find("trained biases"), std::string::npos);
   for (const auto& [field, value] :
        std::vector<std::pair<const char*, Json>>{{"modules_to_save", Json::array({"lm_head"})},

@@ -69,6 +69,10 @@ struct PeftAdapterFolder {
 
 PeftAdapterFolder open_peft_adapter(const std::filesystem::path& folder);
 
+// "the base model it was trained on", naming base_model_name_or_path when the file gives one:
+// the hints of an adapter that does not fit the model.
+std::string peft_base_model_text(const PeftAdapterConfig& config);
+
 bool peft_targets(const PeftAdapterConfig& config, const std::string& module);
 
 std::string peft_module_name(const std::string& node, bool gpt);

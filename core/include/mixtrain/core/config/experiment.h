@@ -226,6 +226,9 @@ struct PeftAdapterSource {
   std::filesystem::path folder, weights;  // absolute; empty: no from_peft
   sdk::SourceLocation where;              // of the from_peft key
   bool gpt_modules = false;  // the nodes are GPT2LMHeadModel's modules (peft_adapter.h)
+  // Where r, alpha and targets were stated (the folder's config file where it gave them), for
+  // the errors of a disagreement with the folder.
+  sdk::SourceLocation r_where, alpha_where, targets_where;
   bool enabled() const { return !folder.empty(); }
 };
 

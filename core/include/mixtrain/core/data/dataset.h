@@ -347,6 +347,10 @@ struct LoadedData {
   std::vector<float> black;
 };
 LoadedData load_data(const DataSettings& settings, std::uint64_t seed);
+// load_data() for a session that evaluates a trained model and trains nothing (eval): a token
+// source with held-out files of its own opens only those (train is token_data_shape()); every
+// other source, and tokens held out as the training stream's tail, loads as load_data() does.
+LoadedData load_held_out_data(const DataSettings& settings, std::uint64_t seed);
 // "mean [0.49, 0.48, 0.45], std [0.25, 0.24, 0.26]": for the run's log.
 std::string describe_normalization(const ChannelStats& stats);
 // load_data() without the normalisation record.

@@ -76,6 +76,8 @@ class StepObserver {
   virtual void after_step(std::int64_t /*step*/) {}
 };
 
+enum class DataSplits { both, held_out, none };
+
 struct TrainOptions {
   std::filesystem::path run_dir;                // empty: run.dir or runs/<name> (made unique)
   std::optional<std::filesystem::path> resume;  // a checkpoint file or a checkpoints folder
@@ -93,11 +95,16 @@ struct TrainOptions {
   // logic_error): the optimizer is bound to no parameters, so it holds no state (AdamW's two
   // FP32 moments per weight, a GPT-2 small's 1 GB).
   bool trains = true;
-  // false: a session that feeds the model inputs of its own (sample, predict) and reads no split.
-  // A token source is then not opened, its shape being the config's (block_size, vocab_size), so
-  // a run folder samples and predicts where its token files are not; other sources load as usual
-  // (their sample shape is in the files). evaluate() and run() are then a logic_error.
-  bool loads_data = true;
+  // The data splits the session reads; a language model's input shape is the config's
+  // (block_size, vocab_size), so a token source can be left unopened, and a run folder runs where
+  // its token files are not. Image and table sources always load (the files hold their shape).
+  // - both: training.
+  // - held_out: a session that evaluates and trains nothing (eval): a token source with held-out
+  //   files of its own opens only those (data/dataset.h, load_held_out_data).
+  // - none: a session that feeds the model inputs of its own (sample, predict): a token source
+  //   is not opened, and evaluate() is then a logic_error.
+  // Without the training split, run() is a logic_error.
+  DataSplits splits = DataSplits::both;
 };
 
 // One batch of predictions (Trainer::predict): rows [first_row, first_row + rows) of the input
