@@ -4,8 +4,11 @@
 // writer.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -30,6 +33,27 @@ struct StFile {
     return nullptr;
   }
 };
+
+// An F32 tensor's values (a test failure when it is another dtype).
+inline std::vector<float> st_floats(const StTensor& t) {
+  EXPECT_EQ(t.dtype, "F32") << t.name;
+  std::vector<float> v(t.bytes.size() / sizeof(float));
+  std::memcpy(v.data(), t.bytes.data(), t.bytes.size());
+  return v;
+}
+
+// max |a - b| over max(1, max |b|): a difference relative to the values' scale, absolute for
+// values below 1.
+inline double scaled_gap(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  if (a.size() != b.size()) return 1.0;
+  double g = 0, scale = 1;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    g = std::max(g, std::abs(double(a[i]) - b[i]));
+    scale = std::max(scale, std::abs(double(b[i])));
+  }
+  return g / scale;
+}
 
 inline StFile read_st(const fs::path& path) {
   const std::string blob = slurp(path);

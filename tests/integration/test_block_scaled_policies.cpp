@@ -119,12 +119,6 @@ fsync = false
 init_from = "init.safetensors"
 )";
 
-std::vector<float> st_floats(const StTensor& t) {
-  std::vector<float> v(t.bytes.size() / sizeof(float));
-  std::memcpy(v.data(), t.bytes.data(), t.bytes.size());
-  return v;
-}
-
 StTensor st_tensor(const std::string& name, std::vector<std::int64_t> shape,
                    const std::vector<float>& v) {
   return {name, "F32", std::move(shape),

@@ -87,25 +87,6 @@ vocab_size = 64
 batch_size = 4
 )";
 
-std::vector<float> floats(const StTensor& t) {
-  EXPECT_EQ(t.dtype, "F32") << t.name;
-  std::vector<float> v(t.bytes.size() / sizeof(float));
-  std::memcpy(v.data(), t.bytes.data(), t.bytes.size());
-  return v;
-}
-
-// max |a - b| over max(1, max |b|).
-double gap(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  if (a.size() != b.size()) return 1.0;
-  double g = 0, scale = 1;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    g = std::max(g, std::abs(double(a[i]) - b[i]));
-    scale = std::max(scale, std::abs(double(b[i])));
-  }
-  return g / scale;
-}
-
 class LoraExport : public CliTest {
  protected:
   void SetUp() override {
@@ -157,8 +138,8 @@ TEST_F(LoraExport, PeftFolderNamesAndMergedWeights) {
   // The merged folder: Conv1D [in, out] = (W + 2·B·A)ᵀ; no adapter tensors left.
   StFile merged = read_st(dir_ / "merged" / "model.safetensors");
   for (const auto& t : merged.tensors) EXPECT_FALSE(has(t.name, "lora")) << t.name;
-  const auto w = floats(*native.find("h.0.attn.c_attn.weight"));
-  const auto av = floats(*a), bv = floats(*b);
+  const auto w = st_floats(*native.find("h.0.attn.c_attn.weight"));
+  const auto av = st_floats(*a), bv = st_floats(*b);
   std::vector<float> want(w.size());
   double moved = 0;
   for (int o = 0; o < 96; ++o)
@@ -172,7 +153,7 @@ TEST_F(LoraExport, PeftFolderNamesAndMergedWeights) {
   const StTensor* c_attn = merged.find("transformer.h.0.attn.c_attn.weight");
   ASSERT_NE(c_attn, nullptr);
   EXPECT_EQ(c_attn->shape, (std::vector<std::int64_t>{32, 96}));
-  EXPECT_LT(gap(floats(*c_attn), want), 1e-6);
+  EXPECT_LT(scaled_gap(st_floats(*c_attn), want), 1e-6);
 
   // What is refused, and what to do instead.
   auto r = run("export run --layout hf --out plain", dir_);
@@ -304,7 +285,7 @@ TEST_F(LoraExport, PeftTrainsLoadsAndMergesAsMixtrain) {
   for (const auto& t : peft_trained.tensors) {
     const StTensor* mine = trained.find(t.name);
     ASSERT_NE(mine, nullptr) << t.name;
-    worst_adapter = std::max(worst_adapter, gap(floats(*mine), floats(t)));
+    worst_adapter = std::max(worst_adapter, scaled_gap(st_floats(*mine), st_floats(t)));
   }
   EXPECT_LT(worst_adapter, 1e-5);
 
@@ -330,7 +311,7 @@ TEST_F(LoraExport, PeftTrainsLoadsAndMergesAsMixtrain) {
       continue;
     }
     ++compared;
-    worst_merged = std::max(worst_merged, gap(floats(*mine), floats(t)));
+    worst_merged = std::max(worst_merged, scaled_gap(st_floats(*mine), st_floats(t)));
   }
   EXPECT_EQ(compared, merged.tensors.size());
   EXPECT_LT(worst_merged, 1e-6);

@@ -87,25 +87,6 @@ shuffle = false
 fsync = false
 )";
 
-std::vector<float> floats(const StTensor& t) {
-  EXPECT_EQ(t.dtype, "F32") << t.name;
-  std::vector<float> v(t.bytes.size() / sizeof(float));
-  std::memcpy(v.data(), t.bytes.data(), t.bytes.size());
-  return v;
-}
-
-// max |a - b| over max(1, max |b|).
-double gap(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  if (a.size() != b.size()) return 1.0;
-  double g = 0, scale = 1;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    g = std::max(g, std::abs(double(a[i]) - b[i]));
-    scale = std::max(scale, std::abs(double(b[i])));
-  }
-  return g / scale;
-}
-
 class PeftImport : public CliTest {
  protected:
   void SetUp() override {
@@ -192,7 +173,7 @@ TEST_F(PeftImport, AnExportedAdapterStartsANewRunBitForBit) {
   const StTensor* full = trained.find("h.0.attn.c_attn.lora_A.weight");
   ASSERT_NE(a, nullptr);
   ASSERT_NE(full, nullptr);
-  const auto got = floats(*a), fp32 = floats(*full);
+  const auto got = st_floats(*a), fp32 = st_floats(*full);
   for (std::size_t i = 0; i < got.size(); ++i) {
     std::uint32_t u;
     std::memcpy(&u, &fp32[i], 4);
@@ -359,7 +340,7 @@ TEST_F(PeftImport, APeftMadeAdapterTrainsAsInPeft) {
   for (const auto& t : peft_trained.tensors) {
     const StTensor* mine = trained.find(t.name);
     ASSERT_NE(mine, nullptr) << t.name;
-    worst_adapter = std::max(worst_adapter, gap(floats(*mine), floats(t)));
+    worst_adapter = std::max(worst_adapter, scaled_gap(st_floats(*mine), st_floats(t)));
   }
   EXPECT_LT(worst_adapter, 1e-5);
 

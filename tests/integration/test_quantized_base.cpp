@@ -90,12 +90,6 @@ constexpr double kLevels[16] = {-1.0,
                                 0.7229568362236023,
                                 1.0};
 
-std::vector<float> floats(const StTensor& t) {
-  std::vector<float> v(t.bytes.size() / 4);
-  std::memcpy(v.data(), t.bytes.data(), t.bytes.size());
-  return v;
-}
-
 // Whether every block of `block` elements (the last one partial) holds only levels · absmax.
 bool holds_nf4_values(const std::vector<float>& v, std::size_t block) {
   for (std::size_t b0 = 0; b0 < v.size(); b0 += block) {
@@ -169,7 +163,7 @@ TEST_F(QuantizedBase, LoraTrainsOnAnNf4BaseThatLeavesAsItEnteredAndResumesBitFor
     }
     ++nf4;
     EXPECT_NE(t.bytes, unquantized->bytes) << t.name << " should be NF4";
-    EXPECT_TRUE(holds_nf4_values(floats(t), 64)) << t.name;
+    EXPECT_TRUE(holds_nf4_values(st_floats(t), 64)) << t.name;
   }
   EXPECT_EQ(nf4, 8u);  // c_attn, attn.c_proj, c_fc, mlp.c_proj in each of 2 layers
 
@@ -229,7 +223,7 @@ TEST_F(QuantizedBase, ABlockThatDoesNotDivideAWeightEndsInAPartialBlock) {
   StFile odd = read_st(dir_ / "odd.safetensors");
   for (const auto& t : odd.tensors) {
     if (!is_base_linear_weight(t.name)) continue;
-    const auto v = floats(t);
+    const auto v = st_floats(t);
     ASSERT_NE(v.size() % 100, 0u) << t.name;
     EXPECT_TRUE(holds_nf4_values(v, 100)) << t.name;
     EXPECT_FALSE(holds_nf4_values(v, 64)) << t.name << ": blocks of 100, not 64";
@@ -317,8 +311,8 @@ TEST_F(QuantizedBase, Fp8BlockFormatBasesHoldTheirQuantizationAndResumeBitForBit
       ++quantized;
       ASSERT_EQ(t.shape.size(), 2u) << t.name;
       const auto want = sdk::dequantize_block_scaled(sdk::quantize_block_scaled(
-          floats(*unquantized), t.shape[0], t.shape[1], layout_of(format)));
-      EXPECT_EQ(floats(t), want) << format << " " << t.name;
+          st_floats(*unquantized), t.shape[0], t.shape[1], layout_of(format)));
+      EXPECT_EQ(st_floats(t), want) << format << " " << t.name;
       EXPECT_NE(t.bytes, unquantized->bytes) << format << " " << t.name;
     }
     EXPECT_EQ(quantized, 8u) << format;

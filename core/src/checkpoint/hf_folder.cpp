@@ -1,15 +1,14 @@
 #include "mixtrain/core/checkpoint/hf_folder.h"
 
 #include <exception>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 #include <string>
 #include <variant>
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/saved_folder.h"
 #include "config/model_presets.h"
 #include "mixtrain/core/checkpoint/gpt2_layout.h"
 #include "mixtrain/core/config/config.h"
@@ -364,23 +363,16 @@ HfGpt2Config parse_hf_gpt2_config(std::string_view text, const std::string& orig
 HfGpt2Pretrained open_hf_gpt2_folder(const std::filesystem::path& folder) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (!fs::is_directory(folder, ec))
-    throw sdk::UserError(
-        folder.string() + (fs::exists(folder, ec) ? " is not a folder" : " does not exist"),
-        "name a Hugging Face GPT-2 folder (config.json and model.safetensors, "
-        "as save_pretrained writes it)");
+  const std::string text = read_saved_folder_config(
+      folder, kHfConfigFile,
+      "name a Hugging Face GPT-2 folder (config.json and model.safetensors, as save_pretrained "
+      "writes it)",
+      "a Hugging Face model folder holds config.json beside its weights "
+      "(GPT2LMHeadModel.save_pretrained writes both)");
   HfGpt2Pretrained out;
   out.config_file = folder / kHfConfigFile;
   out.weights_file = folder / kHfWeightsFile;
-  if (!fs::is_regular_file(out.config_file, ec))
-    throw sdk::UserError(folder.string() + " has no " + std::string(kHfConfigFile),
-                         "a Hugging Face model folder holds config.json beside its weights "
-                         "(GPT2LMHeadModel.save_pretrained writes both)");
-  std::ifstream in(out.config_file, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in) throw sdk::UserError("cannot read " + out.config_file.string(), "check its permissions");
-  out.config = parse_hf_gpt2_config(text.str(), out.config_file.string());
+  out.config = parse_hf_gpt2_config(text, out.config_file.string());
   if (fs::is_regular_file(out.weights_file, ec)) return out;
   const std::string resave =
       "load it with transformers and save it again as safetensors: "

@@ -1,12 +1,11 @@
 // PEFT's LoRA adapter folder; see checkpoint/peft_adapter.h for the contract.
 #include "mixtrain/core/checkpoint/peft_adapter.h"
 
-#include <fstream>
 #include <regex>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/saved_folder.h"
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::core {
@@ -166,23 +165,16 @@ PeftAdapterConfig parse_peft_adapter_config(std::string_view text, const std::st
 PeftAdapterFolder open_peft_adapter(const std::filesystem::path& folder) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (!fs::is_directory(folder, ec))
-    throw sdk::UserError(
-        folder.string() + (fs::exists(folder, ec) ? " is not a folder" : " does not exist"),
-        "name a PEFT adapter folder (adapter_config.json and adapter_model.safetensors, as "
-        "PeftModel.save_pretrained writes it)");
+  const std::string text = read_saved_folder_config(
+      folder, kPeftConfigFile,
+      "name a PEFT adapter folder (adapter_config.json and adapter_model.safetensors, as "
+      "PeftModel.save_pretrained writes it)",
+      "a PEFT adapter folder holds adapter_config.json beside its weights "
+      "(PeftModel.save_pretrained writes both)");
   PeftAdapterFolder out;
   out.config_file = folder / kPeftConfigFile;
   out.weights_file = folder / kPeftWeightsFile;
-  if (!fs::is_regular_file(out.config_file, ec))
-    throw sdk::UserError(folder.string() + " has no " + std::string(kPeftConfigFile),
-                         "a PEFT adapter folder holds adapter_config.json beside its weights "
-                         "(PeftModel.save_pretrained writes both)");
-  std::ifstream in(out.config_file, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in) throw sdk::UserError("cannot read " + out.config_file.string(), "check its permissions");
-  out.config = parse_peft_adapter_config(text.str(), out.config_file.string());
+  out.config = parse_peft_adapter_config(text, out.config_file.string());
   if (fs::is_regular_file(out.weights_file, ec)) return out;
   if (fs::exists(folder / kPeftPickleWeightsFile, ec))
     throw sdk::UserError(folder.string() + " holds its weights only in " +

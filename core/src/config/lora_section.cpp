@@ -80,7 +80,8 @@ std::vector<sdk::RawOption> options_with_adapter(std::vector<sdk::RawOption> raw
       {"r", sdk::OptionValue{c.r}}, {"alpha", sdk::OptionValue{c.alpha}}, {"dropout", c.dropout}};
   const char* peft_names[] = {"r", "lora_alpha", "lora_dropout"};
   for (std::size_t i = 0; i < 3; ++i) {
-    const auto& [key, value] = fields[i];
+    const char* key = fields[i].first;
+    const sdk::OptionValue& value = fields[i].second;
     if (std::any_of(raw.begin(), raw.end(), [&](const auto& r) { return r.key == key; })) continue;
     raw.push_back({key, value, {file, 0, 0}});
     sources.push_back(std::string(key) + " = " + sdk::option_value_to_string(value) + " (its " +
