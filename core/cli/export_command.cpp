@@ -320,8 +320,11 @@ int export_initial(const ExportArgs& args) {
   remove_abandoned_outputs(args, out);
   check_output(args, out, {"config", config});
 
+  // Initial weights depend on the model's shape and the seed: a language model's token files are
+  // not opened.
   auto session =
-      open_model_session({args.source, args.sets, {}}, SessionWeights::as_training_starts);
+      open_model_session({args.source, args.sets, {}}, SessionWeights::as_training_starts,
+                         /*rehearses=*/false, SessionInputs::own);
   const auto& init_from = session.experiment.checkpoint.init_from;
   // The init_from file is an input too, known once the config is read.
   check_output(args, out, {"checkpoint.init_from", init_from});

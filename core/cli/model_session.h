@@ -13,12 +13,12 @@
 //   then init_from when the config names one.
 // - `rehearses` (check): the Trainer's optimizer is bound as training binds it, for a rehearsed
 //   step; otherwise it holds no state (TrainOptions::trains = false).
-// - `inputs` says what the model is fed (TrainOptions::splits): splits, the config's data (check,
-//   export); held_out, its held-out split (eval: a token source with held-out files of its own
-//   opens only those); own, inputs the command brings (predict's --input, sample's prompt: a
-//   token source is not opened). A run folder so evaluates, samples and predicts on a machine
-//   without its training token files. Image and table sources always load (the files hold their
-//   sample shape).
+// - `inputs` says what the model is fed (TrainOptions::splits): splits, the config's data (check);
+//   held_out, its held-out split (eval: a token source with held-out files of its own opens only
+//   those); own, inputs the command brings or none (predict's --input, sample's prompt, export
+//   --initial: a token source is not opened). A run folder so evaluates, samples and predicts on a
+//   machine without its training token files. Image and table sources always load (the files hold
+//   their sample shape).
 // - Errors are those of Config, parse_experiment, create_components and the Trainer
 //   (sdk::UserError subclasses for bad input).
 #pragma once

@@ -5,7 +5,8 @@
 // README names ~/.cache/mixtrain/peers. Then what the walk claims is checked on what it wrote: a
 // tokenizer folder transformers loads offline, adapters that trained, PEFT's logits within 1e-4 of
 // mixtrain's (compare_with_peft.py's line), and sampled ids that decode to text beginning with the
-// prompt. Skipped, saying so, where the peers venv lacks transformers, torch or peft.
+// prompt, and a run started from the exported adapters (from_peft) beginning below the first
+// run's first loss. Skipped, saying so, where the peers venv lacks transformers, torch or peft.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -59,8 +60,9 @@ class FinetuneWalk : public CliTest {};
 TEST_F(FinetuneWalk, TheReadmeWalkRunsAsWrittenAndPeftAgrees) {
   const fs::path source(MIXTRAIN_SOURCE_DIR);
   const auto blocks = walk_blocks(slurp(source / "README.md"));
-  // Folder and tokens; train and export; predict and PEFT; sample through the tokenizer.
-  ASSERT_EQ(blocks.size(), 4u) << "the README's walk under \"" << kHeading << "\" has moved";
+  // Folder and tokens; train and export; predict and PEFT; sample through the tokenizer; a new
+  // run from the exported adapters.
+  ASSERT_EQ(blocks.size(), 5u) << "the README's walk under \"" << kHeading << "\" has moved";
   if (!peers_import("transformers, torch, peft"))
     GTEST_SKIP() << peers_missing_message("transformers, torch and peft",
                                           "the walk's Python steps cannot run");
@@ -118,6 +120,16 @@ TEST_F(FinetuneWalk, TheReadmeWalkRunsAsWrittenAndPeftAgrees) {
   // The sample, decoded by the folder's tokenizer, continues the prompt.
   EXPECT_EQ(results[3].out.rfind("This License", 0), 0u) << results[3].out;
   EXPECT_GT(results[3].out.size(), std::string("This License\n").size()) << results[3].out;
+
+  // The run from the adapter folder starts where the first one ended: over the same first
+  // batches (same seed, same sampler) its first logged loss is below the first run's, which
+  // began at B = 0.
+  EXPECT_TRUE(has(results[4].err, "LoRA adapters loaded from")) << results[4].err;
+  const auto first = step_losses(work / "runs" / "gpt2-tiny-lora");
+  const auto more = step_losses(work / "runs" / "gpt2-tiny-lora-more");
+  ASSERT_FALSE(first.empty());
+  ASSERT_FALSE(more.empty());
+  EXPECT_LT(more.front(), first.front());
 }
 
 // make_token_file.py --tokenizer with a folder that is not there: exit 2 naming it, before

@@ -322,9 +322,12 @@ TEST_F(Predict, ALanguageModelPredictsAndSamplesWithoutItsTrainingText) {
   r = run(sample, dir_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, with_files.out);
+  r = run("export " + cfg + " --initial --out initial.safetensors", dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;  // initial weights: the shape and the seed
   r = run("eval " + cfg + " --checkpoint run", dir_);
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_TRUE(has(r.err, "eval.txt\", which does not exist")) << r.err;
+  EXPECT_TRUE(has(r.err, "data.text.eval")) << r.err;
   // eval reads the held-out text alone: the numbers of the whole data's session.
   fs::rename(dir_ / "eval.moved", dir_ / "eval.txt");
   const auto held_out_only = run("eval " + cfg + " --checkpoint run", dir_);
@@ -333,6 +336,12 @@ TEST_F(Predict, ALanguageModelPredictsAndSamplesWithoutItsTrainingText) {
   const auto both = run("eval " + cfg + " --checkpoint run", dir_);
   ASSERT_EQ(both.exit_code, 0) << both.err;
   EXPECT_EQ(held_out_only.out, both.out);
+  // Held-out text that is also training text is said, as a run says it.
+  const auto shared = run("eval " + cfg + " --checkpoint run --set 'data.text.eval=[\"" +
+                              (dir_ / "train.txt").string() + "\"]'",
+                          dir_);
+  ASSERT_EQ(shared.exit_code, 0) << shared.err;
+  EXPECT_TRUE(has(shared.err, "is also a training file")) << shared.err;
 }
 
 TEST_F(Predict, BadInputExits2NamingTheFixAndNeverOverwritesWithoutForce) {

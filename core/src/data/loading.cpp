@@ -260,12 +260,12 @@ LoadedData load_data(const DataSettings& settings, std::uint64_t seed) {
 LoadedData load_held_out_data(const DataSettings& settings, std::uint64_t seed) {
   if (!is_token_source(settings.source) || settings.eval_token_paths.empty())
     return load_data(settings, seed);
+  // The held-out key's files alone (data.tokens.eval, data.text.eval), named at that key.
   DataSettings held_out = settings;
-  std::erase_if(held_out.named_files, [&](const DataSettings::NamedFile& f) {
-    return std::find(settings.eval_token_paths.begin(), settings.eval_token_paths.end(), f.path) ==
-           settings.eval_token_paths.end();
-  });
+  std::erase_if(held_out.named_files,
+                [](const DataSettings::NamedFile& f) { return !f.key.ends_with(".eval"); });
   check_named_files_exist(held_out);
+  warn_of_files_on_both_sides(settings.token_paths, settings.eval_token_paths);
   const std::string kind = settings.source == DataSource::text ? "text" : "token file";
   LoadedData out;
   out.train = token_data_shape(settings.block_size, settings.vocab_size);

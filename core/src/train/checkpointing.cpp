@@ -130,7 +130,8 @@ sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
     for (std::size_t i = 0; i < s.ema.size(); ++i)
       st.tensors.push_back(to_host(b, "ema/" + trainable[i]->name, s.ema[i].view()));
   }
-  auto cursor = s.data.sampler->cursor();
+  // A session without the training split (TrainOptions::splits) has drawn no batch.
+  const auto cursor = s.data.sampler ? s.data.sampler->cursor() : BatchSampler::Cursor{};
   st.metadata["mixtrain.state_version"] = kTrainingStateVersion;
   st.metadata["mixtrain.version"] = sdk::kSdkVersion;
   st.metadata["progress"] = progress_to_json({s.position.step, s.position.applied,

@@ -218,6 +218,10 @@ MemoryReport Trainer::memory_report(bool rehearse) {
     r.held.push_back({"op buffers and the rest", r.held_bytes - listed,
                       "workspaces, saved statistics, buckets"});
 
+  if (rehearse && (!s.opt.trains || !s.data_loaded))
+    throw std::logic_error(
+        "Trainer::memory_report: rehearsing a step needs a Trainer that trains "
+        "(TrainOptions::trains, splits = both)");
   if (!rehearse) {
     r.peak_bytes = before.peak_bytes;
     if (scratch != nullptr) r.scratch_bytes = scratch_before;

@@ -573,6 +573,10 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   s.data_loaded = options.splits == DataSplits::both || !tokens ||
                   (options.splits == DataSplits::held_out && e.data.eval_token_paths.empty());
   s.evaluates = options.splits != DataSplits::none || !tokens;
+  if (!s.data_loaded && (options.trains || options.resume || s.c.communicator))
+    throw std::logic_error(
+        "Trainer: a Trainer that trains, resumes or runs on ranks reads the training split "
+        "(TrainOptions::splits = both)");
   if (s.data_loaded) {
     load_training_data(s, e.data);
   } else if (s.evaluates) {

@@ -103,7 +103,8 @@ struct TrainOptions {
   //   files of its own opens only those (data/dataset.h, load_held_out_data).
   // - none: a session that feeds the model inputs of its own (sample, predict): a token source
   //   is not opened, and evaluate() is then a logic_error.
-  // Without the training split, run() is a logic_error.
+  // Without the training split, run() and memory_report(true) are a logic_error, and so is the
+  // constructor with `trains`, `resume` or a communicator.
   DataSplits splits = DataSplits::both;
 };
 
