@@ -24,12 +24,12 @@ const char* kSaveSafetensors =
     "save it again as safetensors: PeftModel.save_pretrained(folder, safe_serialization=True) "
     "(in the Python peers venv, ~/.cache/mixtrain/peers)";
 
-// Whether a field is absent or says "nothing": null, false, an empty list or object, "".
+// Whether a field is absent or says "nothing": null, false, an empty list or object.
 bool says_nothing(const Json& c, const char* field) {
   const auto it = c.find(field);
   if (it == c.end() || it->is_null()) return true;
   if (it->is_boolean()) return !it->get<bool>();
-  if (it->is_array() || it->is_object() || it->is_string()) return it->empty();
+  if (it->is_array() || it->is_object()) return it->empty();
   return false;
 }
 
