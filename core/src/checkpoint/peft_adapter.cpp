@@ -47,7 +47,8 @@ double read_number(const Json& c, const char* field, const sdk::SourceLocation& 
 }  // namespace
 
 std::string peft_adapter_route(const std::string& folder) {
-  return "start a run's adapters from it with [model.lora] from_peft = \"" + folder +
+  return "start a run's adapters from it with [model.lora] from_peft = \"" +
+         (folder.empty() ? std::string(".") : folder) +
          "\", beside the base model it was trained on ([model] from_pretrained), or merge it in "
          "PEFT (PeftModel.from_pretrained(base, adapter).merge_and_unload().save_pretrained("
          "\"merged\", safe_serialization=True)) and start from that folder ([model] "
