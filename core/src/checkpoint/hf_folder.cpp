@@ -246,7 +246,7 @@ std::int64_t read_size(const Json& c, const SizeField& f, const sdk::SourceLocat
                            "a GPT-2 config.json states n_layer, n_head, n_embd, vocab_size and "
                            "n_positions; save it with transformers' save_pretrained");
   const auto read = as_int64(*it);
-  if (!read) throw sdk::ConfigError(at, f.field, "expected an integer, got " + it->dump());
+  if (!read) throw sdk::ConfigError(at, f.field, "expected an integer, got " + json_shown(*it));
   const std::int64_t value = *read;
   if (value < 1)
     throw sdk::ConfigError(at, f.field, "is " + std::to_string(value) + ", expected at least 1");
@@ -278,7 +278,7 @@ HfGpt2Config parse_hf_gpt2_config(std::string_view text, const std::string& orig
   if (type == c.end() || *type != "gpt2")
     throw sdk::ConfigError(
         at, "model_type",
-        (type == c.end() ? std::string("absent") : "is " + type->dump()) +
+        (type == c.end() ? std::string("absent") : "is " + json_shown(*type)) +
             ": from_pretrained reads GPT-2 folders (model_type \"gpt2\") only",
         "start from a GPT-2 model's folder (GPT2LMHeadModel.save_pretrained), or describe this "
         "model's graph in [model] nodes");
@@ -299,12 +299,12 @@ HfGpt2Config parse_hf_gpt2_config(std::string_view text, const std::string& orig
   if (const auto ctx = c.find("n_ctx"); ctx != c.end() && *ctx != sizes["block_size"])
     throw sdk::ConfigError(
         at, "n_ctx",
-        "is " + ctx->dump() + " but n_positions is " + std::to_string(sizes["block_size"]),
+        "is " + json_shown(*ctx) + " but n_positions is " + std::to_string(sizes["block_size"]),
         "n_ctx is the older name of n_positions: make them agree or drop n_ctx");
   if (const auto inner = c.find("n_inner");
       inner != c.end() && !inner->is_null() && *inner != 4 * n_embd)
     throw sdk::ConfigError(at, "n_inner",
-                           "is " + inner->dump() + ": the gpt preset's MLP is 4·n_embd = " +
+                           "is " + json_shown(*inner) + ": the gpt preset's MLP is 4·n_embd = " +
                                std::to_string(4 * n_embd) + " wide",
                            "the gpt preset cannot build this model; remove n_inner (null means "
                            "4·n_embd) only if the weights are 4·n_embd wide");
@@ -314,7 +314,7 @@ HfGpt2Config parse_hf_gpt2_config(std::string_view text, const std::string& orig
     if (value != f.preset && (f.same.is_null() || value != f.same))
       throw sdk::ConfigError(
           at, f.field,
-          "is " + value.dump() + (it == c.end() ? " (GPT2Config's default)" : "") +
+          "is " + json_shown(value) + (it == c.end() ? " (GPT2Config's default)" : "") +
               ", but the gpt preset computes " + f.what + " (" + f.field + " = " + f.preset.dump() +
               ")",
           "the gpt preset cannot build this model; from_pretrained builds only what it computes "
@@ -331,7 +331,7 @@ HfGpt2Config parse_hf_gpt2_config(std::string_view text, const std::string& orig
         id = -1;
         // GPT2Config takes anything here (a list of ids, say); the export then names none.
         if (!it->is_null())
-          out.notes.push_back(origin + ": " + f + " = " + it->dump() +
+          out.notes.push_back(origin + ": " + f + " = " + json_shown(*it) +
                               " is not one token id; a Hugging Face export names none");
       }
     }
@@ -350,7 +350,7 @@ HfGpt2Config parse_hf_gpt2_config(std::string_view text, const std::string& orig
   for (const char* f : kDropoutFields) {
     const auto it = c.find(f);
     if (it != c.end() && !it->is_number())
-      throw sdk::ConfigError(at, f, "expected a number, got " + it->dump());
+      throw sdk::ConfigError(at, f, "expected a number, got " + json_shown(*it));
     const double p = it == c.end() ? kGpt2ConfigDropout : it->get<double>();
     if (p != kGptDropout)
       out.notes.push_back(origin + ": " + f + " = " + Json(p).dump() +

@@ -24,6 +24,15 @@ const char* kSaveSafetensors =
     "save it again as safetensors: PeftModel.save_pretrained(folder, safe_serialization=True) "
     "(in the Python peers venv, ~/.cache/mixtrain/peers)";
 
+// The regular expressions a target_modules string is read as: libstdc++'s compiler recurses per
+// character and its default matcher backtracks, so an adapter's file could overflow the stack or
+// take exponential time. Names are matched by the polynomial (breadth-first) matcher, and an
+// expression longer than any target list needs is refused.
+constexpr std::size_t kMaxTargetRegex = 1000;
+std::regex target_regex(const std::string& pattern) {
+  return std::regex(pattern, std::regex::ECMAScript | std::regex_constants::__polynomial);
+}
+
 // Whether a field is absent or says "nothing": null, false, an empty list or object.
 bool says_nothing(const Json& c, const char* field) {
   const auto it = c.find(field);
@@ -40,7 +49,7 @@ double read_number(const Json& c, const char* field, const sdk::SourceLocation& 
                            "PEFT writes r, lora_alpha and target_modules in adapter_config.json; "
                            "save the adapter again with save_pretrained");
   if (!it->is_number())
-    throw sdk::ConfigError(at, field, "expected a number, got " + it->dump(), kResave);
+    throw sdk::ConfigError(at, field, "expected a number, got " + json_shown(*it), kResave);
   return it->get<double>();
 }
 
@@ -72,7 +81,7 @@ PeftAdapterConfig parse_peft_adapter_config(std::string_view text, const std::st
   if (type == c.end() || *type != "LORA")
     throw sdk::ConfigError(
         at, "peft_type",
-        (type == c.end() ? std::string("absent") : "is " + type->dump()) +
+        (type == c.end() ? std::string("absent") : "is " + json_shown(*type)) +
             ": mixtrain reads LoRA adapters (peft_type \"LORA\") only",
         "train the adapter with PEFT's LoraConfig, or merge it into its base model in PEFT "
         "(merge_and_unload) and start from that folder ([model] from_pretrained)");
@@ -91,31 +100,39 @@ PeftAdapterConfig parse_peft_adapter_config(std::string_view text, const std::st
     out.dropout = read_number(c, "lora_dropout", at);
     if (!(out.dropout >= 0 && out.dropout < 1))
       throw sdk::ConfigError(at, "lora_dropout",
-                             "is " + it->dump() + ", expected a number in [0, 1)", kResave);
+                             "is " + json_shown(*it) + ", expected a number in [0, 1)", kResave);
   }
 
   const auto targets = c.find("target_modules");
   if (targets == c.end() || targets->is_null() || targets->empty())
-    throw sdk::ConfigError(at, "target_modules",
-                           targets == c.end() ? std::string("absent") : "is " + targets->dump(),
-                           "PEFT writes the modules it adapted in target_modules; save the "
-                           "adapter again with save_pretrained");
-  out.targets_text = targets->dump();
+    throw sdk::ConfigError(
+        at, "target_modules",
+        targets == c.end() ? std::string("absent") : "is " + json_shown(*targets),
+        "PEFT writes the modules it adapted in target_modules; save the "
+        "adapter again with save_pretrained");
+  out.targets_text = json_shown(*targets);
   if (targets->is_string()) {
     out.target_regex = targets->get<std::string>();
+    if (out.target_regex->size() > kMaxTargetRegex)
+      throw sdk::ConfigError(
+          at, "target_modules",
+          "is a regular expression of " + std::to_string(out.target_regex->size()) +
+              " characters, more than the " + std::to_string(kMaxTargetRegex) + " read here",
+          "give target_modules as a list of module names");
     // Python's anchors, which ECMAScript reads as the letters A and Z.
     for (const char* anchor : {"\\A", "\\Z", "\\z"})
       if (out.target_regex->find(anchor) != std::string::npos)
         throw sdk::ConfigError(at, "target_modules",
-                               "is the regular expression " + targets->dump() + ", whose " +
+                               "is the regular expression " + json_shown(*targets) + ", whose " +
                                    anchor + " is Python's alone",
                                "drop it: the expression is matched against whole module names "
                                "(re.fullmatch), so it is anchored already");
     try {
-      std::regex probe(*out.target_regex);
+      // A match, too: the polynomial matcher refuses back-references only when it runs.
+      std::regex_match(std::string(), target_regex(*out.target_regex));
     } catch (const std::regex_error& e) {
       throw sdk::ConfigError(at, "target_modules",
-                             "is the regular expression " + targets->dump() +
+                             "is the regular expression " + json_shown(*targets) +
                                  ", which cannot be read here: " + e.what(),
                              "give target_modules as a list of module names");
     }
@@ -123,13 +140,13 @@ PeftAdapterConfig parse_peft_adapter_config(std::string_view text, const std::st
     for (const auto& t : *targets) {
       if (!t.is_string() || t.get<std::string>().empty())
         throw sdk::ConfigError(at, "target_modules",
-                               "holds " + t.dump() + ", expected module names",
+                               "holds " + json_shown(t) + ", expected module names",
                                "give target_modules as a list of module names");
       out.target_names.push_back(t.get<std::string>());
     }
   } else {
     throw sdk::ConfigError(at, "target_modules",
-                           "is " + targets->dump() +
+                           "is " + json_shown(*targets) +
                                ", expected a list of module names or a "
                                "regular expression",
                            kResave);
@@ -137,7 +154,7 @@ PeftAdapterConfig parse_peft_adapter_config(std::string_view text, const std::st
 
   if (const auto bias = c.find("bias"); bias != c.end() && !bias->is_null() && *bias != "none")
     throw sdk::ConfigError(at, "bias",
-                           "is " + bias->dump() +
+                           "is " + json_shown(*bias) +
                                ": the adapter trained biases of the base model, which mixtrain's "
                                "adapters do not carry",
                            "train the adapter with bias = \"none\", or merge it into its base "
@@ -151,7 +168,7 @@ PeftAdapterConfig parse_peft_adapter_config(std::string_view text, const std::st
   for (const char* field : kUnsupported)
     if (!says_nothing(c, field))
       throw sdk::ConfigError(at, field,
-                             "is " + c[field].dump() +
+                             "is " + json_shown(c[field]) +
                                  ": mixtrain's adapters are lora_A and lora_B alone, one r and "
                                  "one alpha, on every module target_modules names",
                              "merge the adapter into its base model in PEFT "
@@ -197,7 +214,7 @@ std::string peft_base_model_text(const PeftAdapterConfig& config) {
 }
 
 bool peft_targets(const PeftAdapterConfig& config, const std::string& module) {
-  if (config.target_regex) return std::regex_match(module, std::regex(*config.target_regex));
+  if (config.target_regex) return std::regex_match(module, target_regex(*config.target_regex));
   for (const auto& t : config.target_names)
     if (module.ends_with(t)) return true;
   return false;

@@ -5,16 +5,33 @@
 // - read_saved_folder_config() returns <folder>/<config_file>'s text. sdk::UserError naming the
 //   path: `folder` is not a folder or does not exist (hint `folder_hint`), it holds no
 //   `config_file` (hint `config_hint`), or the file cannot be read.
+// - json_shown() is a value of such a file as a message quotes it: a scalar, or a list or object
+//   of scalars, as JSON; a deeper one by its kind and size. (dump() recurses into nesting, and a
+//   hostile file nests deep enough to overflow the stack.)
 #pragma once
 
 #include <filesystem>
 #include <string>
 #include <string_view>
 
+#include <nlohmann/json.hpp>
+
 namespace mixtrain::core {
 
 std::string read_saved_folder_config(const std::filesystem::path& folder,
                                      std::string_view config_file, const std::string& folder_hint,
                                      const std::string& config_hint);
+
+// Either JSON type (nlohmann::json or ordered_json): converting one to the other copies the whole
+// value, recursively.
+template <typename BasicJson>
+std::string json_shown(const BasicJson& value) {
+  if (!value.is_structured()) return value.dump();
+  for (const auto& element : value)
+    if (element.is_structured())
+      return std::string(value.is_array() ? "a nested list" : "a nested object") + " of " +
+             std::to_string(value.size()) + (value.size() == 1 ? " entry" : " entries");
+  return value.dump();
+}
 
 }  // namespace mixtrain::core

@@ -257,6 +257,13 @@ TEST(HfFolder, AConfigThePresetCannotBuildIsRefusedNamingTheFieldAndValue) {
     const auto e = config_error_of([&] { parse_hf_gpt2_config(edited(edit), "hf/config.json"); });
     EXPECT_TRUE(contains(e, "hf/config.json: " + edit_case.second)) << e;
   }
+  // A value nested deep enough to overflow a recursive printer is quoted by its kind (the text is
+  // built by hand: dump() itself would overflow).
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  std::string nested = edited([](Json& c) { c["n_layer"] = "NESTED"; });
+  nested.replace(nested.find("\"NESTED\""), 8, deep);
+  EXPECT_TRUE(contains(config_error_of([&] { parse_hf_gpt2_config(nested, "hf/config.json"); }),
+                       "'n_layer': expected an integer, got a nested list of 1 entry"));
   auto e = config_error_of([] { parse_hf_gpt2_config("{\"model_type\": ", "hf/config.json"); });
   EXPECT_TRUE(contains(e, "hf/config.json: not valid JSON")) << e;
   e = config_error_of([] { parse_hf_gpt2_config("[2]", "hf/config.json"); });

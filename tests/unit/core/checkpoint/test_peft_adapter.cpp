@@ -91,6 +91,28 @@ TEST(PeftAdapter, WhatChangesTheAdaptersFunctionIsRefusedByName) {
   EXPECT_NE(with("target_modules", nullptr).find("target_modules"), std::string::npos);
   EXPECT_NE(with("target_modules", Json::array({1})).find("module names"), std::string::npos);
   EXPECT_NE(with("target_modules", "(unclosed").find("regular expression"), std::string::npos);
+  // An expression the regex engine would overflow the stack compiling, or backtrack
+  // exponentially matching, is refused (a back-reference needs the backtracking matcher).
+  EXPECT_NE(with("target_modules", std::string(50000, '(') + "c_attn" + std::string(50000, ')'))
+                .find("more than the 1000 read here"),
+            std::string::npos);
+  EXPECT_NE(with("target_modules", R"((c_)\1attn)").find("cannot be read here"), std::string::npos);
+  {
+    auto c = lora_config();
+    c["target_modules"] = "(a|a)*(a|a)*(a|a)*(a|a)*(a|a)*(a|a)*(a|a)*(a|a)*b";
+    const auto exponential = parse_peft_adapter_config(c.dump(), "a");
+    EXPECT_FALSE(peft_targets(exponential, std::string(60, 'a')));  // polynomial: returns
+  }
+  // A value nested deep enough to overflow a recursive printer is quoted by its kind.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  try {  // the text by hand: dump() itself would overflow
+    parse_peft_adapter_config(
+        R"({"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": )" + deep + "}", "a");
+    ADD_FAILURE() << "a nested target_modules parsed";
+  } catch (const sdk::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds a nested list of 1 entry"), std::string::npos)
+        << e.what();
+  }
   // Python's anchors would be read as letters.
   EXPECT_NE(with("target_modules", R"(\A.*c_attn\Z)").find("Python's alone"), std::string::npos);
   EXPECT_NE(with("bias", "all").find("trained biases"), std::string::npos);
