@@ -266,7 +266,7 @@ HfGpt2Config parse_hf_gpt2_config(std::string_view text, const std::string& orig
   Json c;
   try {
     c = Json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range: 1e999
     throw sdk::ConfigError(at, "", std::string("not valid JSON: ") + e.what(),
                            "a Hugging Face config.json is a JSON object (save_pretrained writes "
                            "it)");

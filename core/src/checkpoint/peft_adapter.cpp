@@ -69,7 +69,7 @@ PeftAdapterConfig parse_peft_adapter_config(std::string_view text, const std::st
   Json c;
   try {
     c = Json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range: 1e999
     throw sdk::ConfigError(at, "", std::string("not valid JSON: ") + e.what(),
                            "a PEFT adapter_config.json is a JSON object (save_pretrained writes "
                            "it)");

@@ -203,3 +203,23 @@ put("fuzz_training_state", "none_sgd_bf16.json",
 put("fuzz_training_state", "static_current.json",
     training_state(state("static", {"steps": {"int": 3}, "skipped_steps": {"int": 0}}), adamw,
                    state("fp8-current", {"slots": {"int": 0}})))
+
+
+# ---- pretrained config: byte 0 picks the reader (even config.json, odd adapter_config.json) ---
+hf_config = {"activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"],
+             "attn_pdrop": 0.0, "bos_token_id": 50256, "embd_pdrop": 0.0, "eos_token_id": 50256,
+             "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_embd": 32, "n_head": 2,
+             "n_inner": None, "n_layer": 2, "n_positions": 16, "resid_pdrop": 0.0,
+             "scale_attn_weights": True, "tie_word_embeddings": True, "vocab_size": 64}
+put("fuzz_pretrained_config", "hf_gpt2.json", "0" + json.dumps(hf_config, indent=2))
+peft_config = {"base_model_name_or_path": "hf", "bias": "none", "fan_in_fan_out": True,
+               "inference_mode": True, "init_lora_weights": True, "layers_pattern": None,
+               "layers_to_transform": None, "lora_alpha": 8.0, "lora_dropout": 0.0,
+               "modules_to_save": None, "peft_type": "LORA", "r": 4, "revision": None,
+               "target_modules": ["c_attn", "c_proj"], "task_type": "CAUSAL_LM"}
+put("fuzz_pretrained_config", "peft_list.json", "1" + json.dumps(peft_config, indent=2))
+put("fuzz_pretrained_config", "peft_regex.json",
+    "1" + json.dumps(dict(peft_config, target_modules=r".*\.h\.[01]\.(attn\.c_attn|mlp\.c_fc)")))
+put("fuzz_pretrained_config", "peft_newer.json",
+    "1" + json.dumps(dict(peft_config, use_rslora=False, use_dora=False, rank_pattern={},
+                          alpha_pattern={}, layer_replication=None)))

@@ -264,6 +264,12 @@ TEST(HfFolder, AConfigThePresetCannotBuildIsRefusedNamingTheFieldAndValue) {
   nested.replace(nested.find("\"NESTED\""), 8, deep);
   EXPECT_TRUE(contains(config_error_of([&] { parse_hf_gpt2_config(nested, "hf/config.json"); }),
                        "'n_layer': expected an integer, got a nested list of 1 entry"));
+  // A number no double holds: nlohmann's out_of_range, read as invalid JSON.
+  EXPECT_TRUE(contains(config_error_of([] {
+                         parse_hf_gpt2_config("{\"layer_norm_epsilon\": 1e99999}",
+                                              "hf/config.json");
+                       }),
+                       "not valid JSON"));
   auto e = config_error_of([] { parse_hf_gpt2_config("{\"model_type\": ", "hf/config.json"); });
   EXPECT_TRUE(contains(e, "hf/config.json: not valid JSON")) << e;
   e = config_error_of([] { parse_hf_gpt2_config("[2]", "hf/config.json"); });

@@ -131,6 +131,8 @@ TEST(PeftAdapter, WhatChangesTheAdaptersFunctionIsRefusedByName) {
   missing.erase("r");
   EXPECT_NE(refusal(missing).find("absent"), std::string::npos);
   EXPECT_THROW(parse_peft_adapter_config("not json", "a"), sdk::ConfigError);
+  // nlohmann throws out_of_range, not parse_error, for a number no double holds.
+  EXPECT_THROW(parse_peft_adapter_config(R"({"r": 1e99999})", "a"), sdk::ConfigError);
   EXPECT_THROW(parse_peft_adapter_config("[1]", "a"), sdk::ConfigError);
 }
 
