@@ -263,14 +263,8 @@ std::int64_t read_size(const Json& c, const SizeField& f, const sdk::SourceLocat
 
 HfGpt2Config parse_hf_gpt2_config(std::string_view text, const std::string& origin) {
   const sdk::SourceLocation at{origin, 0, 0};
-  Json c;
-  try {
-    c = Json::parse(text);
-  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range: 1e999
-    throw sdk::ConfigError(at, "", std::string("not valid JSON: ") + e.what(),
-                           "a Hugging Face config.json is a JSON object (save_pretrained writes "
-                           "it)");
-  }
+  const Json c = parse_saved_config<Json>(
+      text, at, "a Hugging Face config.json is a JSON object (save_pretrained writes it)");
   if (!c.is_object())
     throw sdk::ConfigError(at, "", "expected a JSON object, got " + std::string(c.type_name()),
                            "a Hugging Face config.json is a JSON object of GPT2Config's fields");

@@ -66,14 +66,8 @@ std::string peft_adapter_route(const std::string& folder) {
 
 PeftAdapterConfig parse_peft_adapter_config(std::string_view text, const std::string& origin) {
   const sdk::SourceLocation at{origin, 0, 0};
-  Json c;
-  try {
-    c = Json::parse(text);
-  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range: 1e999
-    throw sdk::ConfigError(at, "", std::string("not valid JSON: ") + e.what(),
-                           "a PEFT adapter_config.json is a JSON object (save_pretrained writes "
-                           "it)");
-  }
+  const Json c = parse_saved_config<Json>(
+      text, at, "a PEFT adapter_config.json is a JSON object (save_pretrained writes it)");
   if (!c.is_object())
     throw sdk::ConfigError(at, "", "expected a JSON object, got " + std::string(c.type_name()),
                            "a PEFT adapter_config.json is a JSON object of LoraConfig's fields");

@@ -257,13 +257,13 @@ TEST(HfFolder, AConfigThePresetCannotBuildIsRefusedNamingTheFieldAndValue) {
     const auto e = config_error_of([&] { parse_hf_gpt2_config(edited(edit), "hf/config.json"); });
     EXPECT_TRUE(contains(e, "hf/config.json: " + edit_case.second)) << e;
   }
-  // A value nested deep enough to overflow a recursive printer is quoted by its kind (the text is
-  // built by hand: dump() itself would overflow).
+  // A file nested deep enough to overflow nlohmann's recursive copies and printers is refused
+  // before any (the text is built by hand: dump() itself would overflow).
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
   std::string nested = edited([](Json& c) { c["n_layer"] = "NESTED"; });
   nested.replace(nested.find("\"NESTED\""), 8, deep);
   EXPECT_TRUE(contains(config_error_of([&] { parse_hf_gpt2_config(nested, "hf/config.json"); }),
-                       "'n_layer': expected an integer, got a nested list of 1 entry"));
+                       "nests deeper than 32 levels"));
   // A number no double holds: nlohmann's out_of_range, read as invalid JSON.
   EXPECT_TRUE(contains(config_error_of([] {
                          parse_hf_gpt2_config("{\"layer_norm_epsilon\": 1e99999}",
