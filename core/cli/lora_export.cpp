@@ -1,6 +1,7 @@
 // LoRA adapters out of mixtrain: see lora_export.h for the contract.
 #include "lora_export.h"
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <set>
@@ -58,7 +59,11 @@ LoraSettings settings_of(const sdk::TrainingState& state, const std::filesystem:
   const auto config = core::Config::from_string(it->second, source.string() + " (its config)");
   LoraSettings s;
   for (const auto& o : config.table_options("model.lora", {"targets"})) {
-    if (o.key == "r") s.r = static_cast<std::int64_t>(number(o.value));
+    if (o.key == "r") {
+      // In range before the cast (a damaged config's 1e300 is undefined behaviour to convert).
+      const double r = number(o.value);
+      s.r = r >= 1 && r <= 65536 ? static_cast<std::int64_t>(r) : 0;
+    }
     if (o.key == "alpha") s.alpha = number(o.value);
     if (o.key == "dropout") s.dropout = number(o.value);
   }
@@ -247,9 +252,9 @@ PeftExport in_peft_layout(sdk::TrainingState state, const std::filesystem::path&
     if (auto it = state.metadata.find(key); it != state.metadata.end())
       out.state.metadata[key] = it->second;
   // PEFT keeps the alpha of its LoraConfig as given; an integral one is written as an integer.
-  const nlohmann::json alpha = s.alpha == static_cast<double>(static_cast<std::int64_t>(s.alpha))
-                                   ? nlohmann::json(static_cast<std::int64_t>(s.alpha))
-                                   : nlohmann::json(s.alpha);
+  const bool integral = s.alpha < 9.0e15 && s.alpha == std::floor(s.alpha);  // exact in a double
+  const nlohmann::json alpha =
+      integral ? nlohmann::json(static_cast<std::int64_t>(s.alpha)) : nlohmann::json(s.alpha);
   nlohmann::json config = {
       {"peft_type", "LORA"},
       {"task_type", s.gpt ? nlohmann::json("CAUSAL_LM") : nlohmann::json(nullptr)},

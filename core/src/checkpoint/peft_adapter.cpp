@@ -1,6 +1,7 @@
 // PEFT's LoRA adapter folder; see checkpoint/peft_adapter.h for the contract.
 #include "mixtrain/core/checkpoint/peft_adapter.h"
 
+#include <cmath>
 #include <regex>
 
 #include <nlohmann/json.hpp>
@@ -82,7 +83,8 @@ PeftAdapterConfig parse_peft_adapter_config(std::string_view text, const std::st
 
   PeftAdapterConfig out;
   const double r = read_number(c, "r", at);
-  if (r < 1 || r != static_cast<double>(static_cast<std::int64_t>(r)) || r > 65536)
+  // In range before the integer cast: a double past int64's is undefined behaviour to convert.
+  if (!(r >= 1 && r <= 65536) || r != std::floor(r))
     throw sdk::ConfigError(at, "r", "is " + c["r"].dump() + ", expected an integer in [1, 65536]",
                            kResave);
   out.r = static_cast<std::int64_t>(r);

@@ -85,6 +85,7 @@ TEST(PeftAdapter, WhatChangesTheAdaptersFunctionIsRefusedByName) {
   EXPECT_NE(with("peft_type", "IA3").find("peft_type"), std::string::npos);
   EXPECT_NE(with("r", 0).find("'r'"), std::string::npos);
   EXPECT_NE(with("r", 2.5).find("expected an integer"), std::string::npos);
+  EXPECT_NE(with("r", 4.2e68).find("expected an integer"), std::string::npos);  // no int64 holds it
   EXPECT_NE(with("lora_alpha", "16").find("expected a number"), std::string::npos);
   EXPECT_NE(with("lora_alpha", 0).find("expected > 0"), std::string::npos);
   EXPECT_NE(with("lora_dropout", 1.0).find("[0, 1)"), std::string::npos);
