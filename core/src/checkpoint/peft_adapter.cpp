@@ -123,6 +123,16 @@ PeftAdapterConfig parse_peft_adapter_config(std::string_view text, const std::st
                                    anchor + " is Python's alone",
                                "drop it: the expression is matched against whole module names "
                                "(re.fullmatch), so it is anchored already");
+    // libstdc++ reads a count or back-reference number into a long without an overflow check
+    // (undefined behaviour past 19 digits): a number of more than 9 digits is no module's.
+    std::size_t digits = 0;
+    for (const char ch : *out.target_regex) {
+      digits = ch >= '0' && ch <= '9' ? digits + 1 : 0;
+      if (digits > 9)
+        throw sdk::ConfigError(at, "target_modules",
+                               "is a regular expression with a number of more than 9 digits",
+                               "give target_modules as a list of module names");
+    }
     try {
       // A match, too: the polynomial matcher refuses back-references only when it runs.
       std::regex_match(std::string(), target_regex(*out.target_regex));

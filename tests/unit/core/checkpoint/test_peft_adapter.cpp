@@ -98,6 +98,10 @@ TEST(PeftAdapter, WhatChangesTheAdaptersFunctionIsRefusedByName) {
                 .find("more than the 1000 read here"),
             std::string::npos);
   EXPECT_NE(with("target_modules", R"((c_)\1attn)").find("cannot be read here"), std::string::npos);
+  EXPECT_NE(with("target_modules", R"((c_)\22222222222222222222attn)").find("more than 9 digits"),
+            std::string::npos);
+  EXPECT_NE(with("target_modules", "a{99999999999999999999}").find("more than 9 digits"),
+            std::string::npos);
   {
     auto c = lora_config();
     c["target_modules"] = "(a|a)*(a|a)*(a|a)*(a|a)*(a|a)*(a|a)*(a|a)*(a|a)*b";
