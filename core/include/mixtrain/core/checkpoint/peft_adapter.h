@@ -22,9 +22,12 @@
 //   nn.Linear whatever the base module is).
 // - peft_targets() is PEFT 0.4's rule for whether a module gets adapters: a list adapts every
 //   module whose name ends with one of its entries, a string every module whose name it matches
-//   whole (std::regex's ECMAScript grammar standing in for Python's re; the parse refuses an
-//   expression it cannot read, and Python's anchors \A, \Z and \z, which ECMAScript reads as
-//   letters).
+//   whole (std::regex's ECMAScript grammar standing in for Python's re, run by libstdc++'s
+//   polynomial matcher). The parse refuses an expression it cannot read, one longer than 1,000
+//   characters or with a number of more than 9 digits (libstdc++'s compiler recurses per
+//   character and reads numbers unchecked), a back-reference, and Python's anchors \A, \Z and
+//   \z, which ECMAScript reads as letters. A file nesting deeper than 32 levels is refused as it
+//   parses (checkpoint/saved_folder.h).
 // - peft_module_name() is the module a node is in PEFT's model: for a gpt-preset model
 //   (GPT2LMHeadModel) its blocks, embeddings and final norm are under "transformer.", lm_head
 //   beside it; any other model's nodes are modules of their own name. peft_tensor_name() names an
