@@ -1,5 +1,6 @@
 // What the tests that meet transformers through tests/integration/hf_interop.py share
-// (test_hf_export.cpp, test_from_pretrained.cpp): running it, and comparing logits.
+// (test_hf_export.cpp, test_from_pretrained.cpp, the LoRA and PEFT tests): running it, comparing
+// logits, and the tiny GPT whose `export --initial --layout hf` is their base folder.
 #pragma once
 
 #include <algorithm>
@@ -11,6 +12,34 @@
 #include "npy_test_support.h"
 
 namespace mixtrain::test {
+
+// A 2-layer GPT (2 heads, 32 wide, 16 positions, 64 tokens) sized by hand, without adapters:
+// `export CONFIG --initial --layout hf --out hf` writes the folder LoRA runs start from.
+inline constexpr const char* kTinyGptBase = R"(
+[run]
+name = "base"
+seed = 3
+steps = 1
+[backend]
+type = "cpu"
+threads = 2
+[precision]
+policy = "fp32"
+[optimizer]
+type = "adamw"
+[model]
+preset = "gpt"
+[model.gpt]
+n_layer = 2
+n_head = 2
+n_embd = 32
+[data]
+source = "tokens"
+train = "train.bin"
+block_size = 16
+vocab_size = 64
+batch_size = 4
+)";
 
 // max |ours - theirs| over max |theirs|, after checking the shapes agree.
 inline double relative_gap(const NpyFloats& ours, const NpyFloats& theirs) {

@@ -60,33 +60,6 @@ shuffle = false
 fsync = false
 )";
 
-// The same GPT without adapters, sized by hand: it writes the folder the LoRA runs start from.
-const char* kBase = R"(
-[run]
-name = "base"
-seed = 3
-steps = 1
-[backend]
-type = "cpu"
-threads = 2
-[precision]
-policy = "fp32"
-[optimizer]
-type = "adamw"
-[model]
-preset = "gpt"
-[model.gpt]
-n_layer = 2
-n_head = 2
-n_embd = 32
-[data]
-source = "tokens"
-train = "train.bin"
-block_size = 16
-vocab_size = 64
-batch_size = 4
-)";
-
 class LoraExport : public CliTest {
  protected:
   void SetUp() override {
@@ -102,9 +75,9 @@ class LoraExport : public CliTest {
 };
 
 TEST_F(LoraExport, PeftFolderNamesAndMergedWeights) {
-  expect_ok(
-      run("export " + write_file("base.toml", kBase).string() + " --initial --layout hf --out hf",
-          dir_));
+  expect_ok(run("export " + write_file("base.toml", kTinyGptBase).string() +
+                    " --initial --layout hf --out hf",
+                dir_));
   expect_ok(run("train " + config_ + " --run-dir run", dir_));
   expect_ok(run("export run --layout peft --out adapter", dir_));
   expect_ok(run("export run --merge-lora --layout hf --out merged", dir_));
@@ -180,9 +153,9 @@ TEST_F(LoraExport, PeftFolderNamesAndMergedWeights) {
 // in PEFT with the base model's values for the rest. A tied node's adapters (lm_head reads wte)
 // cannot be merged into a weight of its own. Both are refused, naming the way that works.
 TEST_F(LoraExport, WhatAnAdapterFolderOrAMergeCannotHoldIsRefused) {
-  expect_ok(
-      run("export " + write_file("base.toml", kBase).string() + " --initial --layout hf --out hf",
-          dir_));
+  expect_ok(run("export " + write_file("base.toml", kTinyGptBase).string() +
+                    " --initial --layout hf --out hf",
+                dir_));
   expect_ok(run("train " + config_ + " --set run.steps=2 --set 'train.trainable=[\"ln_f\"]'" +
                     " --run-dir extra",
                 dir_));
@@ -231,9 +204,9 @@ TEST_F(LoraExport, WhatAnAdapterFolderOrAMergeCannotHoldIsRefused) {
   EXPECT_TRUE(has(r.err, "the file is a PEFT adapter")) << r.err;
 
   // A run without adapters has none to export: said so, not "trained besides the adapters".
-  expect_ok(run(
-      "train " + write_file("plain.toml", kBase).string() + " --set run.steps=1 --run-dir plain",
-      dir_));
+  expect_ok(run("train " + write_file("plain.toml", kTinyGptBase).string() +
+                    " --set run.steps=1 --run-dir plain",
+                dir_));
   r = run("export plain --layout peft --out plain-adapter", dir_);
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_TRUE(has(r.err, "holds no LoRA adapters")) << r.err;

@@ -26,33 +26,6 @@
 namespace mixtrain::test {
 namespace {
 
-// The base model the adapters sit on, sized by hand: it writes the folder "hf".
-const char* kBase = R"(
-[run]
-name = "base"
-seed = 3
-steps = 1
-[backend]
-type = "cpu"
-threads = 2
-[precision]
-policy = "fp32"
-[optimizer]
-type = "adamw"
-[model]
-preset = "gpt"
-[model.gpt]
-n_layer = 2
-n_head = 2
-n_embd = 32
-[data]
-source = "tokens"
-train = "train.bin"
-block_size = 16
-vocab_size = 64
-batch_size = 4
-)";
-
 // A run from "hf"; [model.lora] is appended.
 const char* kRun = R"(
 [run]
@@ -106,9 +79,9 @@ class PeftImport : public CliTest {
   // projections of both blocks, r = 4, alpha = 8), exported for PEFT; "trained.safetensors" holds
   // them under mixtrain's names.
   void make_adapter() {
-    expect_ok(
-        run("export " + write_file("base.toml", kBase).string() + " --initial --layout hf --out hf",
-            dir_));
+    expect_ok(run("export " + write_file("base.toml", kTinyGptBase).string() +
+                      " --initial --layout hf --out hf",
+                  dir_));
     const auto lora = config("lora.toml",
                              "r = 4\nalpha = 8\ntargets = [\"h.*.attn.c_attn\", "
                              "\"h.*.attn.c_proj\", \"h.*.mlp.c_fc\", \"h.*.mlp.c_proj\"]\n");
@@ -265,14 +238,14 @@ TEST_F(PeftImport, WhatAnAdapterCannotGiveIsRefused) {
   EXPECT_FALSE(fs::exists(dir_ / "never" / "checkpoints"));
 
   // A start whose checkpoint.init_from holds trained adapters would drop them for from_peft's.
-  const auto both = run(
-      "check " +
-          write_file("both.toml", std::string(kBase) + "[checkpoint]\ninit_from = "
-                                                       "\"trained.safetensors\"\n"
-                                                       "[model.lora]\nfrom_peft = \"adapter\"\n")
-              .string() +
-          " --skip-rehearsal",
-      dir_);
+  const auto both = run("check " +
+                            write_file("both.toml", std::string(kTinyGptBase) +
+                                                        "[checkpoint]\ninit_from = "
+                                                        "\"trained.safetensors\"\n"
+                                                        "[model.lora]\nfrom_peft = \"adapter\"\n")
+                                .string() +
+                            " --skip-rehearsal",
+                        dir_);
   EXPECT_EQ(both.exit_code, 2) << both.err;
   EXPECT_TRUE(has(both.err, "holds trained LoRA adapters, and from_peft names others")) << both.err;
 
@@ -286,7 +259,7 @@ TEST_F(PeftImport, WhatAnAdapterCannotGiveIsRefused) {
   // Adapters on a base the config does not load: allowed, and said.
   const auto seeded =
       run("check " +
-              write_file("seeded.toml", std::string(kBase) + "[model.lora]\nfrom_peft = \"" +
+              write_file("seeded.toml", std::string(kTinyGptBase) + "[model.lora]\nfrom_peft = \"" +
                                             (dir_ / "adapter").string() + "\"\n")
                   .string() +
               " --skip-rehearsal",
