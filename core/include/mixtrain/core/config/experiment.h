@@ -217,7 +217,7 @@ struct PretrainedSource {
   bool enabled() const { return !folder.empty(); }
 };
 
-// [model.lora] from_peft (README, "LoRA adapters"): the PEFT adapter folder whose lora_A and
+// [model.lora] from_peft (README, "LoRA"): the PEFT adapter folder whose lora_A and
 // lora_B tensors the run's adapters start from (after the base weights: from_pretrained or
 // checkpoint.init_from). Its adapter_config.json gave the r, alpha, dropout and targets the table
 // leaves out; the resolved config states them, so a run's config.toml reads the folder only to
