@@ -127,8 +127,7 @@ void check_peft_agreement(const Experiment& e, const PeftAdapterFolder& adapter)
   const auto targets = lora_targets(e.model);
   std::set<std::string> skipped;
   for (const auto& t : targets)
-    for (const char* suffix : {".lora_A", ".lora_B", ".lora_dropout", ".lora_sum"})
-      skipped.insert(t + suffix);
+    for (const std::string_view suffix : kLoraNodeSuffixes) skipped.insert(t + std::string(suffix));
   const auto nodes = peft_target_nodes(adapter, e.model, source.gpt_modules, skipped, source.where);
   const std::set<std::string> chosen(targets.begin(), targets.end());
   if (chosen != nodes)
@@ -163,7 +162,6 @@ void read_lora(const Config& config, Experiment& e) {
   if (peft_text != nullptr && !peft_text->empty()) {
     const auto folder = config_path(config, "model.lora.from_peft", *peft_text);
     e.from_peft.folder = folder;
-    e.from_peft.weights = folder / kPeftWeightsFile;
     e.from_peft.where = peft_key->where;
     e.from_peft.gpt_modules = gpt_modules(config, e);
     const auto stated = [&](const char* k) {

@@ -77,8 +77,7 @@ void apply_lora(ModelSpec& spec, const LoraSpec& lora) {
                                 joined(linears));
   }
   for (const auto& t : targets)
-    for (std::string_view suffix :
-         {std::string_view(".lora_dropout"), kLoraA, kLoraB, std::string_view(".lora_sum")})
+    for (const std::string_view suffix : kLoraNodeSuffixes)
       if (names.count(t + std::string(suffix)) != 0)
         throw sdk::ConfigError(lora.where, "model.lora",
                                "the model already has a node '" + t + std::string(suffix) +
@@ -96,7 +95,7 @@ void apply_lora(ModelSpec& spec, const LoraSpec& lora) {
     const std::int64_t features = o.get_int("out");
     std::string x = l.inputs.front();
     if (lora.dropout > 0.0) {
-      out.push_back(adapter_node(l, lora, "dropout", ".lora_dropout", {x}, {{"p", lora.dropout}}));
+      out.push_back(adapter_node(l, lora, "dropout", kLoraDropout, {x}, {{"p", lora.dropout}}));
       x = out.back().name;
     }
     out.push_back(adapter_node(l, lora, "linear", kLoraA, {x},
@@ -106,12 +105,12 @@ void apply_lora(ModelSpec& spec, const LoraSpec& lora) {
                                 {"bias", false},
                                 {"scale", lora.scale()},
                                 {"zero_init", true}}));
-    out.push_back(adapter_node(l, lora, "add", ".lora_sum", {l.name, out.back().name}, {}));
+    out.push_back(adapter_node(l, lora, "add", kLoraSum, {l.name, out.back().name}, {}));
   }
   // Readers of a target read its sum instead, all but the sum itself.
   for (auto& l : out)
     for (auto& in : l.inputs)
-      if (targets.count(in) != 0 && l.name != in + ".lora_sum") in += ".lora_sum";
+      if (targets.count(in) != 0 && l.name != in + std::string(kLoraSum)) in += kLoraSum;
   spec.layers = std::move(out);
   for (const auto& t : targets)
     for (std::string_view suffix : {kLoraA, kLoraB})

@@ -223,8 +223,8 @@ struct PretrainedSource {
 // leaves out; the resolved config states them, so a run's config.toml reads the folder only to
 // start a new run (a resume and eval, predict and sample take the adapters from the checkpoint).
 struct PeftAdapterSource {
-  std::filesystem::path folder, weights;  // absolute; empty: no from_peft
-  sdk::SourceLocation where;              // of the from_peft key
+  std::filesystem::path folder;  // absolute; empty: no from_peft
+  sdk::SourceLocation where;     // of the from_peft key
   bool gpt_modules = false;  // the nodes are GPT2LMHeadModel's modules (peft_adapter.h)
   // Where r, alpha and targets were stated (the folder's config file where it gave them), for
   // the errors of a disagreement with the folder.

@@ -44,6 +44,9 @@ struct LoraSpec {
 
 // The adapter nodes' suffixes, appended to their target's name.
 inline constexpr std::string_view kLoraA = ".lora_A", kLoraB = ".lora_B";
+inline constexpr std::string_view kLoraDropout = ".lora_dropout", kLoraSum = ".lora_sum";
+// Every node the rewrite adds beside a target (the dropout only when dropout > 0).
+inline constexpr std::string_view kLoraNodeSuffixes[] = {kLoraDropout, kLoraA, kLoraB, kLoraSum};
 
 void apply_lora(ModelSpec& spec, const LoraSpec& lora);
 
