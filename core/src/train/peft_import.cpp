@@ -1,40 +1,25 @@
 // PEFT adapters into a new run; see train/peft_import.h for the contract.
 #include "train/peft_import.h"
 
-#include <cstring>
 #include <map>
-#include <span>
 
 #include "config/lora_section.h"
 #include "mixtrain/core/checkpoint/peft_adapter.h"
 #include "mixtrain/core/graph/lora.h"
-#include "mixtrain/sdk/support/float_formats.h"
 
 namespace mixtrain::core {
 
 namespace {
 
 // The tensor's values as FP32: fp16 and bf16 (a model saved in half precision) widen exactly.
-std::vector<float> fp32_values(const sdk::HostTensor& t, const std::filesystem::path& file) {
-  const auto n = static_cast<std::size_t>(t.numel());
-  std::vector<float> out(n);
-  switch (t.dtype) {
-    case sdk::DType::fp32:
-      std::memcpy(out.data(), t.bytes.data(), n * sizeof(float));
-      return out;
-    case sdk::DType::fp16:
-    case sdk::DType::bf16: {
-      std::vector<std::uint16_t> bits(n);
-      std::memcpy(bits.data(), t.bytes.data(), n * 2);
-      sdk::convert(std::span<const std::uint16_t>(bits), t.dtype, std::span<float>(out));
-      return out;
-    }
-    default:
-      throw sdk::CheckpointError(
-          file.string() + ": tensor '" + t.name + "' is " + std::string(sdk::dtype_name(t.dtype)),
-          "PEFT's adapters are fp32, fp16 or bf16; save the adapter again "
-          "from a model in one of those");
-  }
+// The safetensors reader hands every floating-point tensor over as FP32 (fp16, bf16 and fp8
+// widened exactly): anything else is no adapter's.
+void check_fp32(const sdk::HostTensor& t, const std::filesystem::path& file) {
+  if (t.dtype != sdk::DType::fp32)
+    throw sdk::CheckpointError(
+        file.string() + ": tensor '" + t.name + "' is " + std::string(sdk::dtype_name(t.dtype)),
+        "PEFT's adapters are floating point (fp32, fp16 or bf16); save the adapter again from a "
+        "model in one of those");
 }
 
 }  // namespace
@@ -95,11 +80,12 @@ void load_peft_adapter(Trainer::State& s) {
               : "an adapter fits " + peft_base_model_text(adapter.config) +
                     ": start from that model ([model] from_pretrained)");
     }
-    const auto values = fp32_values(t, file);
+    check_fp32(t, file);
+    const auto* values = reinterpret_cast<const float*>(t.bytes.data());
     if (!p->master.empty())
-      s.c.backend->copy_from_host(p->master.view(), values.data());
+      s.c.backend->copy_from_host(p->master.view(), values);
     else
-      set_parameter_from_fp32(s.c.backend, *p, values.data());  // [train] frozen it
+      set_parameter_from_fp32(s.c.backend, *p, values);  // [train] frozen it
     by_name.erase(it);
     ++loaded;
   }
