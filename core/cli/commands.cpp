@@ -390,7 +390,7 @@ int run_check(const ConfigArgs& cfg, bool rehearse) {
 
 int run_eval(const ConfigArgs& cfg, const std::string& checkpoint, const std::string& layout) {
   auto session = open_model_session(cfg, SessionWeights::from_checkpoint, /*rehearses=*/false,
-                                    SessionInputs::held_out);
+                                    core::DataSplits::held_out);
   auto& trainer = *session.trainer;
   trainer.load_checkpoint(session.checkpoint_path(checkpoint), /*weights_only=*/true,
                           core::parse_weight_layout(layout));

@@ -324,7 +324,7 @@ int export_initial(const ExportArgs& args) {
   // not opened.
   auto session =
       open_model_session({args.source, args.sets, {}}, SessionWeights::as_training_starts,
-                         /*rehearses=*/false, SessionInputs::own);
+                         /*rehearses=*/false, core::DataSplits::none);
   const auto& init_from = session.experiment.checkpoint.init_from;
   // The init_from file is an input too, known once the config is read.
   check_output(args, out, {"checkpoint.init_from", init_from});

@@ -18,7 +18,7 @@ std::filesystem::path ModelSession::checkpoint_path(const std::string& user_path
 }
 
 ModelSession open_model_session(const ConfigArgs& cfg, SessionWeights weights, bool rehearses,
-                                SessionInputs inputs) {
+                                core::DataSplits splits) {
   ModelSession s;
   auto config = load_config(cfg);
   s.registry = make_registry(&config);
@@ -41,9 +41,7 @@ ModelSession open_model_session(const ConfigArgs& cfg, SessionWeights weights, b
   opt.write_outputs = false;
   // Only check rehearses a training step; the others never step the optimizer.
   opt.trains = rehearses;
-  opt.splits = inputs == SessionInputs::splits     ? core::DataSplits::both
-               : inputs == SessionInputs::held_out ? core::DataSplits::held_out
-                                                   : core::DataSplits::none;
+  opt.splits = splits;
   s.trainer = std::make_unique<core::Trainer>(s.experiment, std::move(components), opt);
   return s;
 }

@@ -13,12 +13,11 @@
 //   then init_from when the config names one.
 // - `rehearses` (check): the Trainer's optimizer is bound as training binds it, for a rehearsed
 //   step; otherwise it holds no state (TrainOptions::trains = false).
-// - `inputs` says what the model is fed (TrainOptions::splits): splits, the config's data (check);
-//   held_out, its held-out split (eval: a token source with held-out files of its own opens only
-//   those); own, inputs the command brings or none (predict's --input, sample's prompt, export
-//   --initial: a token source is not opened). A run folder so evaluates, samples and predicts on a
-//   machine without its training token files. Image and table sources always load (the files hold
-//   their sample shape).
+// - `splits` (TrainOptions::splits) says what of the config's data the session reads: both
+//   (check), held_out (eval: a token source with held-out files of its own opens only those), or
+//   none (predict's --input, sample's prompt, export --initial: a token source is not opened). A
+//   run folder so evaluates, samples and predicts on a machine without its training token files.
+//   Image and table sources always load (the files hold their sample shape).
 // - Errors are those of Config, parse_experiment, create_components and the Trainer
 //   (sdk::UserError subclasses for bad input).
 #pragma once
@@ -34,7 +33,6 @@
 namespace mixtrain::cli {
 
 enum class SessionWeights { from_checkpoint, as_training_starts };
-enum class SessionInputs { splits, held_out, own };
 
 struct ModelSession {
   std::unique_ptr<core::PluginRegistry> registry;
@@ -50,7 +48,7 @@ struct ModelSession {
 // The config (the embedded quickstart when cfg.config is empty) opened as described above.
 ModelSession open_model_session(const ConfigArgs& cfg, SessionWeights weights,
                                 bool rehearses = false,
-                                SessionInputs inputs = SessionInputs::splits);
+                                core::DataSplits splits = core::DataSplits::both);
 
 // The config with its --set lines: the file, or the embedded quickstart when none is given.
 core::Config load_config(const ConfigArgs& cfg);

@@ -118,7 +118,7 @@ int run_sample(const ConfigArgs& cfg, const SampleArgs& args) {
     throw sdk::UserError("the prompt is empty", "give --prompt some text to continue");
 
   auto session = open_model_session(cfg, SessionWeights::from_checkpoint, /*rehearses=*/false,
-                                    SessionInputs::own);
+                                    core::DataSplits::none);
   auto& trainer = *session.trainer;
   // Whether the model can decode at all, before its vocabulary or its weights are looked at.
   { const core::Decoder probe(trainer.model(), 1); }
