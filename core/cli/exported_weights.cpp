@@ -62,6 +62,9 @@ std::map<std::string, std::string> exported_metadata(const std::map<std::string,
   if (auto it = m.find("config"); it != m.end()) meta["mixtrain.config"] = it->second;
   // {"mean": [...], "std": [...]} per channel: the Normalize the weights were trained behind.
   if (auto it = m.find("normalization"); it != m.end()) meta["normalization"] = it->second;
+  // A table or image model's input shape and classes: predict of the export builds the model
+  // without the data files.
+  if (auto it = m.find("data_shape"); it != m.end()) meta["data_shape"] = it->second;
   // The ops escalation promoted: eval, predict and sample of the export run them as the run did
   // from then on (an fp16 op that overflowed would overflow again).
   if (auto it = m.find("escalation"); it != m.end()) meta["escalation"] = it->second;

@@ -18,7 +18,7 @@ std::filesystem::path ModelSession::checkpoint_path(const std::string& user_path
 }
 
 ModelSession open_model_session(const ConfigArgs& cfg, SessionWeights weights, bool rehearses,
-                                core::DataSplits splits) {
+                                core::DataSplits splits, const std::string& checkpoint) {
   ModelSession s;
   auto config = load_config(cfg);
   s.registry = make_registry(&config);
@@ -42,6 +42,10 @@ ModelSession open_model_session(const ConfigArgs& cfg, SessionWeights weights, b
   // Only check rehearses a training step; the others never step the optimizer.
   opt.trains = rehearses;
   opt.splits = splits;
+  if (splits == core::DataSplits::none && !checkpoint.empty() &&
+      !core::is_token_source(s.experiment.data.source))
+    opt.shape_from =
+        core::resolve_checkpoint_path(checkpoint, s.checkpoint_format->file_extension());
   s.trainer = std::make_unique<core::Trainer>(s.experiment, std::move(components), opt);
   return s;
 }

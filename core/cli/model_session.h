@@ -17,7 +17,9 @@
 //   (check), held_out (eval: a token source with held-out files of its own opens only those), or
 //   none (predict's --input, sample's prompt, export --initial: a token source is not opened). A
 //   run folder so evaluates, samples and predicts on a machine without its training token files.
-//   Image and table sources always load (the files hold their sample shape).
+//   Image and table sources load their files, except that with splits none and a `checkpoint`
+//   (predict's --checkpoint, a file or a run's folder) that records the data's shape, the model
+//   is built from that record and no data file is opened (TrainOptions::shape_from).
 // - Errors are those of Config, parse_experiment, create_components and the Trainer
 //   (sdk::UserError subclasses for bad input).
 #pragma once
@@ -48,7 +50,8 @@ struct ModelSession {
 // The config (the embedded quickstart when cfg.config is empty) opened as described above.
 ModelSession open_model_session(const ConfigArgs& cfg, SessionWeights weights,
                                 bool rehearses = false,
-                                core::DataSplits splits = core::DataSplits::both);
+                                core::DataSplits splits = core::DataSplits::both,
+                                const std::string& checkpoint = {});
 
 // The config with its --set lines: the file, or the embedded quickstart when none is given.
 core::Config load_config(const ConfigArgs& cfg);

@@ -81,7 +81,7 @@ int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
   format.all_positions = args.positions == "all";
 
   auto session = open_model_session(cfg, SessionWeights::from_checkpoint, /*rehearses=*/false,
-                                    core::DataSplits::none);
+                                    core::DataSplits::none, args.checkpoint);
   auto& trainer = *session.trainer;
   const core::Dataset& trained = trainer.train_data();
   const std::int64_t classes = trainer.model().classes();

@@ -7,6 +7,7 @@
 
 #include "cli_test_support.h"
 #include "npy_test_support.h"
+#include "safetensors_test_support.h"
 
 namespace mixtrain::test {
 namespace {
@@ -227,6 +228,89 @@ TEST_F(Predict, ImagesInEitherLayoutGiveTheSamePredictionsNormalisedAsTrained) {
           dir_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(slurp(dir_ / "a.npy"), slurp(dir_ / "e.npy"));
+}
+
+// An image or table model's checkpoint records its input shape, classes and normalisation
+// ("data_shape", "normalization"), and its exports carry them: predict builds the model from
+// that record and opens no data file, so a run folder predicts where its training files are not,
+// the same bytes as with them (before: "data.npy.features ... does not exist"). A checkpoint
+// without the record (written before it) takes them from the files as before; a damaged record
+// exits 2 naming the entry.
+TEST_F(Predict, ImageAndTableModelsPredictWithoutTheirTrainingFiles) {
+  // Each model's files in a folder of its own: both write a y.npy.
+  fs::create_directories(dir_ / "images");
+  fs::create_directories(dir_ / "table");
+  write_images(dir_ / "images", 24);
+  write_clusters(dir_ / "table", 48, 5);
+  // uint8 images, channels-last: the byte-image form, whose pixel table the record rebuilds.
+  std::vector<std::uint8_t> bytes(24 * 90);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::uint8_t>(i * 37 % 251);
+  write_npy(dir_ / "images" / "bytes.npy", "|u1", {24, 6, 5, 3}, bytes);
+  std::ofstream(dir_ / "images" / "cnn.toml") << kCnn;
+  std::ofstream(dir_ / "table" / "mlp.toml") << kMlp;
+  struct Model {
+    std::string name, folder, config, input, sets;
+    std::vector<std::string> training_files;
+  };
+  const std::vector<Model> models = {
+      {"cnn", "images", "cnn.toml", "img.npy", "", {"img.npy", "y.npy"}},
+      {"bytes",
+       "images",
+       "cnn.toml",
+       "bytes.npy",
+       " --set data.npy.features=bytes.npy --set data.npy.layout=nhwc",
+       {"bytes.npy", "y.npy"}},
+      {"mlp", "table", "mlp.toml", "x.npy", " --set run.steps=4", {"x.npy", "y.npy"}}};
+  for (const auto& m : models) {
+    SCOPED_TRACE(m.name);
+    const fs::path dir = dir_ / m.folder;
+    const std::string run_dir = m.name + "_run";
+    auto r = run("train " + m.config + m.sets + " --run-dir " + run_dir, dir);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    r = run("export " + run_dir + " --format safetensors --out " + m.name + ".safetensors", dir);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto exported = dir / (m.name + ".safetensors");
+    ASSERT_TRUE(read_st(exported).metadata.contains("data_shape"));
+    fs::copy_file(dir / m.input, dir / "query.npy", fs::copy_options::overwrite_existing);
+    const auto predict = [&](const std::string& checkpoint, const std::string& out) {
+      return run("predict " + m.config + m.sets + " --checkpoint " + checkpoint +
+                     " --input query.npy --force --out " + out,
+                 dir);
+    };
+    r = predict(run_dir, "with.npy");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_TRUE(has(r.err, "no data file is opened")) << r.err;  // present, but not read
+    for (const auto& f : m.training_files)
+      if (fs::exists(dir / f)) fs::rename(dir / f, dir / (f + ".moved"));
+    for (const std::string& checkpoint : {run_dir, m.name + ".safetensors"}) {
+      r = predict(checkpoint, "without.npy");
+      ASSERT_EQ(r.exit_code, 0) << checkpoint << ": " << r.err;
+      EXPECT_TRUE(has(r.err, "no data file is opened")) << r.err;
+      EXPECT_EQ(slurp(dir / "with.npy"), slurp(dir / "without.npy")) << checkpoint;
+    }
+    // Without the record, the files give the shape: missing, they are named.
+    auto old = read_st(exported);
+    old.metadata.erase("data_shape");
+    write_st(dir / "old.safetensors", old);
+    const std::string old_out = m.name + "_old.npy";
+    r = predict("old.safetensors", old_out);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_TRUE(has(r.err, "which does not exist")) << r.err;
+    EXPECT_FALSE(fs::exists(dir / old_out));
+    auto damaged = read_st(exported);
+    damaged.metadata["data_shape"] = R"({"features": 90, "sample_shape": [3, 6, 6], "classes": 3,
+                                        "pixels": "float32"})";
+    write_st(dir / "damaged.safetensors", damaged);
+    r = predict("damaged.safetensors", "damaged.npy");
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_TRUE(has(r.err, "the 'data_shape' entry gives 'sample_shape' whose product")) << r.err;
+    for (const auto& f : m.training_files)
+      if (fs::exists(dir / (f + ".moved"))) fs::rename(dir / (f + ".moved"), dir / f);
+    r = predict("old.safetensors", old_out);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_FALSE(has(r.err, "no data file is opened")) << r.err;
+    EXPECT_EQ(slurp(dir / "with.npy"), slurp(dir / old_out));
+  }
 }
 
 const char* kGpt = R"(

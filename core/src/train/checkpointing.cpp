@@ -26,6 +26,7 @@
 #include "mixtrain/core/checkpoint/hf_folder.h"
 #include "mixtrain/core/checkpoint/path.h"
 #include "mixtrain/core/checkpoint/peft_adapter.h"
+#include "mixtrain/core/data/data_shape.h"
 #include "mixtrain/core/graph/lora.h"
 #include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "mixtrain/sdk/version.h"
@@ -152,6 +153,9 @@ sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
   // The preprocessing the weights expect, for whoever runs them elsewhere (export carries it).
   if (!s.normalization.mean.empty())
     st.metadata["normalization"] = normalization_json(s.normalization).dump();
+  // A table or image model's input shape and classes: `predict` builds the model from them
+  // without the data files (data/data_shape.h).
+  if (!s.train.is_tokens()) st.metadata["data_shape"] = data_shape_json(data_shape_of(s.train));
   st.metadata["resume"] =
       resume_terms_to_json({s.e.data.batch_size, s.e.run.accumulate, s.schedule.total_steps,
                             frozen_names(*s.model), lora_terms(s.e.model.lora),
@@ -405,8 +409,13 @@ CheckpointFile read_checkpoint_file(Trainer::State& s, const fs::path& path, boo
                                     WeightLayout layout) {
   CheckpointFile file;
   file.path = path;
-  file.st =
-      weights_only ? weights_format_for(s.c, path).read(path) : s.c.checkpoint_format->read(path);
+  if (weights_only && s.shape_checkpoint && s.shape_checkpoint->first == path) {
+    file.st = std::move(s.shape_checkpoint->second);  // read once, for the data's shape
+    s.shape_checkpoint.reset();
+  } else {
+    file.st =
+        weights_only ? weights_format_for(s.c, path).read(path) : s.c.checkpoint_format->read(path);
+  }
   file.gpt2 = layout == WeightLayout::gpt2;
   file.fold_route = start_from_weights_route(s.e, path, /*merge_lora=*/true);
   file.model_hint = "check [model] layers";
@@ -447,6 +456,29 @@ CheckpointFile read_checkpoint_file(Trainer::State& s, const fs::path& path, boo
                   "' is a causal-mask buffer or the tied head; not loaded");
   }
   return file;
+}
+
+// The checkpoint's "normalization" record: empty stats when it has none, nullopt when the entry
+// is not the {"mean": [...], "std": [...]} mixtrain writes (another tool's: not ours to judge).
+std::optional<ChannelStats> recorded_normalization(
+    const std::map<std::string, std::string>& metadata) {
+  ChannelStats stats;
+  const auto it = metadata.find("normalization");
+  if (it == metadata.end()) return stats;
+  const auto j = json::parse(it->second, nullptr, false);
+  if (!j.is_object() || !j.contains("mean") || !j.contains("std")) return std::nullopt;
+  try {
+    stats.mean = j["mean"].get<std::vector<double>>();
+    stats.std = j["std"].get<std::vector<double>>();
+  } catch (const json::exception&) {
+    return std::nullopt;
+  }
+  // Only statistics normalize_channels() can apply.
+  if (stats.std.size() != stats.mean.size()) return std::nullopt;
+  for (std::size_t c = 0; c < stats.mean.size(); ++c)
+    if (!std::isfinite(stats.mean[c]) || !std::isfinite(stats.std[c]) || !(stats.std[c] > 0.0))
+      return std::nullopt;
+  return stats;
 }
 
 // A run that escalated trained its later steps under a wider plan: a resume continues under it,
@@ -490,17 +522,9 @@ void restore_escalation(Trainer::State& s, const CheckpointFile& file, bool weig
 // checkpoint.init_from starts a new run, whose data may rightly differ: nothing is said.
 void keep_trained_normalization(Trainer::State& s, const CheckpointFile& file, bool weights_only) {
   if (weights_only && s.opt.write_outputs) return;
-  ChannelStats trained;
-  if (const auto it = file.st.metadata.find("normalization"); it != file.st.metadata.end()) {
-    const auto j = json::parse(it->second, nullptr, false);
-    if (!j.is_object() || !j.contains("mean") || !j.contains("std")) return;  // not ours to judge
-    try {
-      trained.mean = j["mean"].get<std::vector<double>>();
-      trained.std = j["std"].get<std::vector<double>>();
-    } catch (const json::exception&) {
-      return;
-    }
-  }
+  const auto recorded = recorded_normalization(file.st.metadata);
+  if (!recorded) return;  // not ours to judge
+  const ChannelStats& trained = *recorded;
   auto close = [](const std::vector<double>& a, const std::vector<double>& b) {
     if (a.size() != b.size()) return false;
     for (std::size_t i = 0; i < a.size(); ++i)
@@ -1016,6 +1040,31 @@ void restore_training_state(Trainer::State& s, const CheckpointFile& file) {
 }
 
 }  // namespace
+
+// trainer_state.h
+bool take_recorded_shape(Trainer::State& s, const fs::path& checkpoint) {
+  auto st = weights_format_for(s.c, checkpoint).read(checkpoint);
+  const auto it = st.metadata.find("data_shape");
+  if (it == st.metadata.end()) return false;
+  const DataShape shape = parse_data_shape(it->second, checkpoint.string());
+  const auto recorded = recorded_normalization(st.metadata);
+  const auto& normalize = s.e.data.normalize;
+  // The config's own statistics, when it gives some, so that load_checkpoint() compares them with
+  // the record as it does for loaded data; from_training means the training split's: the record.
+  ChannelStats stats;
+  if (normalize.from_training)
+    stats = recorded.value_or(ChannelStats{});
+  else if (normalize.enabled())
+    stats = {normalize.mean, normalize.std};
+  // Statistics for another channel count normalise nothing here; load_checkpoint() then warns
+  // that the model sees inputs unlike those it learned from.
+  const auto channels = shape.sample_shape.empty() ? 0 : shape.sample_shape[0];
+  if (stats.mean.size() != static_cast<std::size_t>(channels)) stats = {};
+  s.recorded_shape = shape;
+  s.normalization = stats;
+  s.shape_checkpoint.emplace(checkpoint, std::move(st));
+  return true;
+}
 
 void Trainer::load_checkpoint(const fs::path& path, bool weights_only, WeightLayout layout) {
   if (!weights_only && layout != WeightLayout::native)

@@ -553,6 +553,13 @@ TrainSummary already_complete(Trainer::State& s, TrainSummary& sum) {
 }  // namespace
 
 void normalize_data_as(Trainer::State& s, const ChannelStats& stats) {
+  if (s.recorded_shape) {
+    s.normalization = stats;
+    s.train = dataset_of_shape(*s.recorded_shape, stats);
+    s.eval = s.train;
+    prepare_pixel_tables(s);
+    return;
+  }
   DataSettings data = s.e.data;
   data.normalize.from_training = false;
   data.normalize.mean = stats.mean;
@@ -570,14 +577,30 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   const auto& e = s.e;
   join_replicas(s);
   const bool tokens = is_token_source(e.data.source);
-  s.data_loaded = options.splits == DataSplits::both || !tokens ||
-                  (options.splits == DataSplits::held_out && e.data.eval_token_paths.empty());
-  s.evaluates = options.splits != DataSplits::none || !tokens;
+  const bool shape_recorded = options.splits == DataSplits::none && !tokens &&
+                              !options.shape_from.empty() &&
+                              take_recorded_shape(s, options.shape_from);
+  s.data_loaded = !shape_recorded &&
+                  (options.splits == DataSplits::both || !tokens ||
+                   (options.splits == DataSplits::held_out && e.data.eval_token_paths.empty()));
+  s.evaluates = !shape_recorded && (options.splits != DataSplits::none || !tokens);
   if (!s.data_loaded && (options.trains || options.resume || s.c.communicator))
     throw std::logic_error(
         "Trainer: a Trainer that trains, resumes or runs on ranks reads the training split "
         "(TrainOptions::splits = both)");
-  if (s.data_loaded) {
+  if (shape_recorded) {
+    s.train = dataset_of_shape(*s.recorded_shape, s.normalization);
+    s.eval = s.train;
+    std::string input = std::to_string(s.train.features) + " features";
+    if (s.train.is_image()) {
+      input = "images [";
+      for (std::size_t i = 0; i < s.train.sample_shape.size(); ++i)
+        input += (i ? ", " : "") + std::to_string(s.train.sample_shape[i]);
+      input += "]";
+    }
+    s.log.info("data: the model reads " + input + " into " + std::to_string(s.train.classes) +
+               " classes, as " + options.shape_from.string() + " records; no data file is opened");
+  } else if (s.data_loaded) {
     load_training_data(s, e.data);
   } else if (s.evaluates) {
     auto loaded = load_held_out_data(e.data, e.run.seed);

@@ -11,13 +11,16 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "distributed/reducer.h"
 #include "mixtrain/core/console/log_sink.h"
+#include "mixtrain/core/data/data_shape.h"
 #include "mixtrain/core/runs/folder.h"
 #include "mixtrain/core/train/lr_schedule.h"
 #include "mixtrain/core/train/trainer.h"
+#include "mixtrain/sdk/checkpoint_format.h"
 #include "mixtrain/sdk/optimizer_gated_step.h"
 #include "train/data_position.h"
 #include "train/host_tensor.h"
@@ -57,6 +60,12 @@ struct Trainer::State {
   bool ran = false;                              // run() was called (it runs once)
   bool data_loaded = true;  // the training split (TrainOptions::splits both, or not tokens)
   bool evaluates = true;    // the held-out split (TrainOptions::splits other than none)
+  // TrainOptions::shape_from's record, when the model was built from it: train and eval are
+  // dataset_of_shape() (no rows), and no data file was read.
+  std::optional<DataShape> recorded_shape;
+  // That checkpoint as read: load_checkpoint() of the same path takes it instead of reading the
+  // file again.
+  std::optional<std::pair<std::filesystem::path, sdk::TrainingState>> shape_checkpoint;
   RunPosition position;
   PrecisionState precision;
   DataPosition data;
@@ -113,8 +122,16 @@ std::optional<std::string> ema_kept_by_format_warning(Trainer::State& s);
 
 // Loads the data again normalised with `stats` (the checkpoint's record, for a session that runs
 // trained weights: eval, predict) instead of the config's [data.normalize], and uploads the byte
-// images' tables anew. Throws what load_data throws.
+// images' tables anew; a model built from a recorded shape rebuilds its rowless datasets
+// instead. Throws what load_data throws.
 void normalize_data_as(Trainer::State& s, const ChannelStats& stats);
+
+// TrainOptions::shape_from: reads `checkpoint` (kept in s.shape_checkpoint) and, when it records
+// the data's shape ("data_shape"), sets s.recorded_shape and s.normalization (the config's
+// [data.normalize] when it gives mean and std, else the checkpoint's record) and returns true.
+// false: a checkpoint written before the record, or by another tool. Throws what the format's
+// read() throws, and sdk::CheckpointError for a damaged record.
+bool take_recorded_shape(Trainer::State& s, const std::filesystem::path& checkpoint);
 
 // The format that reads `path` for a weights-only load: the one whose extension the file has
 // (e.g. .safetensors exported for or by other tools), else the configured one. Full resumes always

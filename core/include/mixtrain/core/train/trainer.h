@@ -97,7 +97,8 @@ struct TrainOptions {
   bool trains = true;
   // The data splits the session reads; a language model's input shape is the config's
   // (block_size, vocab_size), so a token source can be left unopened, and a run folder runs where
-  // its token files are not. Image and table sources always load (the files hold their shape).
+  // its token files are not. Image and table sources load unless `shape_from` records their
+  // shape.
   // - both: training.
   // - held_out: a session that evaluates and trains nothing (eval): a token source with held-out
   //   files of its own opens only those (data/dataset.h, load_held_out_data).
@@ -106,6 +107,13 @@ struct TrainOptions {
   // Without the training split, run() and memory_report(true) are a logic_error, and so is the
   // constructor with `trains`, `resume` or a communicator.
   DataSplits splits = DataSplits::both;
+  // With splits = none: the checkpoint the session loads next (predict). A table or image model
+  // then takes its input shape, classes and normalisation from the checkpoint's record
+  // (data/data_shape.h) instead of its data files, which are not opened, and evaluate() is a
+  // logic_error; the file is read once. A checkpoint without the record (written before it, or
+  // by another tool) leaves the files to give them. Errors: the format's read(), and
+  // sdk::CheckpointError for a damaged record.
+  std::filesystem::path shape_from;
 };
 
 // One batch of predictions (Trainer::predict): rows [first_row, first_row + rows) of the input
