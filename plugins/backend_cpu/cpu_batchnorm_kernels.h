@@ -3,8 +3,7 @@
 // Contract
 // - x, y, dy, dx are [rows, C] (rows = N·H·W of [N, H, W, C] images), T = float (fp32 storage) or
 //   Bf16Bits (bf16 storage: the value's top 16 bits, decoded exactly, outputs rounded once RNE,
-//   NaNs quieted, as sdk/float_formats.h; bf16_from_float is that encode, checked bit for bit
-//   against the SDK's in the tests). Per-channel vectors are fp32 [C], caller-owned.
+//   NaNs quieted: cpu_bf16_bits.h). Per-channel vectors are fp32 [C], caller-owned.
 // - Statistics are computed in FP32 within blocks of rows (about 2048 elements, at least 16 rows:
 //   block mean, then the block's sum of squared deviations from it) and merged in double across
 //   blocks and threads (Chan et al.'s pairwise update): one pass over memory, no E[x²] − E[x]²
@@ -23,24 +22,11 @@
 //   x86-64-v3 (AVX2 + FMA) and the baseline; cpuid picks one at the first call.
 #pragma once
 
-#include <bit>
 #include <cstdint>
 
+#include "cpu_bf16_bits.h"
+
 namespace mixtrain::backend_cpu {
-
-using Bf16Bits = std::uint16_t;
-
-// fp32 -> bf16 bits, round to nearest even; NaN -> quiet NaN of the same sign (the SDK's
-// encode_bf16 with Overflow::to_inf_or_nan), written so that it vectorises.
-inline Bf16Bits bf16_from_float(float v) {
-  const auto u = std::bit_cast<std::uint32_t>(v);
-  const std::uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-  const std::uint32_t quiet_nan = (u >> 16) | 0x0040u;
-  return static_cast<Bf16Bits>((u & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded);
-}
-inline float float_from_bf16(Bf16Bits b) {
-  return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
-}
 
 // mean[c] and var[c] (biased: the sum of squared deviations / rows) of x [rows, C].
 template <class T>

@@ -1,15 +1,18 @@
 // CpuLayerNorm: the CPU backend's LayerNormFacet over rows of fp32 / bf16 / fp16 storage: a
-// two-pass mean and variance in double per row, fp32 normalisation, one rounding per output;
+// two-pass mean and variance in double per row, fp32 normalisation, one rounding per output
+// (the forward's row kernels: cpu_layernorm_kernels.h);
 // the backward's parameter gradients are summed in double per thread, then across threads; its
 // input gradient is written, or added into an fp32 sum (1.1's layernorm_backward_accumulate); the
 // residual add before it can run in the forward's row pass (1.2's layernorm_add_forward).
 #include <algorithm>
 #include <cmath>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "cpu_access.h"
 #include "cpu_context.h"
+#include "cpu_layernorm_kernels.h"
 #include "mixtrain/sdk/backend_layer_norm.h"
 #include "mixtrain/sdk/support/facet_registry.h"
 
@@ -75,29 +78,28 @@ const sdk::FacetRegistration<CpuContext, sdk::LayerNormFacet, CpuLayerNorm> kReg
 
 namespace {
 
-// Row r of y = layernorm(in), its mean and rstd: the one row routine both forwards run, so the
-// fused add + layer norm writes the same bits as the layer norm alone.
+// Row r of y = layernorm(in), its mean and rstd, for storage the typed kernels do not take (fp16,
+// mixed dtypes): their arithmetic on the row decoded to fp32, so every path writes the same bits.
 void normalize_row(const float* in, std::int64_t r, std::int64_t n, float eps, const float* gp,
                    const float* bp, const TensorView& y, std::vector<float>& out_buf,
                    float* mean_out, float* rstd_out) {
-  double sum = 0.0;
-#pragma omp simd reduction(+ : sum)
-  for (std::int64_t j = 0; j < n; ++j) sum += in[j];
-  const float mu = static_cast<float>(sum / static_cast<double>(n));
-  double sq = 0.0;  // two-pass variance: no cancellation for large means
-#pragma omp simd reduction(+ : sq)
-  for (std::int64_t j = 0; j < n; ++j) {
-    const float d = in[j] - mu;
-    sq += static_cast<double>(d) * d;
-  }
-  const float rs =
-      static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(n) + static_cast<double>(eps)));
-  mean_out[r] = mu;
-  rstd_out[r] = rs;
   float* out = row_target(y, r, n, out_buf);  // may alias `in` when y == x: element-wise
-#pragma omp simd
-  for (std::int64_t j = 0; j < n; ++j) out[j] = (in[j] - mu) * rs * gp[j] + bp[j];
+  normalize_float_row(in, n, eps, gp, bp, out, mean_out + r, rstd_out + r);
   commit_row(y, r, n, out);
+}
+
+// Storage the typed row kernels read and write in place (cpu_layernorm_kernels.h).
+bool typed_rows(const TensorView& v) {
+  return is_fp32_storage(v.dtype) || v.dtype == sdk::DType::bf16;
+}
+
+// f(p) with v's data as float* (fp32 storage) or Bf16Bits*; v passes typed_rows().
+template <class F>
+void with_typed(const TensorView& v, F&& f) {
+  if (is_fp32_storage(v.dtype))
+    f(static_cast<float*>(v.data));
+  else
+    f(static_cast<Bf16Bits*>(v.data));
 }
 
 }  // namespace
@@ -111,6 +113,15 @@ void CpuLayerNorm::layernorm_forward(TensorView x, TensorView gamma, TensorView 
   const Fp32Vector b(beta, n, 0.0f);
   float* mean_out = mean.as<float>();
   float* rstd_out = rstd.as<float>();
+  if (typed_rows(x) && typed_rows(y)) {
+    with_typed(x, [&](auto* xp) {
+      with_typed(y, [&](auto* yp) {
+        layernorm_rows(static_cast<const std::remove_pointer_t<decltype(xp)>*>(xp), yp, rows, n,
+                       eps, g.data(), b.data(), mean_out, rstd_out);
+      });
+    });
+    return;
+  }
 #pragma omp parallel if (parallel_worth(rows * n))
   {
     std::vector<float> in_buf, out_buf;
@@ -129,8 +140,19 @@ void CpuLayerNorm::layernorm_add_forward(const sdk::LayerNormAddArgs& args) {
   const Fp32Vector b(args.beta, n, 0.0f);
   float* mean_out = args.mean.as<float>();
   float* rstd_out = args.rstd.as<float>();
-  // A row at a time, as the layer norm alone: its buffers stay in L1 (blocks of several rows
-  // measured slower, bench/gpt/bench_add_layer_norm).
+  if (args.a.dtype == args.sum.dtype && args.b.dtype == args.sum.dtype && typed_rows(args.sum) &&
+      typed_rows(args.y)) {
+    with_typed(args.sum, [&](auto* sum) {
+      using T = std::remove_pointer_t<decltype(sum)>;
+      with_typed(args.y, [&](auto* yp) {
+        add_layernorm_rows(static_cast<const T*>(args.a.data), static_cast<const T*>(args.b.data),
+                           sum, yp, rows, n, args.eps, g.data(), b.data(), mean_out, rstd_out);
+      });
+    });
+    return;
+  }
+  // Mixed or fp16 storage: a row at a time, as the layer norm alone: its buffers stay in L1 (blocks
+  // of several rows measured slower, bench/gpt/bench_add_layer_norm).
 #pragma omp parallel if (parallel_worth(rows * n))
   {
     std::vector<float> a_buf, b_buf, sum_buf, in_buf, out_buf;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -112,6 +113,16 @@ inline std::vector<float> random_values(std::size_t n, std::uint32_t seed, float
 inline std::vector<float> representable(std::vector<float> v, DType dtype) {
   for (auto& x : v) x = stored_value(x, dtype);
   return v;
+}
+
+// max |got − want| / max(max |want|, 1e-30).
+inline double relative_error(const std::vector<float>& got, const std::vector<double>& want) {
+  double err = 0.0, scale = 1e-30;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    err = std::max(err, std::abs(static_cast<double>(got[i]) - want[i]));
+    scale = std::max(scale, std::abs(want[i]));
+  }
+  return err / scale;
 }
 
 inline void expect_close(const std::vector<float>& actual, const std::vector<double>& expected,

@@ -62,16 +62,6 @@ Reference reference(const std::vector<float>& x, const std::vector<float>& gamma
   return out;
 }
 
-// max |got − want| / max(max |want|, 1e-30).
-double relative_error(const std::vector<float>& got, const std::vector<double>& want) {
-  double err = 0.0, scale = 1e-30;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    err = std::max(err, std::abs(static_cast<double>(got[i]) - want[i]));
-    scale = std::max(scale, std::abs(want[i]));
-  }
-  return err / scale;
-}
-
 // dy with zeros where the pre-ReLU value is within `margin` of 0: there the FP32 kernel and the
 // double reference may disagree on the ReLU's side (v is computed from x − mean with an fp32
 // mean), and either answer is right.

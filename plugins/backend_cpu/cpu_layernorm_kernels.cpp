@@ -1,0 +1,148 @@
+// The layer norm's row kernels (cpu_layernorm_kernels.h). Why inline conversions and ISA
+// variants: the facet's first path decoded each bf16 row through the SDK's bulk converter (an
+// AVX-512 call per 128-element row) into baseline SSE code, and the fused add + layer norm ran at
+// half the speed of a separate add and layer norm (bench/gpt/bench_add_layer_norm).
+#include "cpu_layernorm_kernels.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "cpu_access.h"
+#include "cpu_isa.h"
+
+namespace mixtrain::backend_cpu {
+
+namespace {
+
+// The lambdas the kernels call must be inlined into each ISA variant too (cpu_isa.h).
+#define MIXTRAIN_INLINE __attribute__((always_inline))
+
+[[gnu::always_inline]] inline float load(const float* p, std::int64_t i) {
+  return p[i];
+}
+[[gnu::always_inline]] inline float load(const Bf16Bits* p, std::int64_t i) {
+  return float_from_bf16(p[i]);
+}
+[[gnu::always_inline]] inline void store(float* p, std::int64_t i, float v) {
+  p[i] = v;
+}
+[[gnu::always_inline]] inline void store(Bf16Bits* p, std::int64_t i, float v) {
+  p[i] = bf16_from_float(v);
+}
+
+// Σ f(j) over [0, n) in double, in the fixed order the header states: eight lanes, whatever the
+// vector width the compiler gives them.
+template <class F>
+[[gnu::always_inline]] inline double ordered_sum(std::int64_t n, F&& f) {
+  constexpr int kLanes = 8;
+  double lane[kLanes] = {};
+  std::int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) lane[l] += f(j + l);
+  double tail = 0.0;
+  for (; j < n; ++j) tail += f(j);
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7])) +
+         tail;
+}
+
+// Row `in` [n] normalised into `out` (may be `in`), its mean and rstd.
+template <class T, class Y>
+[[gnu::always_inline]] inline void normalize(const T* in, Y* out, std::int64_t n, float eps,
+                                             const float* gamma, const float* beta, float* mean,
+                                             float* rstd) {
+  const double count = static_cast<double>(n);
+  const float mu = static_cast<float>(
+      ordered_sum(n, [&](std::int64_t j) MIXTRAIN_INLINE { return double{load(in, j)}; }) / count);
+  // Two-pass variance: no cancellation for large means.
+  const double sq = ordered_sum(n, [&](std::int64_t j) MIXTRAIN_INLINE {
+    const float d = load(in, j) - mu;
+    return static_cast<double>(d) * d;
+  });
+  const float rs = static_cast<float>(1.0 / std::sqrt(sq / count + static_cast<double>(eps)));
+  *mean = mu;
+  *rstd = rs;
+  for (std::int64_t j = 0; j < n; ++j) store(out, j, (load(in, j) - mu) * rs * gamma[j] + beta[j]);
+}
+
+// Rows [r0, r1) of x [rows, n] normalised into y.
+template <class T, class Y>
+[[gnu::always_inline]] inline void range_layernorm(const T* x, Y* y, std::int64_t r0,
+                                                   std::int64_t r1, std::int64_t n, float eps,
+                                                   const float* gamma, const float* beta,
+                                                   float* mean, float* rstd) {
+  for (std::int64_t r = r0; r < r1; ++r)
+    normalize(x + r * n, y + r * n, n, eps, gamma, beta, mean + r, rstd + r);
+}
+
+// Rows [r0, r1): sum = a + b rounded into T, then its layer norm as stored.
+template <class T, class Y>
+[[gnu::always_inline]] inline void range_add_layernorm(const T* a, const T* b, T* sum, Y* y,
+                                                       std::int64_t r0, std::int64_t r1,
+                                                       std::int64_t n, float eps,
+                                                       const float* gamma, const float* beta,
+                                                       float* mean, float* rstd) {
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const std::int64_t at = r * n;
+    for (std::int64_t j = 0; j < n; ++j) store(sum + at, j, load(a + at, j) + load(b + at, j));
+    normalize(sum + at, y + at, n, eps, gamma, beta, mean + r, rstd + r);
+  }
+}
+
+MIXTRAIN_ISA_VARIANTS(range_layernorm)
+MIXTRAIN_ISA_VARIANTS(range_add_layernorm)
+
+#undef MIXTRAIN_INLINE
+
+// Calls body(first_row, end_row) on each thread's contiguous share of the rows, or once on the
+// calling thread when the tensor is small.
+template <class Body>
+void for_row_ranges(std::int64_t rows, std::int64_t n, Body&& body) {
+  if (!parallel_worth(rows * n)) {
+    body(std::int64_t{0}, rows);
+    return;
+  }
+#pragma omp parallel
+  {
+    const std::int64_t t = omp_get_thread_num(), team = omp_get_num_threads();
+    body(rows * t / team, rows * (t + 1) / team);
+  }
+}
+
+}  // namespace
+
+template <class T, class Y>
+void layernorm_rows(const T* x, Y* y, std::int64_t rows, std::int64_t n, float eps,
+                    const float* gamma, const float* beta, float* mean, float* rstd) {
+  for_row_ranges(rows, n, [&](std::int64_t r0, std::int64_t r1) {
+    range_layernorm_best(x, y, r0, r1, n, eps, gamma, beta, mean, rstd);
+  });
+}
+
+template <class T, class Y>
+void add_layernorm_rows(const T* a, const T* b, T* sum, Y* y, std::int64_t rows, std::int64_t n,
+                        float eps, const float* gamma, const float* beta, float* mean,
+                        float* rstd) {
+  for_row_ranges(rows, n, [&](std::int64_t r0, std::int64_t r1) {
+    range_add_layernorm_best(a, b, sum, y, r0, r1, n, eps, gamma, beta, mean, rstd);
+  });
+}
+
+void normalize_float_row(const float* in, std::int64_t n, float eps, const float* gamma,
+                         const float* beta, float* out, float* mean, float* rstd) {
+  range_layernorm_best(in, out, std::int64_t{0}, std::int64_t{1}, n, eps, gamma, beta, mean, rstd);
+}
+
+#define MIXTRAIN_LAYERNORM_KERNELS(T, Y)                                                         \
+  template void layernorm_rows<T, Y>(const T*, Y*, std::int64_t, std::int64_t, float,            \
+                                     const float*, const float*, float*, float*);                \
+  template void add_layernorm_rows<T, Y>(const T*, const T*, T*, Y*, std::int64_t, std::int64_t, \
+                                         float, const float*, const float*, float*, float*);
+MIXTRAIN_LAYERNORM_KERNELS(float, float)
+MIXTRAIN_LAYERNORM_KERNELS(float, Bf16Bits)
+MIXTRAIN_LAYERNORM_KERNELS(Bf16Bits, float)
+MIXTRAIN_LAYERNORM_KERNELS(Bf16Bits, Bf16Bits)
+#undef MIXTRAIN_LAYERNORM_KERNELS
+
+}  // namespace mixtrain::backend_cpu

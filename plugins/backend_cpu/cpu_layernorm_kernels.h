@@ -1,0 +1,40 @@
+// The row kernels of the CPU backend's layer norm forward over [rows, n] tensors (x, y, a, b,
+// sum): the statistics, the normalisation and the residual add before it, in one pass per row.
+//
+// Contract
+// - T (x, a, b, sum) and Y (y) are float (fp32 storage) or Bf16Bits (bf16 storage, decoded and
+//   rounded inline: cpu_bf16_bits.h). gamma and beta are fp32 [n] (the caller passes ones and
+//   zeros for absent ones); mean and rstd fp32 [rows]. All caller-owned.
+// - Row r: the mean and the (two-pass) variance are summed in double in a fixed order (eight
+//   interleaved partial sums added pairwise, then the tail), so every ISA variant, thread count
+//   and storage type gives the same bits for the same values; mean = (float)(Σx / n), rstd =
+//   (float)(1 / sqrt(Σ(x − mean)² / n + eps)) in double; y = (x − mean)·rstd·gamma + beta in fp32,
+//   each operation rounded (no contraction), stored once into Y.
+// - layernorm_rows: y may be x when Y is T (each element is read before it is written).
+// - add_layernorm_rows: sum = a + b in fp32, rounded once into T, then the layer norm of the sum as
+//   stored; sum may be a or b.
+// - normalize_float_row: one row already in fp32, with the same arithmetic: the facet's path for
+//   other storage (fp16, mixed dtypes) runs it, so every path writes the same bits. out may be in.
+// - OpenMP over contiguous row ranges with the calling thread's team; small tensors run on the
+//   calling thread (parallel_worth). Each kernel is compiled for x86-64-v4, x86-64-v3 and the
+//   baseline (cpu_isa.h); cpuid picks one.
+#pragma once
+
+#include <cstdint>
+
+#include "cpu_bf16_bits.h"
+
+namespace mixtrain::backend_cpu {
+
+template <class T, class Y>
+void layernorm_rows(const T* x, Y* y, std::int64_t rows, std::int64_t n, float eps,
+                    const float* gamma, const float* beta, float* mean, float* rstd);
+
+template <class T, class Y>
+void add_layernorm_rows(const T* a, const T* b, T* sum, Y* y, std::int64_t rows, std::int64_t n,
+                        float eps, const float* gamma, const float* beta, float* mean, float* rstd);
+
+void normalize_float_row(const float* in, std::int64_t n, float eps, const float* gamma,
+                         const float* beta, float* out, float* mean, float* rstd);
+
+}  // namespace mixtrain::backend_cpu
