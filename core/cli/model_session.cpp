@@ -42,10 +42,10 @@ ModelSession open_model_session(const ConfigArgs& cfg, SessionWeights weights, b
   // Only check rehearses a training step; the others never step the optimizer.
   opt.trains = rehearses;
   opt.splits = splits;
+  if (!checkpoint.empty()) s.checkpoint = s.checkpoint_path(checkpoint);
   if (splits == core::DataSplits::none && !checkpoint.empty() &&
       !core::is_token_source(s.experiment.data.source))
-    opt.shape_from =
-        core::resolve_checkpoint_path(checkpoint, s.checkpoint_format->file_extension());
+    opt.shape_from = s.checkpoint;
   s.trainer = std::make_unique<core::Trainer>(s.experiment, std::move(components), opt);
   return s;
 }

@@ -42,6 +42,9 @@ struct ModelSession {
   std::shared_ptr<sdk::PrecisionPolicy> policy;
   std::shared_ptr<sdk::CheckpointFormat> checkpoint_format;
   std::unique_ptr<core::Trainer> trainer;
+  // The `checkpoint` given to open_model_session(), resolved once (a run's folder names its newest
+  // checkpoint at that moment); empty when none was given.
+  std::filesystem::path checkpoint;
 
   // The checkpoint a user's path means, in the config's format (checkpoint/path.h).
   std::filesystem::path checkpoint_path(const std::string& user_path) const;

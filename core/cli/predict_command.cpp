@@ -104,8 +104,9 @@ int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
                              " spaces a language model's token windows; this model makes one "
                              "prediction per input row",
                          "leave out --stride");
-  // A run or checkpoints/ folder is a file only now: its newest checkpoint.
-  const fs::path checkpoint = session.checkpoint_path(args.checkpoint);
+  // A run or checkpoints/ folder names its newest checkpoint as the session opened: the one whose
+  // data shape the model was built from.
+  const fs::path checkpoint = session.checkpoint;
   refuse_input_as_output("--out", out, {{"--checkpoint", checkpoint}});
   trainer.load_checkpoint(checkpoint, /*weights_only=*/true,
                           core::parse_weight_layout(args.layout));

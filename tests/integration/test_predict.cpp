@@ -288,29 +288,69 @@ TEST_F(Predict, ImageAndTableModelsPredictWithoutTheirTrainingFiles) {
       EXPECT_TRUE(has(r.err, "no data file is opened")) << r.err;
       EXPECT_EQ(slurp(dir / "with.npy"), slurp(dir / "without.npy")) << checkpoint;
     }
-    // Without the record, the files give the shape: missing, they are named.
+    // Without a readable record (written before it, or damaged: said), the files give the
+    // shape; missing, they are named.
     auto old = read_st(exported);
     old.metadata.erase("data_shape");
     write_st(dir / "old.safetensors", old);
-    const std::string old_out = m.name + "_old.npy";
-    r = predict("old.safetensors", old_out);
-    EXPECT_EQ(r.exit_code, 2) << r.err;
-    EXPECT_TRUE(has(r.err, "which does not exist")) << r.err;
-    EXPECT_FALSE(fs::exists(dir / old_out));
     auto damaged = read_st(exported);
     damaged.metadata["data_shape"] = R"({"features": 90, "sample_shape": [3, 6, 6], "classes": 3,
                                         "pixels": "float32"})";
     write_st(dir / "damaged.safetensors", damaged);
-    r = predict("damaged.safetensors", "damaged.npy");
-    EXPECT_EQ(r.exit_code, 2) << r.err;
-    EXPECT_TRUE(has(r.err, "the 'data_shape' entry gives 'sample_shape' whose product")) << r.err;
+    for (const std::string checkpoint : {"old.safetensors", "damaged.safetensors"}) {
+      const std::string out = m.name + "_" + checkpoint + ".npy";
+      r = predict(checkpoint, out);
+      EXPECT_EQ(r.exit_code, 2) << r.err;
+      EXPECT_TRUE(has(r.err, "which does not exist")) << r.err;
+      EXPECT_EQ(has(r.err, "the 'data_shape' entry gives 'sample_shape' whose product"),
+                checkpoint == "damaged.safetensors")
+          << r.err;
+      EXPECT_FALSE(fs::exists(dir / out));
+    }
     for (const auto& f : m.training_files)
       if (fs::exists(dir / (f + ".moved"))) fs::rename(dir / (f + ".moved"), dir / f);
-    r = predict("old.safetensors", old_out);
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_FALSE(has(r.err, "no data file is opened")) << r.err;
-    EXPECT_EQ(slurp(dir / "with.npy"), slurp(dir / old_out));
+    for (const std::string checkpoint : {"old.safetensors", "damaged.safetensors"}) {
+      const std::string out = m.name + "_" + checkpoint + ".npy";
+      r = predict(checkpoint, out);
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      EXPECT_FALSE(has(r.err, "no data file is opened")) << r.err;
+      EXPECT_EQ(slurp(dir / "with.npy"), slurp(dir / out));
+    }
   }
+}
+
+// Built from a checkpoint's record, a session checks the config's [data] keys against the
+// recorded data as loading the files would, at the key's line; and a config that would compute
+// the normalisation the model was trained without is told the session does not.
+TEST_F(Predict, ARecordedShapeMeetsTheConfigsDataKeysAsTheFilesWould) {
+  write_images(dir_, 24);
+  const auto cfg = write_file("cnn.toml", kCnn).string();
+  ASSERT_EQ(run("train " + cfg + " --set run.steps=2 --run-dir run", dir_).exit_code, 0);
+  fs::rename(dir_ / "img.npy", dir_ / "img.moved");
+  const std::string predict = "predict " + cfg + " --checkpoint run --input img_nhwc.npy --out ";
+  auto r = run(predict + "a.npy --set data.normalize.from_training=false" +
+                   " --set 'data.normalize.mean=[0.5]' --set 'data.normalize.std=[0.2]'",
+               dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "'data.normalize.mean': has 1 values, but the images [3, 6, 5]")) << r.err;
+  r = run(predict + "b.npy --set data.pixels=uint8", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "'data.pixels'")) << r.err;
+  EXPECT_TRUE(has(r.err, "hold float pixels")) << r.err;
+  // Trained without normalisation: a from_training config is told, and the inputs stay as trained.
+  fs::rename(dir_ / "img.moved", dir_ / "img.npy");
+  std::string plain_text = kCnn;
+  const std::string section = "[data.normalize]\nfrom_training = true\n";
+  ASSERT_NE(plain_text.find(section), std::string::npos);
+  plain_text.erase(plain_text.find(section), section.size());
+  const auto plain = write_file("plain.toml", plain_text).string();
+  ASSERT_EQ(run("train " + plain + " --set run.steps=2 --run-dir plain", dir_).exit_code, 0);
+  r = run("predict " + plain + " --checkpoint plain --input img.npy --out as_trained.npy", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run("predict " + cfg + " --checkpoint plain --input img.npy --out from_training.npy", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.err, "was trained without normalisation, and this session's config")) << r.err;
+  EXPECT_EQ(slurp(dir_ / "as_trained.npy"), slurp(dir_ / "from_training.npy"));
 }
 
 const char* kGpt = R"(

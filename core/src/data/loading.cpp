@@ -117,15 +117,9 @@ std::string shape_text(const Dataset& d) {
 
 // [data.normalize] on the loaded splits: the statistics (given, or from the training split in
 // double), applied to both. Settings that need images, on other data, point at the config.
+// check_data_settings_fit() has passed.
 ChannelStats normalize_splits(const DataSettings& settings, Dataset& train, Dataset& eval) {
   const auto& n = settings.normalize;
-  if (!train.is_image())
-    throw sdk::ConfigError(n.where, "data.normalize",
-                           "per-channel normalisation needs images, but the data have sample "
-                           "shape " +
-                               shape_text(train),
-                           "remove [data.normalize]; image sources: idx [N, H, W], cifar10, npy "
-                           "[N, H, W] or [N, C, H, W], synthetic kind = \"images\"");
   ChannelStats stats;
   if (n.from_training) {
     stats = channel_statistics(train);
@@ -137,19 +131,6 @@ ChannelStats normalize_splits(const DataSettings& settings, Dataset& train, Data
                                    "normalised",
                                "give mean and std explicitly instead of from_training");
   } else {
-    const auto channels = static_cast<std::size_t>(train.channels());
-    if (n.mean.size() != channels)
-      throw sdk::ConfigError(n.mean_where, "data.normalize.mean",
-                             "has " + std::to_string(n.mean.size()) + " values, but the images " +
-                                 shape_text(train) + " have " + std::to_string(channels) +
-                                 " channels",
-                             "give one mean and one std per channel");
-    if (n.std.size() != channels)
-      throw sdk::ConfigError(n.std_where, "data.normalize.std",
-                             "has " + std::to_string(n.std.size()) + " values, but the images " +
-                                 shape_text(train) + " have " + std::to_string(channels) +
-                                 " channels",
-                             "give one mean and one std per channel");
     stats.mean = n.mean;
     stats.std = n.std;
   }
@@ -219,6 +200,45 @@ void check_named_files_exist(const DataSettings& settings) {
 
 }  // namespace
 
+void check_data_settings_fit(const DataSettings& settings, const Dataset& train) {
+  if (settings.pixels == "uint8" && !train.is_bytes())
+    throw sdk::ConfigError(
+        settings.pixels_where, "data.pixels",
+        "= \"uint8\" keeps image pixels as bytes, but the data " +
+            (train.is_image() ? std::string("hold float pixels")
+                              : "are not images (sample shape " + shape_text(train) + ")"),
+        "remove data.pixels (or save the images as uint8)");
+  const auto& n = settings.normalize;
+  if (n.enabled() && !train.is_image())
+    throw sdk::ConfigError(n.where, "data.normalize",
+                           "per-channel normalisation needs images, but the data have sample "
+                           "shape " +
+                               shape_text(train),
+                           "remove [data.normalize]; image sources: idx [N, H, W], cifar10, npy "
+                           "[N, H, W] or [N, C, H, W], synthetic kind = \"images\"");
+  if (n.enabled() && !n.from_training) {
+    const auto channels = static_cast<std::size_t>(train.channels());
+    if (n.mean.size() != channels)
+      throw sdk::ConfigError(n.mean_where, "data.normalize.mean",
+                             "has " + std::to_string(n.mean.size()) + " values, but the images " +
+                                 shape_text(train) + " have " + std::to_string(channels) +
+                                 " channels",
+                             "give one mean and one std per channel");
+    if (n.std.size() != channels)
+      throw sdk::ConfigError(n.std_where, "data.normalize.std",
+                             "has " + std::to_string(n.std.size()) + " values, but the images " +
+                                 shape_text(train) + " have " + std::to_string(channels) +
+                                 " channels",
+                             "give one mean and one std per channel");
+  }
+  if (settings.augment.spec.enabled() && !train.is_image())
+    throw sdk::ConfigError(
+        settings.augment.where, "data.augment",
+        "augmentation needs images, but the data have sample shape " + shape_text(train),
+        "remove [data.augment]; image sources: idx [N, H, W], cifar10, npy "
+        "[N, H, W] or [N, C, H, W], synthetic kind = \"images\"");
+}
+
 LoadedData load_data(const DataSettings& settings, std::uint64_t seed) {
   check_named_files_exist(settings);
   LoadedData out;
@@ -231,21 +251,9 @@ LoadedData load_data(const DataSettings& settings, std::uint64_t seed) {
     if (settings.classes > 0) all.classes = std::max(all.classes, settings.classes);
     std::tie(out.train, out.eval) = split_holdout(std::move(all), settings.eval_fraction, seed);
   }
-  if (settings.pixels == "uint8" && !out.train.is_bytes())
-    throw sdk::ConfigError(
-        settings.pixels_where, "data.pixels",
-        "= \"uint8\" keeps image pixels as bytes, but the data " +
-            (out.train.is_image() ? std::string("hold float pixels")
-                                  : "are not images (sample shape " + shape_text(out.train) + ")"),
-        "remove data.pixels (or save the images as uint8)");
+  check_data_settings_fit(settings, out.train);
   if (settings.normalize.enabled())
     out.normalization = normalize_splits(settings, out.train, out.eval);
-  if (settings.augment.spec.enabled() && !out.train.is_image())
-    throw sdk::ConfigError(
-        settings.augment.where, "data.augment",
-        "augmentation needs images, but the data have sample shape " + shape_text(out.train),
-        "remove [data.augment]; image sources: idx [N, H, W], cifar10, npy "
-        "[N, H, W] or [N, C, H, W], synthetic kind = \"images\"");
   if (out.train.is_image()) {
     // What a raw 0 pixel becomes: the value crop padding fills in (torchvision pads, then
     // normalises). Computed as normalize_channels computes, so it is that value exactly.

@@ -1043,26 +1043,44 @@ void restore_training_state(Trainer::State& s, const CheckpointFile& file) {
 
 // trainer_state.h
 bool take_recorded_shape(Trainer::State& s, const fs::path& checkpoint) {
-  auto st = weights_format_for(s.c, checkpoint).read(checkpoint);
-  const auto it = st.metadata.find("data_shape");
-  if (it == st.metadata.end()) return false;
-  const DataShape shape = parse_data_shape(it->second, checkpoint.string());
-  const auto recorded = recorded_normalization(st.metadata);
+  // Kept whatever it records: the load that follows takes it rather than reading the file again.
+  s.shape_checkpoint.emplace(checkpoint, weights_format_for(s.c, checkpoint).read(checkpoint));
+  const auto& metadata = s.shape_checkpoint->second.metadata;
+  const auto it = metadata.find("data_shape");
+  if (it == metadata.end()) return false;
+  // A record that cannot be read (damaged, or another tool's) leaves the shape to the files.
+  DataShape shape;
+  try {
+    shape = parse_data_shape(it->second, checkpoint.string());
+  } catch (const sdk::CheckpointError& e) {
+    s.log.warn(std::string(e.what()) + "; the model's input is read from the data files instead");
+    return false;
+  }
+  const auto recorded = recorded_normalization(metadata);
+  if (!recorded) {
+    s.log.warn(checkpoint.string() +
+               ": the 'normalization' entry cannot be read; the model's input is read from the "
+               "data files instead");
+    return false;
+  }
+  // The config's keys must fit the data as loading them would require.
+  check_data_settings_fit(s.e.data, dataset_of_shape(shape, {}));
+  // The config's own statistics, so that load_checkpoint() compares them with the record as it
+  // does for loaded data; from_training means the training split's, which the record holds.
   const auto& normalize = s.e.data.normalize;
-  // The config's own statistics, when it gives some, so that load_checkpoint() compares them with
-  // the record as it does for loaded data; from_training means the training split's: the record.
   ChannelStats stats;
-  if (normalize.from_training)
-    stats = recorded.value_or(ChannelStats{});
-  else if (normalize.enabled())
+  if (normalize.from_training) {
+    stats = *recorded;
+    if (stats.mean.empty())
+      s.log.warn(checkpoint.string() +
+                 " was trained without normalisation, and this session's config computes it "
+                 "from the training split (data.normalize.from_training): this session "
+                 "normalises as the model was trained; remove [data.normalize] to say so");
+  } else if (normalize.enabled()) {
     stats = {normalize.mean, normalize.std};
-  // Statistics for another channel count normalise nothing here; load_checkpoint() then warns
-  // that the model sees inputs unlike those it learned from.
-  const auto channels = shape.sample_shape.empty() ? 0 : shape.sample_shape[0];
-  if (stats.mean.size() != static_cast<std::size_t>(channels)) stats = {};
+  }
   s.recorded_shape = shape;
   s.normalization = stats;
-  s.shape_checkpoint.emplace(checkpoint, std::move(st));
   return true;
 }
 

@@ -126,11 +126,13 @@ std::optional<std::string> ema_kept_by_format_warning(Trainer::State& s);
 // instead. Throws what load_data throws.
 void normalize_data_as(Trainer::State& s, const ChannelStats& stats);
 
-// TrainOptions::shape_from: reads `checkpoint` (kept in s.shape_checkpoint) and, when it records
-// the data's shape ("data_shape"), sets s.recorded_shape and s.normalization (the config's
-// [data.normalize] when it gives mean and std, else the checkpoint's record) and returns true.
-// false: a checkpoint written before the record, or by another tool. Throws what the format's
-// read() throws, and sdk::CheckpointError for a damaged record.
+// TrainOptions::shape_from: reads `checkpoint` (kept in s.shape_checkpoint, for the load that
+// follows) and, when it records the data's shape ("data_shape"), sets s.recorded_shape and
+// s.normalization (the config's [data.normalize] mean and std when it gives them, the record's
+// with from_training, else none) and returns true. false: a checkpoint written before the record,
+// by another tool, or whose record cannot be read (said as a warning). Throws what the format's
+// read() throws, and sdk::ConfigError for [data] keys that do not fit the recorded data
+// (check_data_settings_fit).
 bool take_recorded_shape(Trainer::State& s, const std::filesystem::path& checkpoint);
 
 // The format that reads `path` for a weights-only load: the one whose extension the file has

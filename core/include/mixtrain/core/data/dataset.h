@@ -351,6 +351,12 @@ LoadedData load_data(const DataSettings& settings, std::uint64_t seed);
 // source with held-out files of its own opens only those (train is token_data_shape()); every
 // other source, and tokens held out as the training stream's tail, loads as load_data() does.
 LoadedData load_held_out_data(const DataSettings& settings, std::uint64_t seed);
+// The checks load_data() makes of the [data] keys against the training split's form, also run by
+// a session that builds the model from a checkpoint's record of it (data/data_shape.h) and loads
+// nothing: data.pixels = "uint8" on data that are not byte images, [data.normalize] on data that
+// are not images or with a mean or std per channel of another count, [data.augment] on data that
+// are not images; each an sdk::ConfigError at its key.
+void check_data_settings_fit(const DataSettings& settings, const Dataset& train);
 // "mean [0.49, 0.48, 0.45], std [0.25, 0.24, 0.26]": for the run's log.
 std::string describe_normalization(const ChannelStats& stats);
 // load_data() without the normalisation record.

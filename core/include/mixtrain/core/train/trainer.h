@@ -110,9 +110,10 @@ struct TrainOptions {
   // With splits = none: the checkpoint the session loads next (predict). A table or image model
   // then takes its input shape, classes and normalisation from the checkpoint's record
   // (data/data_shape.h) instead of its data files, which are not opened, and evaluate() is a
-  // logic_error; the file is read once. A checkpoint without the record (written before it, or
-  // by another tool) leaves the files to give them. Errors: the format's read(), and
-  // sdk::CheckpointError for a damaged record.
+  // logic_error. The file is read once: load_checkpoint() of this path takes what the
+  // constructor read. A checkpoint without a readable record (written before it, by another
+  // tool, or damaged: a warning) leaves the files to give them. Errors: the format's read(), and
+  // sdk::ConfigError for [data] keys that do not fit the recorded data.
   std::filesystem::path shape_from;
 };
 
