@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cpu_access.h"
+#include "cpu_bf16_rows.h"
 #include "cpu_exp.h"
 #include "cpu_isa.h"
 
@@ -34,7 +35,10 @@ struct Rows {
 Rows fp32_rows(const TensorView& v, std::int64_t first, std::int64_t stride, std::int64_t count,
                std::int64_t d, float* buf) {
   if (is_fp32_storage(v.dtype)) return {v.as<const float>() + first, stride};
-  for (std::int64_t r = 0; r < count; ++r) decode_into(v, first + r * stride, d, buf + r * d);
+  if (v.dtype == sdk::DType::bf16)
+    decode_bf16_rows(v.as<const Bf16Bits>() + first, stride, count, d, buf);
+  else
+    for (std::int64_t r = 0; r < count; ++r) decode_into(v, first + r * stride, d, buf + r * d);
   return {buf, d};
 }
 
@@ -46,6 +50,10 @@ std::size_t decode_floats(const TensorView& v, std::int64_t count, std::int64_t 
 // v's rows (`count` of `d`, the first at `first`, `stride` apart) = src [count, d] rounded once.
 void store_rows(const TensorView& v, std::int64_t first, std::int64_t stride, std::int64_t count,
                 std::int64_t d, const float* src) {
+  if (v.dtype == sdk::DType::bf16) {
+    encode_bf16_rows(src, count, d, v.as<Bf16Bits>() + first, stride);
+    return;
+  }
   for (std::int64_t r = 0; r < count; ++r) commit_chunk(v, first + r * stride, d, src + r * d);
 }
 
