@@ -398,9 +398,12 @@ int run_eval(const ConfigArgs& cfg, const std::string& checkpoint, const std::st
   nlohmann::json j = {{"eval_loss", r.loss}, {"eval_accuracy", r.accuracy}, {"rows", r.rows}};
   if (r.top_k > 0) j[core::top_k_accuracy_key(r.top_k)] = r.top_k_accuracy;
   std::cout << j.dump() << std::endl;
-  // JSON has no NaN (the loss prints as null): say what a non-finite loss means.
-  if (!std::isfinite(r.loss))
+  // JSON has no NaN (the loss prints as null): say what a non-finite loss means, and exit as a
+  // diverged run does, so that a script that gates on eval does not take it for a result.
+  if (!std::isfinite(r.loss)) {
     core::core_logger("eval").warn(nonfinite_loss_warning(session.experiment.policy_name));
+    return kExitDiverged;
+  }
   return 0;
 }
 

@@ -17,7 +17,8 @@ struct ConfigArgs {
 };
 
 // Exit code of a run that diverged (every step skipped, a non-finite loss on each of the last 3
-// steps, or stopped by run.on_nonfinite = "stop"); an interrupted run exits with
+// steps, or stopped by run.on_nonfinite = "stop"), and of eval and predict whose loss is not
+// finite (their output written all the same); an interrupted run exits with
 // core::interrupted_exit_code() (130 for Ctrl-C, 143 for SIGTERM).
 inline constexpr int kExitDiverged = 3;
 // profile: the backend is wrapped in a ProfilingBackend (profiling/profiling_backend.h) that

@@ -177,8 +177,11 @@ int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
   // A path is bytes: one that is not UTF-8 is written with U+FFFD where a byte is not, rather than
   // failing the command after its file is written.
   std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
-  if (data.labelled_rows > 0 && !std::isfinite(result.loss))
+  // The predictions are written all the same (they show which rows are not finite).
+  if (data.labelled_rows > 0 && !std::isfinite(result.loss)) {
     log.warn(nonfinite_loss_warning(session.experiment.policy_name));
+    return kExitDiverged;
+  }
   return 0;
 }
 
