@@ -401,18 +401,22 @@ int run_eval(const ConfigArgs& cfg, const std::string& checkpoint, const std::st
   // JSON has no NaN (the loss prints as null): say what a non-finite loss means, and exit as a
   // diverged run does, so that a script that gates on eval does not take it for a result.
   if (!std::isfinite(r.loss)) {
-    core::core_logger("eval").warn(nonfinite_loss_warning(session.experiment.policy_name));
+    report_nonfinite_loss(session.experiment.policy_name);
     return kExitDiverged;
   }
   return 0;
 }
 
-std::string nonfinite_loss_warning(const std::string& policy_name) {
-  return "the evaluation's loss is not finite: the checkpoint's weights hold NaN or infinity, or "
-         "the forward overflows under precision.policy = " +
-         policy_name +
-         " (--set precision.policy=fp32 tells the two apart; a run's escalation plan travels in "
-         "its checkpoints and exports)";
+void report_nonfinite_loss(const std::string& policy_name) {
+  // On stderr whatever --log-level says, as a diverged run's error is: the exit code needs it.
+  std::fprintf(
+      stderr, "%s\n",
+      with_rank("error: the evaluation's loss is not finite: the checkpoint's weights hold "
+                "NaN or infinity, or the forward overflows under precision.policy = " +
+                policy_name +
+                "\n  HINT: --set precision.policy=fp32 tells the two apart; a run's "
+                "escalation plan travels in its checkpoints and exports")
+          .c_str());
 }
 
 int run_compare(const std::vector<std::string>& run_dirs, const std::string& out_dir) {

@@ -40,8 +40,9 @@ int run_plugins(const std::string& describe);
 int run_describe(const std::string& section);
 // `layout`: "native" or "gpt2" (a Hugging Face GPT-2 file, core/gpt2_layout.h).
 int run_eval(const ConfigArgs& cfg, const std::string& checkpoint, const std::string& layout);
-// What eval and predict say of a loss that is not finite (their JSON prints it as null).
-std::string nonfinite_loss_warning(const std::string& policy_name);
+// What eval and predict say on stderr of a loss that is not finite (their JSON prints it as null)
+// before they exit with kExitDiverged.
+void report_nonfinite_loss(const std::string& policy_name);
 // `message` with this process's rank prefix (core::rank_prefix()) before it, once.
 std::string with_rank(const std::string& message);
 // Parity table of runs against the first; writes compare.{json,md,svg} into out_dir (empty: the

@@ -318,8 +318,8 @@ void add_commands(CLI::App& app, CommandLine& a) {
   app.require_subcommand(1);
   app.footer(
       "Exit codes: 0 success, 1 internal error, 2 bad input (config, data, checkpoint, plugin),\n"
-      "3 the run diverged (train), 130 interrupted by Ctrl-C after a clean stop (train; 143 for "
-      "SIGTERM, 129 for SIGHUP).");
+      "3 the run diverged (train) or the loss is not finite (eval, predict of labelled rows), 130\n"
+      "interrupted by Ctrl-C after a clean stop (train; 143 for SIGTERM, 129 for SIGHUP).");
   app.add_option("--log-level", a.log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
   add_train(app, a);

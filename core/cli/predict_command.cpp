@@ -179,7 +179,7 @@ int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
   std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
   // The predictions are written all the same (they show which rows are not finite).
   if (data.labelled_rows > 0 && !std::isfinite(result.loss)) {
-    log.warn(nonfinite_loss_warning(session.experiment.policy_name));
+    report_nonfinite_loss(session.experiment.policy_name);
     return kExitDiverged;
   }
   return 0;

@@ -5,7 +5,9 @@
 //
 // Contract
 // - decode_bf16_rows: dst [count, d] (row-major, dense) = the exact fp32 values of `count` rows of
-//   `d` elements at src, src + stride, ... (stride in elements, >= d).
+//   `d` elements at src, src + stride, ... (stride in elements, >= d): each value's bits shifted
+//   into place, so a signalling NaN stays signalling (the SDK's decoder quiets it; the first
+//   arithmetic on it does the same).
 // - encode_bf16_rows: the `count` rows of `d` at dst, dst + stride, ... = src [count, d] rounded
 //   once, to nearest even, NaNs quieted: the SDK's encode_bf16 with Overflow::to_inf_or_nan, bit
 //   for bit.

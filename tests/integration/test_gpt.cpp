@@ -261,6 +261,11 @@ TEST_F(CliGpt, SampleFromNonFiniteLogitsExitsTwo) {
   EXPECT_EQ(r.exit_code, 3) << r.err;
   EXPECT_TRUE(json::parse(r.out)["eval_loss"].is_null()) << r.out;
   EXPECT_TRUE(has(r.err, "the evaluation's loss is not finite")) << r.err;
+  // Said whatever the log level, as a diverged run's error is.
+  r = run("--log-level off eval " + config("gpt-tiny-fp32.toml") + kSmall + " --checkpoint " +
+          (dir_ / "nan.safetensors").string());
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_TRUE(has(r.err, "error: the evaluation's loss is not finite")) << r.err;
   // So does `predict` of labelled windows, its predictions written all the same.
   r = run("predict " + config("gpt-tiny-fp32.toml") + kSmall + " --checkpoint " +
           (dir_ / "nan.safetensors").string() + " --input /usr/share/common-licenses/GPL-3 --out " +

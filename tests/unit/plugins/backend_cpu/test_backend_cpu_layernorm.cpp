@@ -100,6 +100,38 @@ TEST(BackendCpuLayerNorm, EveryIsaThreadCountAndStoragePairWritesTheSameBits) {
   }
 }
 
+// On values whose sums round (random floats, every width from 1 past two rounds of the eight
+// lanes), each storage pair writes the same bits on every ISA variant and thread count: the
+// summing order is the source's, not the vector width's.
+TEST(BackendCpuLayerNorm, RoundedSumsAreTheSameBitsOnEveryIsa) {
+  for (const std::int64_t n : {1, 7, 8, 9, 17, 100}) {
+    const std::int64_t rows = 40000 / n + 1;  // past parallel_worth: two threads share the rows
+    const auto xv = random_values(static_cast<std::size_t>(rows * n), 31, -3.0f, 50.0f);
+    const auto gv = random_values(static_cast<std::size_t>(n), 32, 0.5f, 1.5f);
+    const auto bv = random_values(static_cast<std::size_t>(n), 33, -0.3f, 0.3f);
+    std::map<std::pair<DType, DType>, Outputs> first;
+    for (const auto& [threads, isa] : thread_and_isa_runs()) {
+      const IsaScope as_isa(isa);
+      CpuBackend be(threads);
+      DeviceTensor gamma(be, DType::fp32, Shape{n}, gv), beta(be, DType::fp32, Shape{n}, bv);
+      for (const DType xt : kDtypes)
+        for (const DType yt : {DType::fp32, DType::bf16}) {
+          DeviceTensor x(be, xt, Shape{rows, n}, xv), y(be, yt, Shape{rows, n});
+          DeviceTensor mean(be, DType::fp32, Shape{rows}), rstd(be, DType::fp32, Shape{rows});
+          sdk::facet<sdk::LayerNormFacet>(be)->layernorm_forward(x, gamma, beta, 1e-5f, y, mean,
+                                                                 rstd);
+          const Outputs got{y.get(), mean.get(), rstd.get()};
+          const auto [it, fresh] = first.try_emplace({xt, yt}, got);
+          if (!fresh) {
+            EXPECT_EQ(got, it->second)
+                << isa_name(isa) << ", threads " << threads << ", n " << n << ", x "
+                << sdk::dtype_name(xt) << ", y " << sdk::dtype_name(yt);
+          }
+        }
+    }
+  }
+}
+
 TEST(BackendCpuLayerNorm, TheFusedAddIsTheAddThenTheLayerNormOnEveryIsa) {
   const std::int64_t n = 131, rows = 300;  // a tail past the lanes, two threads' worth of rows
   const auto av = random_values(static_cast<std::size_t>(rows * n), 21, 20.0f, 24.0f);
