@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <initializer_list>
 #include <map>
 #include <set>
 
@@ -13,6 +14,7 @@
 #include "distributed/launch.h"
 #include "graph/ops/op_registry.h"
 #include "mixtrain/core/config/component_section.h"
+#include "mixtrain/core/config/config_errors.h"
 #include "mixtrain/core/config/host_schemas.h"
 #include "mixtrain/core/config/section_catalog.h"
 #include "mixtrain/core/graph/quantized_weight.h"
@@ -696,6 +698,35 @@ void check_keep_best(const sdk::Options& ck, const Experiment& e) {
         "set run.eval_every to the steps between the evaluations it compares");
 }
 
+// Reads a config's sections one after another, each even when an earlier one was refused unless
+// it reads what that one sets (its `needs`): the config's independent mistakes are all reported,
+// and none that only follows from another (config/config_errors.h).
+class SectionReads {
+ public:
+  template <class Read>
+  void read(const char* section, std::initializer_list<const char*> needs, Read&& read) {
+    for (const char* need : needs)
+      if (failed_.contains(need)) {
+        failed_.insert(section);
+        return;
+      }
+    try {
+      read();
+    } catch (const sdk::ConfigError& e) {
+      errors_.push_back(e);
+      failed_.insert(section);
+    }
+  }
+  void throw_errors() const {
+    if (errors_.size() == 1) throw errors_.front();
+    if (errors_.size() > 1) throw ConfigErrors(errors_);
+  }
+
+ private:
+  std::vector<sdk::ConfigError> errors_;
+  std::set<std::string> failed_;
+};
+
 Experiment read_experiment(const Config& config, const PluginRegistry& registry) {
   Experiment e;
   e.source_name = config.source_name();
@@ -706,32 +737,42 @@ Experiment read_experiment(const Config& config, const PluginRegistry& registry)
   for (std::size_t i = 0; i < overrides.size(); ++i)
     reject_nested(config, "precision.override." + std::to_string(i));
 
-  const auto run = read_run(config, e);
-  read_data_config(config, e);
-  read_model_config(config, e);
+  SectionReads reads;
+  sdk::Options run, checkpoint;
+  reads.read("run", {}, [&] { run = read_run(config, e); });
+  reads.read("data", {}, [&] { read_data_config(config, e); });
+  reads.read("model", {"data"}, [&] { read_model_config(config, e); });  // vocab and block size
   const PluginSections plugins{config, registry};
-  read_backend(plugins, e);
-  read_precision(plugins, overrides, e);
-  read_scaler(plugins, e);
-  read_optimizer(plugins, e);
-  const auto checkpoint = read_checkpoint(plugins, e);
-  read_distributed(plugins, e);
-  read_ema(config, e);
-  read_eval(config, e);
-  read_train(config, e);
-  read_lora(config, e);
-  read_early_stopping(run, e);
-  check_keep_best(checkpoint, e);
+  reads.read("backend", {}, [&] { read_backend(plugins, e); });
+  reads.read("precision", {}, [&] { read_precision(plugins, overrides, e); });
+  reads.read("scaler", {}, [&] { read_scaler(plugins, e); });
+  reads.read("optimizer", {"run"}, [&] { read_optimizer(plugins, e); });  // the schedule's steps
+  reads.read("checkpoint", {"model"}, [&] { checkpoint = read_checkpoint(plugins, e); });
+  reads.read("distributed", {}, [&] { read_distributed(plugins, e); });
+  reads.read("ema", {}, [&] { read_ema(config, e); });
+  reads.read("eval", {"ema"}, [&] { read_eval(config, e); });
+  reads.read("train", {"model"}, [&] { read_train(config, e); });
+  reads.read("lora", {"model", "checkpoint"}, [&] { read_lora(config, e); });
+  reads.read("early_stopping", {"run"}, [&] { read_early_stopping(run, e); });
+  reads.read("keep_best", {"run", "checkpoint"}, [&] { check_keep_best(checkpoint, e); });
+  reads.throw_errors();
   return e;
 }
 
 }  // namespace
 
 Experiment parse_experiment(const Config& config, const PluginRegistry& registry) {
+  const auto pointed = [&](const sdk::ConfigError& e) {
+    return with_owner_hint(e, registry).value_or(e);
+  };
   try {
     return read_experiment(config, registry);
+  } catch (const ConfigErrors& all) {
+    std::vector<sdk::ConfigError> errors;
+    for (const auto& e : all.errors()) errors.push_back(pointed(e));
+    throw ConfigErrors(std::move(errors));
   } catch (const sdk::ConfigError& e) {
-    if (auto pointed = with_owner_hint(e, registry)) throw *pointed;
+    if (auto owner = with_owner_hint(e, registry)) throw *owner;
     throw;
   }
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "mixtrain/core/config/config.h"
+#include "mixtrain/core/config/config_errors.h"
 #include "mixtrain/core/config/experiment.h"
 #include "mixtrain/core/plugins/registry.h"
 
@@ -949,3 +950,66 @@ TEST(sdk_Experiment, AMisspelledResNetBlockNamesFileLineColumnAndTheBlocks) {
 }
 
 }  // namespace
+
+// How many mistakes parse() reports: 0, 1 (a ConfigError), or a ConfigErrors' count.
+std::size_t mistakes_in(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  try {
+    parse(text, overrides);
+  } catch (const mixtrain::core::ConfigErrors& e) {
+    return e.errors().size();
+  } catch (const sdk::ConfigError&) {
+    return 1;
+  }
+  return 0;
+}
+
+// Independent mistakes in several sections are reported together, in the order the sections are
+// read, each at its own line, as one ConfigError whose first line and location are the first's;
+// a section that reads what a refused one sets ([model] reads [data]'s vocabulary) is not read,
+// so no error that could only follow from another is reported.
+TEST(sdk_Experiment, IndependentMistakesAreReportedTogether) {
+  const std::string text =
+      "[run]\n"                                        // 1
+      "steps = -3\n"                                   // 2
+      "[model]\n"                                      // 3
+      "layers = [ { type = \"linear\", out = 4 } ]\n"  // 4
+      "[data]\n"                                       // 5
+      "batch_size = 0\n"                               // 6
+      "[eval]\n"                                       // 7
+      "top_k = \"x\"\n"                                // 8
+      "[backend]\n"                                    // 9
+      "type = \"cpu\"\n"                               // 10
+      "threads = \"two\"\n";                           // 11
+  const auto all = error_of<mixtrain::core::ConfigErrors>(text);
+  ASSERT_TRUE(all.has_value());
+  std::vector<std::pair<std::string, std::uint32_t>> got;
+  for (const auto& e : all->errors()) got.emplace_back(e.key(), e.where().line);
+  const std::vector<std::pair<std::string, std::uint32_t>> want = {
+      {"run.steps", 2}, {"data.batch_size", 6}, {"backend.threads", 11}, {"eval.top_k", 8}};
+  EXPECT_EQ(got, want);
+  // The first error's location and key; the others in the message as the CLI prints errors.
+  EXPECT_EQ(all->key(), "run.steps");
+  EXPECT_EQ(all->where().line, 2u);
+  const std::string printed = all->full_message();
+  EXPECT_EQ(printed.rfind("exp.toml:2:", 0), 0u) << printed;
+  std::size_t at = 0;
+  for (const auto& e : all->errors()) {
+    at = printed.find(e.what(), at);
+    ASSERT_NE(at, std::string::npos) << e.what() << " in\n" << printed;
+    EXPECT_NE(printed.find("HINT: " + e.hint()), std::string::npos) << e.hint();
+  }
+  EXPECT_NE(printed.find("\nerror: exp.toml:6:"), std::string::npos) << printed;
+  // One mistake is thrown as itself.
+  EXPECT_EQ(mistakes_in(kFull), 0u);
+  EXPECT_EQ(mistakes_in(kFull, {"run.steps=-3"}), 1u);
+  EXPECT_EQ(mistakes_in(kFull, {"run.steps=-3", "eval.top_k=-1"}), 2u);
+  // [model] reads [data] (a preset's vocabulary and context): with [data] refused, [model] is not
+  // read, and its own mistake waits for the next round rather than risk an error that only
+  // follows from the data's defaults.
+  const std::string chained =
+      "[data]\nbatch_size = 0\n[model]\nlayers = [ { type = \"linaer\", out = 4 } ]\n";
+  EXPECT_EQ(mistakes_in(chained), 1u);
+  const auto data = error_of<sdk::ConfigError>(chained);
+  ASSERT_TRUE(data.has_value());
+  EXPECT_EQ(data->key(), "data.batch_size") << data->what();
+}
