@@ -10,6 +10,8 @@
 #include <type_traits>
 #include <vector>
 
+#include <omp.h>
+
 #include "cpu_access.h"
 #include "cpu_context.h"
 #include "cpu_layernorm_kernels.h"
@@ -206,13 +208,19 @@ void CpuLayerNorm::backward(TensorView dy, TensorView x, TensorView gamma, Tenso
   const float* gp = g.data();
   const float* mean_in = mean.as<const float>();
   const float* rstd_in = rstd.as<const float>();
-  std::vector<double> dgamma_sum(static_cast<std::size_t>(n), 0.0);
-  std::vector<double> dbeta_sum(static_cast<std::size_t>(n), 0.0);
+  // Each thread's parameter-gradient sums, added across threads in thread order after the rows:
+  // the same bits on every run for a given team (merged as threads finish, three or more
+  // threads' sums would round in a different order from run to run).
+  const auto width = static_cast<std::size_t>(n);
+  const auto team = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
+  std::vector<double> dgamma_parts(want_dgamma ? team * width : 0, 0.0);
+  std::vector<double> dbeta_parts(want_dbeta ? team * width : 0, 0.0);
 #pragma omp parallel if (parallel_worth(rows * n))
   {
     std::vector<float> x_buf, dy_buf, out_buf;
-    std::vector<double> dgamma_part(want_dgamma ? static_cast<std::size_t>(n) : 0, 0.0);
-    std::vector<double> dbeta_part(want_dbeta ? static_cast<std::size_t>(n) : 0, 0.0);
+    const auto t = static_cast<std::size_t>(omp_get_thread_num());
+    double* dgamma_part = want_dgamma ? dgamma_parts.data() + t * width : nullptr;
+    double* dbeta_part = want_dbeta ? dbeta_parts.data() + t * width : nullptr;
 #pragma omp for schedule(static)
     for (std::int64_t r = 0; r < rows; ++r) {
       const float* xs = read_row(x, r, n, x_buf);
@@ -228,15 +236,13 @@ void CpuLayerNorm::backward(TensorView dy, TensorView x, TensorView gamma, Tenso
         sum_gx += static_cast<double>(gj) * xhat;
       }
       if (want_dgamma) {
-        double* part = dgamma_part.data();
 #pragma omp simd
         for (std::int64_t j = 0; j < n; ++j)
-          part[j] += static_cast<double>(gy[j]) * ((xs[j] - mu) * rs);
+          dgamma_part[j] += static_cast<double>(gy[j]) * ((xs[j] - mu) * rs);
       }
       if (want_dbeta) {
-        double* part = dbeta_part.data();
 #pragma omp simd
-        for (std::int64_t j = 0; j < n; ++j) part[j] += gy[j];
+        for (std::int64_t j = 0; j < n; ++j) dbeta_part[j] += gy[j];
       }
       const float mean_g = static_cast<float>(sum_g / static_cast<double>(n));
       const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(n));
@@ -258,24 +264,18 @@ void CpuLayerNorm::backward(TensorView dy, TensorView x, TensorView gamma, Tenso
       }
       commit_row(dx, r, n, out);
     }
-#pragma omp critical
-    {
-      for (std::size_t j = 0; j < dgamma_part.size(); ++j) dgamma_sum[j] += dgamma_part[j];
-      for (std::size_t j = 0; j < dbeta_part.size(); ++j) dbeta_sum[j] += dbeta_part[j];
+  }
+  // The threads' sums in thread order (a thread without rows added zeros).
+  const auto finish = [&](const std::vector<double>& parts, const TensorView& grad) {
+    float* out = grad.as<float>();
+    for (std::size_t j = 0; j < width; ++j) {
+      double sum = 0.0;
+      for (std::size_t t = 0; t < team; ++t) sum += parts[t * width + j];
+      out[j] = static_cast<float>((accumulate ? out[j] : 0.0) + sum);
     }
-  }
-  if (want_dgamma) {
-    float* out = dgamma.as<float>();
-    for (std::int64_t j = 0; j < n; ++j)
-      out[j] =
-          static_cast<float>((accumulate ? out[j] : 0.0) + dgamma_sum[static_cast<std::size_t>(j)]);
-  }
-  if (want_dbeta) {
-    float* out = dbeta.as<float>();
-    for (std::int64_t j = 0; j < n; ++j)
-      out[j] =
-          static_cast<float>((accumulate ? out[j] : 0.0) + dbeta_sum[static_cast<std::size_t>(j)]);
-  }
+  };
+  if (want_dgamma) finish(dgamma_parts, dgamma);
+  if (want_dbeta) finish(dbeta_parts, dbeta);
 }
 
 }  // namespace mixtrain::backend_cpu
