@@ -159,7 +159,14 @@ std::string train_command(const ConfigArgs& cfg, const std::string& run_dir = {}
 // already start with it.
 std::string with_rank(const std::string& message) {
   const std::string prefix = core::rank_prefix();
-  return message.rfind(prefix, 0) == 0 ? message : prefix + message;
+  if (prefix.empty()) return message;
+  std::string out = message.rfind(prefix, 0) == 0 ? message : prefix + message;
+  // Several errors in one message (core::ConfigErrors): each of its "error:" lines says the rank.
+  const std::string line = "\nerror: ";
+  for (auto at = out.find(line); at != std::string::npos; at = out.find(line, at + 1))
+    if (out.compare(at + line.size(), prefix.size(), prefix) != 0)
+      out.insert(at + line.size(), prefix);
+  return out;
 }
 
 int run_train(const ConfigArgs& given, const std::string& run_dir,

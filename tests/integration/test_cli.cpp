@@ -904,6 +904,21 @@ TEST_F(Cli, ALaunchedRankTagsItsLinesFromTheFirst) {
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   EXPECT_NE(plain.err.find("[info]"), std::string::npos) << plain.err;
   EXPECT_EQ(plain.err.find("rank 1"), std::string::npos) << plain.err;
+  // A config's mistakes, reported together: each error line says the rank.
+  {
+    const ScopedEnv size("OMPI_COMM_WORLD_SIZE", "2"), rank("OMPI_COMM_WORLD_RANK", "1");
+    r = run("train " + quickstart() + " --set run.steps=-3 --set data.batch_size=0 --run-dir " +
+            (dir_ / "r2").string());
+  }
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("error: rank 1: --set data.batch_size=0:"), std::string::npos) << r.err;
+  std::size_t errors = 0;
+  for (auto at = r.err.find("error: "); at != std::string::npos; at = r.err.find("error: ", at + 1))
+    if (at == 0 || r.err[at - 1] == '\n') {
+      ++errors;
+      EXPECT_EQ(r.err.compare(at, 15, "error: rank 1: "), 0) << r.err;
+    }
+  EXPECT_EQ(errors, 2u) << r.err;
 }
 
 TEST_F(Cli, CheckPrintsThePlanAndPluginsListsComponents) {

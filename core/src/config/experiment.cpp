@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <initializer_list>
 #include <map>
 #include <set>
@@ -715,15 +716,26 @@ class SectionReads {
     } catch (const sdk::ConfigError& e) {
       errors_.push_back(e);
       failed_.insert(section);
+    } catch (const sdk::UserError& e) {
+      // A component named that no plugin offers (a PluginError): a mistake of the section too.
+      others_.push_back(std::current_exception());
+      other_texts_.push_back(e.full_message());
+      failed_.insert(section);
     }
   }
   void throw_errors() const {
-    if (errors_.size() == 1) throw errors_.front();
-    if (errors_.size() > 1) throw ConfigErrors(errors_);
+    if (errors_.size() + others_.size() == 1) {
+      if (!errors_.empty()) throw errors_.front();
+      std::rethrow_exception(others_.front());
+    }
+    if (!errors_.empty()) throw ConfigErrors(errors_, other_texts_);
+    if (!others_.empty()) std::rethrow_exception(others_.front());
   }
 
  private:
   std::vector<sdk::ConfigError> errors_;
+  std::vector<std::exception_ptr> others_;
+  std::vector<std::string> other_texts_;  // their full messages, after the config errors
   std::set<std::string> failed_;
 };
 
@@ -751,10 +763,11 @@ Experiment read_experiment(const Config& config, const PluginRegistry& registry)
   reads.read("distributed", {}, [&] { read_distributed(plugins, e); });
   reads.read("ema", {}, [&] { read_ema(config, e); });
   reads.read("eval", {"ema"}, [&] { read_eval(config, e); });
-  reads.read("train", {"model"}, [&] { read_train(config, e); });
+  reads.read("train", {}, [&] { read_train(config, e); });  // sets model.freeze alone
   reads.read("lora", {"model", "checkpoint"}, [&] { read_lora(config, e); });
-  reads.read("early_stopping", {"run"}, [&] { read_early_stopping(run, e); });
-  reads.read("keep_best", {"run", "checkpoint"}, [&] { check_keep_best(checkpoint, e); });
+  // Both check their metric against [eval] top_k.
+  reads.read("early_stopping", {"run", "eval"}, [&] { read_early_stopping(run, e); });
+  reads.read("keep_best", {"run", "checkpoint", "eval"}, [&] { check_keep_best(checkpoint, e); });
   reads.throw_errors();
   return e;
 }
@@ -770,7 +783,7 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
   } catch (const ConfigErrors& all) {
     std::vector<sdk::ConfigError> errors;
     for (const auto& e : all.errors()) errors.push_back(pointed(e));
-    throw ConfigErrors(std::move(errors));
+    throw ConfigErrors(std::move(errors), all.others());
   } catch (const sdk::ConfigError& e) {
     if (auto owner = with_owner_hint(e, registry)) throw *owner;
     throw;

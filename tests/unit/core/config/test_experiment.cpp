@@ -956,7 +956,9 @@ std::size_t mistakes_in(const std::string& text, const std::vector<std::string>&
   try {
     parse(text, overrides);
   } catch (const mixtrain::core::ConfigErrors& e) {
-    return e.errors().size();
+    return e.errors().size() + e.others().size();
+  } catch (const sdk::PluginError&) {
+    return 1;
   } catch (const sdk::ConfigError&) {
     return 1;
   }
@@ -1003,6 +1005,23 @@ TEST(sdk_Experiment, IndependentMistakesAreReportedTogether) {
   EXPECT_EQ(mistakes_in(kFull), 0u);
   EXPECT_EQ(mistakes_in(kFull, {"run.steps=-3"}), 1u);
   EXPECT_EQ(mistakes_in(kFull, {"run.steps=-3", "eval.top_k=-1"}), 2u);
+  // A component no plugin offers (a PluginError) joins the others, after them.
+  EXPECT_EQ(mistakes_in(kFull, {"run.steps=-3", "precision.policy=\"bf16\""}), 2u);
+  try {
+    parse(kFull, {"precision.policy=\"bf16\"", "run.steps=-3"});
+    ADD_FAILURE() << "accepted";
+  } catch (const mixtrain::core::ConfigErrors& e) {
+    EXPECT_EQ(e.key(), "run.steps");
+    ASSERT_EQ(e.others().size(), 1u);
+    EXPECT_NE(e.others()[0].find("no policy named 'bf16'"), std::string::npos) << e.others()[0];
+    EXPECT_NE(e.full_message().find("\nerror: " + e.others()[0]), std::string::npos);
+  }
+  // Early stopping and keep_best check their metric against [eval] top_k: with [eval] refused
+  // they wait, rather than call eval_top5_accuracy no number of this run.
+  EXPECT_EQ(
+      mistakes_in(kFull, {"run.early_stopping_patience=3",
+                          "run.early_stopping_metric=\"eval_top5_accuracy\"", "eval.top_k=\"x\""}),
+      1u);
   // [model] reads [data] (a preset's vocabulary and context): with [data] refused, [model] is not
   // read, and its own mistake waits for the next round rather than risk an error that only
   // follows from the data's defaults.

@@ -6,11 +6,14 @@
 //   error's, so a caller that handles one ConfigError handles it. what() then carries each later
 //   error as the CLI prints an error ("\nerror: <message>\n  HINT: <hint>"), the last one's hint
 //   being hint(), so full_message() reads as the errors printed one after another.
-// - errors(): every error, in the order the sections were read.
-// - The constructor takes two or more errors (std::invalid_argument otherwise: one error is
-//   thrown as itself).
+// - errors(): every ConfigError, in the order the sections were read. `others` are the full
+//   messages of other mistakes of the sections (a component no plugin offers: a PluginError),
+//   printed after them; the last hint is then the last ConfigError's when it is not in one.
+// - The constructor takes one or more ConfigErrors and two or more errors in all
+//   (std::invalid_argument otherwise: one error is thrown as itself).
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "mixtrain/sdk/error.h"
@@ -19,11 +22,14 @@ namespace mixtrain::core {
 
 class ConfigErrors : public sdk::ConfigError {
  public:
-  explicit ConfigErrors(std::vector<sdk::ConfigError> errors);
+  explicit ConfigErrors(std::vector<sdk::ConfigError> errors,
+                        const std::vector<std::string>& others = {});
   const std::vector<sdk::ConfigError>& errors() const noexcept { return errors_; }
+  const std::vector<std::string>& others() const noexcept { return others_; }
 
  private:
   std::vector<sdk::ConfigError> errors_;
+  std::vector<std::string> others_;
 };
 
 }  // namespace mixtrain::core
