@@ -4,6 +4,8 @@
 // facets the model calls. The stream in bf16 or fp32; the layer norm writes fp32, as the
 // precision plan pins it.
 //
+// The last column is the layer norm's backward as a block runs it (layernorm_backward_accumulate:
+// dx added into the fp32 gradient sum).
 // Usage: bench_add_layer_norm [--threads N] [--reps R] [--rows B·T] [--width C]
 // Per case: 2 warm-up calls, then R calls; the fastest call in ms (best_call_time.h).
 #include <CLI/CLI.hpp>
@@ -54,8 +56,18 @@ void run(CpuBackend& be, std::int64_t rows, std::int64_t c, DType dt, int reps) 
   args.mean = mean;
   args.rstd = rstd;
   const double fused = best_ms([&] { norm->layernorm_add_forward(args); }, reps);
-  std::printf("%6lld %-5s %10.3f %10.3f %10.3f %10.3f %6.3fx\n", static_cast<long long>(rows),
-              sdk::dtype_name(dt).data(), add, norm_alone, apart, fused, apart / fused);
+  // The backward as the block runs it: dy in the stream's dtype, dx added into the fp32 gradient
+  // sum of the residual stream, dgamma and dbeta accumulated.
+  const TensorView dy = a.make(dt, {rows, c}, 9), dsum = a.make(DType::fp32, {rows, c}, 10);
+  const TensorView dgamma = a.make(DType::fp32, {c}, 11), dbeta = a.make(DType::fp32, {c}, 12);
+  const double backward = best_ms(
+      [&] {
+        norm->layernorm_backward_accumulate(dy, s, gamma, mean, rstd, dsum, dgamma, dbeta, true);
+      },
+      reps);
+  std::printf("%6lld %-5s %10.3f %10.3f %10.3f %10.3f %6.3fx %10.3f\n",
+              static_cast<long long>(rows), sdk::dtype_name(dt).data(), add, norm_alone, apart,
+              fused, apart / fused, backward);
 }
 
 }  // namespace
@@ -74,8 +86,8 @@ int main(int argc, char** argv) {
   CpuBackend be(threads);
   std::printf("threads %d, C %lld, best of %d calls, ms\n", threads, static_cast<long long>(width),
               reps);
-  std::printf("%6s %-5s %10s %10s %10s %10s %7s\n", "rows", "dtype", "add", "ln", "add+ln", "fused",
-              "gain");
+  std::printf("%6s %-5s %10s %10s %10s %10s %7s %10s\n", "rows", "dtype", "add", "ln", "add+ln",
+              "fused", "gain", "backward");
   for (DType dt : {DType::bf16, DType::fp32}) run(be, rows, width, dt, reps);
   return 0;
 }
