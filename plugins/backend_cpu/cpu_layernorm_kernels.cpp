@@ -90,8 +90,42 @@ template <class T, class Y>
   }
 }
 
+// Rows [r0, r1) of the backward (the header's layernorm_backward_range).
+template <class T, class D>
+[[gnu::always_inline]] inline void range_layernorm_backward(
+    const T* x, const T* dy, const float* gamma, const float* mean, const float* rstd, D* dx,
+    bool add_into_dx, std::int64_t r0, std::int64_t r1, std::int64_t n, double* dgamma_part,
+    double* dbeta_part) {
+  const double count = static_cast<double>(n);
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const T* xs = x + r * n;
+    const T* gy = dy + r * n;
+    const float mu = mean[r], rs = rstd[r];
+    const double sum_g = ordered_sum(
+        n, [&](std::int64_t j) MIXTRAIN_INLINE { return double{load(gy, j) * gamma[j]}; });
+    const double sum_gx = ordered_sum(n, [&](std::int64_t j) MIXTRAIN_INLINE {
+      const float xhat = (load(xs, j) - mu) * rs;
+      return static_cast<double>(load(gy, j) * gamma[j]) * xhat;
+    });
+    if (dgamma_part != nullptr)
+      for (std::int64_t j = 0; j < n; ++j)
+        dgamma_part[j] += static_cast<double>(load(gy, j)) * ((load(xs, j) - mu) * rs);
+    if (dbeta_part != nullptr)
+      for (std::int64_t j = 0; j < n; ++j) dbeta_part[j] += load(gy, j);
+    const float mean_g = static_cast<float>(sum_g / count);
+    const float mean_gx = static_cast<float>(sum_gx / count);
+    D* out = dx + r * n;  // may be dy's row (same storage): each element read before it is written
+    for (std::int64_t j = 0; j < n; ++j) {
+      const float xhat = (load(xs, j) - mu) * rs;
+      const float g = rs * (load(gy, j) * gamma[j] - mean_g - xhat * mean_gx);
+      store(out, j, add_into_dx ? load(out, j) + g : g);
+    }
+  }
+}
+
 MIXTRAIN_ISA_VARIANTS(range_layernorm)
 MIXTRAIN_ISA_VARIANTS(range_add_layernorm)
+MIXTRAIN_ISA_VARIANTS(range_layernorm_backward)
 
 #undef MIXTRAIN_INLINE
 
@@ -133,6 +167,29 @@ void normalize_float_row(const float* in, std::int64_t n, float eps, const float
                          const float* beta, float* out, float* mean, float* rstd) {
   range_layernorm_best(in, out, std::int64_t{0}, std::int64_t{1}, n, eps, gamma, beta, mean, rstd);
 }
+
+template <class T, class D>
+void layernorm_backward_range(const T* x, const T* dy, const float* gamma, const float* mean,
+                              const float* rstd, D* dx, bool add_into_dx, std::int64_t r0,
+                              std::int64_t r1, std::int64_t n, double* dgamma_part,
+                              double* dbeta_part) {
+  range_layernorm_backward_best(x, dy, gamma, mean, rstd, dx, add_into_dx, r0, r1, n, dgamma_part,
+                                dbeta_part);
+}
+
+template void layernorm_backward_range<float, float>(const float*, const float*, const float*,
+                                                     const float*, const float*, float*, bool,
+                                                     std::int64_t, std::int64_t, std::int64_t,
+                                                     double*, double*);
+template void layernorm_backward_range<Bf16Bits, Bf16Bits>(const Bf16Bits*, const Bf16Bits*,
+                                                           const float*, const float*, const float*,
+                                                           Bf16Bits*, bool, std::int64_t,
+                                                           std::int64_t, std::int64_t, double*,
+                                                           double*);
+template void layernorm_backward_range<Bf16Bits, float>(const Bf16Bits*, const Bf16Bits*,
+                                                        const float*, const float*, const float*,
+                                                        float*, bool, std::int64_t, std::int64_t,
+                                                        std::int64_t, double*, double*);
 
 #define MIXTRAIN_LAYERNORM_KERNELS(T, Y)                                                         \
   template void layernorm_rows<T, Y>(const T*, Y*, std::int64_t, std::int64_t, float,            \

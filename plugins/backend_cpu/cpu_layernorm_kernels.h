@@ -1,5 +1,6 @@
-// The row kernels of the CPU backend's layer norm forward over [rows, n] tensors (x, y, a, b,
-// sum): the statistics, the normalisation and the residual add before it, in one pass per row.
+// The row kernels of the CPU backend's layer norm over [rows, n] tensors (x, y, a, b, sum, dy,
+// dx): the forward's statistics, normalisation and the residual add before it, in one pass per
+// row, and the backward's rows.
 //
 // Contract
 // - T (x, a, b, sum) and Y (y) are float (fp32 storage) or Bf16Bits (bf16 storage, decoded and
@@ -36,5 +37,20 @@ void add_layernorm_rows(const T* a, const T* b, T* sum, Y* y, std::int64_t rows,
 
 void normalize_float_row(const float* in, std::int64_t n, float eps, const float* gamma,
                          const float* beta, float* out, float* mean, float* rstd);
+
+// Rows [r0, r1) of the backward, on the calling thread, for (T, D) = (float, float),
+// (Bf16Bits, Bf16Bits) or (Bf16Bits, float); the facet runs fp16 and mixed storage as
+// (float, float) one decoded row at a time (r0 = 0, r1 = 1, the row's mean and rstd), so every
+// path writes the same bits. With xhat = (x − mean)·rstd, g = dy·gamma (fp32):
+//   dx = rstd·(g − mean(g) − xhat·mean(g·xhat)), the means summed in double in the forward's
+//   fixed order; stored into dx, or added to it (`add_into_dx`: D is float, the running sum);
+//   dx may be dy (same storage).
+//   dgamma_part[j] += dy·xhat and dbeta_part[j] += dy, in double over the rows (either may be
+//   null): the caller sums its threads' parts in a fixed order.
+template <class T, class D>
+void layernorm_backward_range(const T* x, const T* dy, const float* gamma, const float* mean,
+                              const float* rstd, D* dx, bool add_into_dx, std::int64_t r0,
+                              std::int64_t r1, std::int64_t n, double* dgamma_part,
+                              double* dbeta_part);
 
 }  // namespace mixtrain::backend_cpu

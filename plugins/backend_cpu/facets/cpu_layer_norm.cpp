@@ -219,56 +219,44 @@ void CpuLayerNorm::backward(TensorView dy, TensorView x, TensorView gamma, Tenso
   const auto team = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
   std::vector<double> dgamma_parts(want_dgamma ? team * width : 0, 0.0);
   std::vector<double> dbeta_parts(want_dbeta ? team * width : 0, 0.0);
+  // fp32 or bf16 x and dy of one storage, dx the same or fp32: the typed kernels; other storage a
+  // decoded row at a time through the same arithmetic, over the same split of the rows.
+  const bool typed = x.dtype == dy.dtype && typed_rows(x) &&
+                     (add_into_dx || is_fp32_storage(dx.dtype) ||
+                      (dx.dtype == x.dtype && !is_fp32_storage(x.dtype)));
 #pragma omp parallel if (parallel_worth(rows * n))
   {
-    std::vector<float> x_buf, dy_buf, out_buf;
     const auto t = static_cast<std::size_t>(omp_get_thread_num());
+    const std::int64_t threads = omp_get_num_threads();
+    const std::int64_t r0 = rows * static_cast<std::int64_t>(t) / threads;
+    const std::int64_t r1 = rows * (static_cast<std::int64_t>(t) + 1) / threads;
     std::vector<double> dgamma_mine(want_dgamma ? width : 0, 0.0);
     std::vector<double> dbeta_mine(want_dbeta ? width : 0, 0.0);
-#pragma omp for schedule(static)
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const float* xs = read_row(x, r, n, x_buf);
-      const float* gy = read_row(dy, r, n, dy_buf);
-      const float mu = mean_in[r];
-      const float rs = rstd_in[r];
-      double sum_g = 0.0, sum_gx = 0.0;
-#pragma omp simd reduction(+ : sum_g, sum_gx)
-      for (std::int64_t j = 0; j < n; ++j) {
-        const float xhat = (xs[j] - mu) * rs;
-        const float gj = gy[j] * gp[j];
-        sum_g += gj;
-        sum_gx += static_cast<double>(gj) * xhat;
+    double* dgamma_part = want_dgamma ? dgamma_mine.data() : nullptr;
+    double* dbeta_part = want_dbeta ? dbeta_mine.data() : nullptr;
+    if (typed) {
+      with_typed(x, [&](auto* xp) {
+        using T = std::remove_pointer_t<decltype(xp)>;
+        const auto* dyp = static_cast<const T*>(dy.data);
+        with_typed(dx, [&](auto* dxp) {
+          using D = std::remove_pointer_t<decltype(dxp)>;
+          // fp32 x with a bf16 dx has no kernel; `typed` leaves it to the row path.
+          if constexpr (!std::is_same_v<T, float> || std::is_same_v<D, float>)
+            layernorm_backward_range(static_cast<const T*>(xp), dyp, gp, mean_in, rstd_in, dxp,
+                                     add_into_dx, r0, r1, n, dgamma_part, dbeta_part);
+        });
+      });
+    } else {
+      std::vector<float> x_buf, dy_buf, out_buf;
+      for (std::int64_t r = r0; r < r1; ++r) {
+        const float* xs = read_row(x, r, n, x_buf);
+        const float* gy = read_row(dy, r, n, dy_buf);
+        // add_into_dx: dx is fp32 and apart from dy and x (checked), the host's sum.
+        float* out = add_into_dx ? dx.as<float>() + r * n : row_target(dx, r, n, out_buf);
+        layernorm_backward_range(xs, gy, gp, mean_in + r, rstd_in + r, out, add_into_dx,
+                                 std::int64_t{0}, std::int64_t{1}, n, dgamma_part, dbeta_part);
+        if (!add_into_dx) commit_row(dx, r, n, out);  // dx may alias dy: after the row's sums
       }
-      if (want_dgamma) {
-        double* part = dgamma_mine.data();
-#pragma omp simd
-        for (std::int64_t j = 0; j < n; ++j)
-          part[j] += static_cast<double>(gy[j]) * ((xs[j] - mu) * rs);
-      }
-      if (want_dbeta) {
-        double* part = dbeta_mine.data();
-#pragma omp simd
-        for (std::int64_t j = 0; j < n; ++j) part[j] += gy[j];
-      }
-      const float mean_g = static_cast<float>(sum_g / static_cast<double>(n));
-      const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(n));
-      if (add_into_dx) {
-        // dx is fp32 and apart from dy and x (checked): the host's sum, added to as its axpy would.
-        float* sum = dx.as<float>() + r * n;
-#pragma omp simd
-        for (std::int64_t j = 0; j < n; ++j) {
-          const float xhat = (xs[j] - mu) * rs;
-          sum[j] += rs * (gy[j] * gp[j] - mean_g - xhat * mean_gx);
-        }
-        continue;
-      }
-      float* out = row_target(dx, r, n, out_buf);  // dx may alias dy: element-wise after sums
-#pragma omp simd
-      for (std::int64_t j = 0; j < n; ++j) {
-        const float xhat = (xs[j] - mu) * rs;
-        out[j] = rs * (gy[j] * gp[j] - mean_g - xhat * mean_gx);
-      }
-      commit_row(dx, r, n, out);
     }
     std::copy(dgamma_mine.begin(), dgamma_mine.end(), dgamma_parts.begin() + t * width);
     std::copy(dbeta_mine.begin(), dbeta_mine.end(), dbeta_parts.begin() + t * width);

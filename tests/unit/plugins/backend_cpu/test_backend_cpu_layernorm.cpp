@@ -181,5 +181,82 @@ TEST(BackendCpuLayerNorm, TheFusedAddIsTheAddThenTheLayerNormOnEveryIsa) {
   }
 }
 
+// The backward on every ISA variant, one and two threads, and every storage of x and dy (dx in
+// their storage or fp32), typed kernels and the row path alike: for the same values the same
+// bits (dx rounded once into its storage), a double reference within fp32's rounding, and
+// layernorm_backward_accumulate the fp32 sum plus that dx.
+TEST(BackendCpuLayerNorm, TheBackwardIsTheSameBitsOnEveryPathAndMatchesADoubleReference) {
+  for (const std::int64_t n : {9, 131}) {
+    const std::int64_t rows = 40000 / n + 3;
+    const auto xv = exact_values(static_cast<std::size_t>(rows * n), 51);
+    // dy: multiples of 1/64 in [-1, 1], exact in every storage.
+    auto gv = random_values(static_cast<std::size_t>(rows * n), 52, -1.0f, 1.0f);
+    for (float& v : gv) v = std::round(v * 64.0f) / 64.0f;
+    const auto wv = random_values(static_cast<std::size_t>(n), 53, 0.5f, 1.5f);
+    const auto sv = random_values(static_cast<std::size_t>(rows * n), 54, -4.0f, 4.0f);
+    // The reference, from the forward's fp32 mean and rstd.
+    std::optional<Outputs> first;  // dx, dgamma, dbeta of the first run
+    std::vector<double> want_dx, want_dgamma(static_cast<std::size_t>(n)), want_dbeta(want_dgamma);
+    for (const auto& [threads, isa] : thread_and_isa_runs()) {
+      const IsaScope as_isa(isa);
+      CpuBackend be(threads);
+      auto* norm = sdk::facet<sdk::LayerNormFacet>(be);
+      DeviceTensor gamma(be, DType::fp32, Shape{n}, wv), beta(be, DType::fp32, Shape{n});
+      for (const DType xt : kDtypes)
+        for (const DType dxt : {xt, DType::fp32}) {
+          const std::string what = isa_name(isa) + ", threads " + std::to_string(threads) + ", n " +
+                                   std::to_string(n) + ", x and dy " +
+                                   std::string(sdk::dtype_name(xt)) + ", dx " +
+                                   std::string(sdk::dtype_name(dxt));
+          DeviceTensor x(be, xt, Shape{rows, n}, xv), dy(be, xt, Shape{rows, n}, gv);
+          DeviceTensor y(be, DType::fp32, Shape{rows, n});
+          DeviceTensor mean(be, DType::fp32, Shape{rows}), rstd(be, DType::fp32, Shape{rows});
+          norm->layernorm_forward(x, gamma, beta, 1e-5f, y, mean, rstd);
+          DeviceTensor dx(be, dxt, Shape{rows, n});
+          DeviceTensor dgamma(be, DType::fp32, Shape{n}), dbeta(be, DType::fp32, Shape{n});
+          norm->layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, false);
+          const Outputs got{dx.get(), dgamma.get(), dbeta.get()};
+          if (!first) {
+            first = got;
+            const auto m = mean.get(), r = rstd.get();
+            want_dx.resize(xv.size());
+            for (std::int64_t i = 0; i < rows; ++i) {
+              double sg = 0.0, sgx = 0.0;
+              for (std::int64_t j = 0; j < n; ++j) {
+                const double xhat = (xv[i * n + j] - m[i]) * static_cast<double>(r[i]);
+                const double g = static_cast<double>(gv[i * n + j]) * wv[j];
+                sg += g;
+                sgx += g * xhat;
+                want_dgamma[j] += gv[i * n + j] * xhat;
+                want_dbeta[j] += gv[i * n + j];
+              }
+              for (std::int64_t j = 0; j < n; ++j) {
+                const double xhat = (xv[i * n + j] - m[i]) * static_cast<double>(r[i]);
+                want_dx[i * n + j] =
+                    r[i] * (static_cast<double>(gv[i * n + j]) * wv[j] - sg / n - xhat * sgx / n);
+              }
+            }
+            EXPECT_LE(relative_error(got.y, want_dx), 1e-5) << what;
+            EXPECT_LE(relative_error(got.mean, want_dgamma), 1e-5) << what;
+            EXPECT_LE(relative_error(got.rstd, want_dbeta), 1e-6) << what;
+          }
+          std::vector<float> dx_stored = first->y;
+          for (float& v : dx_stored) v = stored_value(v, dxt);
+          EXPECT_EQ(got.y, dx_stored) << what;
+          EXPECT_EQ(got.mean, first->mean) << what;
+          EXPECT_EQ(got.rstd, first->rstd) << what;
+          // Accumulated: the fp32 sum plus the fp32 dx, one rounding each.
+          DeviceTensor sum(be, DType::fp32, Shape{rows, n}, sv);
+          DeviceTensor dg2(be, DType::fp32, Shape{n}), db2(be, DType::fp32, Shape{n});
+          norm->layernorm_backward_accumulate(dy, x, gamma, mean, rstd, sum, dg2, db2, false);
+          std::vector<float> want_sum = sv;
+          for (std::size_t i = 0; i < want_sum.size(); ++i) want_sum[i] += first->y[i];
+          EXPECT_EQ(sum.get(), want_sum) << what;
+          EXPECT_EQ(dg2.get(), first->mean) << what;
+        }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mixtrain::backend_cpu::testing
