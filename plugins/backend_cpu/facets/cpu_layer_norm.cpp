@@ -216,7 +216,8 @@ void CpuLayerNorm::backward(TensorView dy, TensorView x, TensorView gamma, Tenso
   // slices ran the op 1.8x slower (the threads' writes met on the lines between them), and
   // handing the vectors themselves over 1.5x (the main thread freed another thread's memory).
   const auto width = static_cast<std::size_t>(n);
-  const auto team = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
+  const bool parallel = parallel_worth(rows * n);
+  const auto team = parallel ? static_cast<std::size_t>(std::max(1, omp_get_max_threads())) : 1;
   std::vector<double> dgamma_parts(want_dgamma ? team * width : 0, 0.0);
   std::vector<double> dbeta_parts(want_dbeta ? team * width : 0, 0.0);
   // fp32 or bf16 x and dy of one storage, dx the same or fp32: the typed kernels; other storage a
@@ -224,7 +225,7 @@ void CpuLayerNorm::backward(TensorView dy, TensorView x, TensorView gamma, Tenso
   const bool typed = x.dtype == dy.dtype && typed_rows(x) &&
                      (add_into_dx || is_fp32_storage(dx.dtype) ||
                       (dx.dtype == x.dtype && !is_fp32_storage(x.dtype)));
-#pragma omp parallel if (parallel_worth(rows * n))
+#pragma omp parallel if (parallel)
   {
     const auto t = static_cast<std::size_t>(omp_get_thread_num());
     const std::int64_t threads = omp_get_num_threads();
@@ -258,8 +259,8 @@ void CpuLayerNorm::backward(TensorView dy, TensorView x, TensorView gamma, Tenso
         if (!add_into_dx) commit_row(dx, r, n, out);  // dx may alias dy: after the row's sums
       }
     }
-    std::copy(dgamma_mine.begin(), dgamma_mine.end(), dgamma_parts.begin() + t * width);
-    std::copy(dbeta_mine.begin(), dbeta_mine.end(), dbeta_parts.begin() + t * width);
+    if (want_dgamma) std::copy(dgamma_mine.begin(), dgamma_mine.end(), &dgamma_parts[t * width]);
+    if (want_dbeta) std::copy(dbeta_mine.begin(), dbeta_mine.end(), &dbeta_parts[t * width]);
   }
   // The threads' sums in thread order (a thread without rows added zeros; one that did not run,
   // nothing).

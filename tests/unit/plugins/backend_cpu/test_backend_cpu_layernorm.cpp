@@ -258,5 +258,45 @@ TEST(BackendCpuLayerNorm, TheBackwardIsTheSameBitsOnEveryPathAndMatchesADoubleRe
   }
 }
 
+// On two threads: without dgamma or dbeta (a frozen parameter), with dgamma and dbeta accumulated
+// into what they hold, and with dx written over dy: the same dx, and the wanted gradients the
+// plain call's (plus what they held).
+TEST(BackendCpuLayerNorm, TheBackwardsOptionalGradientsAccumulationAndInPlaceOnTwoThreads) {
+  const std::int64_t rows = 700, n = 96;  // rows·n past parallel_worth
+  const auto xv = random_values(static_cast<std::size_t>(rows * n), 61, -2.0f, 2.0f);
+  const auto gv = random_values(static_cast<std::size_t>(rows * n), 62, -1.0f, 1.0f);
+  const auto wv = random_values(static_cast<std::size_t>(n), 63, 0.5f, 1.5f);
+  const auto held = random_values(static_cast<std::size_t>(n), 64, -1.0f, 1.0f);
+  CpuBackend be(2);
+  auto* norm = sdk::facet<sdk::LayerNormFacet>(be);
+  for (const DType dt : kDtypes) {
+    const std::string what(sdk::dtype_name(dt));
+    DeviceTensor x(be, dt, Shape{rows, n}, xv), dy(be, dt, Shape{rows, n}, gv);
+    DeviceTensor gamma(be, DType::fp32, Shape{n}, wv), beta(be, DType::fp32, Shape{n});
+    DeviceTensor y(be, dt, Shape{rows, n});
+    DeviceTensor mean(be, DType::fp32, Shape{rows}), rstd(be, DType::fp32, Shape{rows});
+    norm->layernorm_forward(x, gamma, beta, 1e-5f, y, mean, rstd);
+    DeviceTensor dx(be, dt, Shape{rows, n});
+    DeviceTensor dgamma(be, DType::fp32, Shape{n}), dbeta(be, DType::fp32, Shape{n});
+    norm->layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, false);
+    for (const int without : {0, 1}) {
+      DeviceTensor dx2(be, dt, Shape{rows, n}), grad(be, DType::fp32, Shape{n});
+      norm->layernorm_backward(dy, x, gamma, mean, rstd, dx2, without == 0 ? TensorView{} : grad,
+                               without == 1 ? TensorView{} : grad, false);
+      EXPECT_EQ(dx2.get(), dx.get()) << what << ", without " << (without == 0 ? "dgamma" : "dbeta");
+      EXPECT_EQ(grad.get(), without == 0 ? dbeta.get() : dgamma.get()) << what;
+    }
+    DeviceTensor dg2(be, DType::fp32, Shape{n}, held), db2(be, DType::fp32, Shape{n}, held);
+    DeviceTensor dy2(be, dt, Shape{rows, n}, gv);
+    norm->layernorm_backward(dy2, x, gamma, mean, rstd, dy2, dg2, db2, true);  // dx over dy
+    EXPECT_EQ(dy2.get(), dx.get()) << what << ", in place";
+    const auto dg = dgamma.get(), db = dbeta.get(), g2 = dg2.get(), b2 = db2.get();
+    for (std::int64_t j = 0; j < n; ++j) {
+      EXPECT_NEAR(g2[j], held[j] + dg[j], 1e-5 * (1.0 + std::abs(dg[j]))) << what << " " << j;
+      EXPECT_NEAR(b2[j], held[j] + db[j], 1e-5 * (1.0 + std::abs(db[j]))) << what << " " << j;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mixtrain::backend_cpu::testing
