@@ -417,9 +417,9 @@ int run_eval(const ConfigArgs& cfg, const std::string& checkpoint, const std::st
 void report_nonfinite_loss(const std::string& policy_name) {
   // On stderr whatever --log-level says, as a diverged run's error is: the exit code needs it.
   std::fprintf(
-      stderr, "%s\n",
-      with_rank("error: the evaluation's loss is not finite: the checkpoint's weights hold "
-                "NaN or infinity, or the forward overflows under precision.policy = " +
+      stderr, "error: %s\n",
+      with_rank("the evaluation's loss is not finite: the checkpoint's weights hold NaN or "
+                "infinity, or the forward overflows under precision.policy = " +
                 policy_name +
                 "\n  HINT: --set precision.policy=fp32 tells the two apart; a run's "
                 "escalation plan travels in its checkpoints and exports")
