@@ -36,19 +36,6 @@ constexpr std::int64_t kSlice = 64;
 // left out of line is compiled for the baseline, and its std::fma becomes a libm call).
 #define MIXTRAIN_INLINE __attribute__((always_inline))
 
-[[gnu::always_inline]] inline float load(const float* p, std::int64_t i) {
-  return p[i];
-}
-[[gnu::always_inline]] inline float load(const Bf16Bits* p, std::int64_t i) {
-  return float_from_bf16(p[i]);
-}
-[[gnu::always_inline]] inline void store(float* p, std::int64_t i, float v) {
-  p[i] = v;
-}
-[[gnu::always_inline]] inline void store(Bf16Bits* p, std::int64_t i, float v) {
-  p[i] = bf16_from_float(v);
-}
-
 // Rows per block: whole rows, about kChunk elements, and at least kMinBlockRows. With one or two
 // rows a block (ResNet-50's 1024 and 2048 channels), each 64-channel slice set up and merged its
 // accumulators for one or two rows' worth of work: the statistics ran 4-8x slower per element
@@ -132,12 +119,12 @@ template <int kW, class T>
     for (int u = 0; u < kU; ++u) {
       const std::int64_t base = (r + u) * channels + c0;
 #pragma omp simd
-      for (std::int64_t c = 0; c < w; ++c) s[u][c] += load(x, base + c);
+      for (std::int64_t c = 0; c < w; ++c) s[u][c] += load_as_float(x, base + c);
     }
   for (; r < nr; ++r) {
     const std::int64_t base = r * channels + c0;
 #pragma omp simd
-    for (std::int64_t c = 0; c < w; ++c) s[0][c] += load(x, base + c);
+    for (std::int64_t c = 0; c < w; ++c) s[0][c] += load_as_float(x, base + c);
   }
   alignas(64) float mb[kSlice];
   const float inv = 1.0f / static_cast<float>(nr);
@@ -152,7 +139,7 @@ template <int kW, class T>
       const std::int64_t base = (r + u) * channels + c0;
 #pragma omp simd
       for (std::int64_t c = 0; c < w; ++c) {
-        const float d = load(x, base + c) - mb[c];
+        const float d = load_as_float(x, base + c) - mb[c];
         q[u][c] = std::fma(d, d, q[u][c]);
       }
     }
@@ -160,7 +147,7 @@ template <int kW, class T>
     const std::int64_t base = r * channels + c0;
 #pragma omp simd
     for (std::int64_t c = 0; c < w; ++c) {
-      const float d = load(x, base + c) - mb[c];
+      const float d = load_as_float(x, base + c) - mb[c];
       q[0][c] = std::fma(d, d, q[0][c]);
     }
   }
@@ -204,9 +191,9 @@ template <class T>
                     const float *m = mean + c0, *s = scale + c0, *t = shift + c0;
 #pragma omp simd
                     for (std::int64_t c = 0; c < w; ++c) {
-                      float v = affine(load(x, base + c), m[c], s[c], t[c]);
-                      if (residual != nullptr) v += load(residual, base + c);
-                      store(y, base + c, relu && v < 0.0f ? 0.0f : v);  // NaN stays
+                      float v = affine(load_as_float(x, base + c), m[c], s[c], t[c]);
+                      if (residual != nullptr) v += load_as_float(residual, base + c);
+                      store_rounded(y, base + c, relu && v < 0.0f ? 0.0f : v);  // NaN stays
                     }
                   });
     return;
@@ -228,24 +215,26 @@ template <class T>
         if (residual != nullptr && relu) {
 #pragma omp simd
           for (std::int64_t c = 0; c < w; ++c) {
-            const float v = affine(load(x, base + c), m[c], s[c], t[c]) + load(residual, base + c);
-            store(y, base + c, v < 0.0f ? 0.0f : v);  // NaN stays
+            const float v = affine(load_as_float(x, base + c), m[c], s[c], t[c]) +
+                            load_as_float(residual, base + c);
+            store_rounded(y, base + c, v < 0.0f ? 0.0f : v);  // NaN stays
           }
         } else if (residual != nullptr) {
 #pragma omp simd
           for (std::int64_t c = 0; c < w; ++c)
-            store(y, base + c,
-                  affine(load(x, base + c), m[c], s[c], t[c]) + load(residual, base + c));
+            store_rounded(y, base + c,
+                          affine(load_as_float(x, base + c), m[c], s[c], t[c]) +
+                              load_as_float(residual, base + c));
         } else if (relu) {
 #pragma omp simd
           for (std::int64_t c = 0; c < w; ++c) {
-            const float v = affine(load(x, base + c), m[c], s[c], t[c]);
-            store(y, base + c, v < 0.0f ? 0.0f : v);  // NaN stays
+            const float v = affine(load_as_float(x, base + c), m[c], s[c], t[c]);
+            store_rounded(y, base + c, v < 0.0f ? 0.0f : v);  // NaN stays
           }
         } else {
 #pragma omp simd
           for (std::int64_t c = 0; c < w; ++c)
-            store(y, base + c, affine(load(x, base + c), m[c], s[c], t[c]));
+            store_rounded(y, base + c, affine(load_as_float(x, base + c), m[c], s[c], t[c]));
         }
       }
     });
@@ -258,11 +247,11 @@ template <class T>
 template <ReluMask::Kind kMask, class T>
 [[gnu::always_inline]] inline float masked(const T* x, const T* dy, const T* y, std::int64_t i,
                                            float mean, float scale, float shift) {
-  const float g = load(dy, i);
+  const float g = load_as_float(dy, i);
   if constexpr (kMask == ReluMask::Kind::recompute)
-    return affine(load(x, i), mean, scale, shift) > 0.0f ? g : 0.0f;
+    return affine(load_as_float(x, i), mean, scale, shift) > 0.0f ? g : 0.0f;
   else if constexpr (kMask == ReluMask::Kind::from_y)
-    return load(y, i) > 0.0f ? g : 0.0f;
+    return load_as_float(y, i) > 0.0f ? g : 0.0f;
   else
     return g;
 }
@@ -301,7 +290,8 @@ template <ReluMask::Kind kMask, class T>
                     for (std::int64_t c = 0; c < w; ++c) {
                       const double g = masked<kMask>(x, dy, y, base + c, m[c], sc[c], sh[c]);
                       a1[c] += g;
-                      a2[c] = std::fma(g, static_cast<double>(load(x, base + c)) - m[c], a2[c]);
+                      a2[c] = std::fma(g, static_cast<double>(load_as_float(x, base + c)) - m[c],
+                                       a2[c]);
                     }
                   });
     return;
@@ -322,7 +312,7 @@ template <ReluMask::Kind kMask, class T>
         for (std::int64_t c = 0; c < w; ++c) {
           const double g = masked<kMask>(x, dy, y, base + c, m[c], s[c], t[c]);
           a1[u][c] += g;
-          a2[u][c] = std::fma(g, static_cast<double>(load(x, base + c)) - m[c], a2[u][c]);
+          a2[u][c] = std::fma(g, static_cast<double>(load_as_float(x, base + c)) - m[c], a2[u][c]);
         }
       };
       std::int64_t i = r;
@@ -355,7 +345,9 @@ template <ReluMask::Kind kMask, class T>
 #pragma omp simd
           for (std::int64_t c = 0; c < w; ++c) {
             const float g = masked<kMask>(x, dy, y, base + c, m[c], sc[c], sh[c]);
-            store(dx, base + c, std::fma(a[c], g, std::fma(b[c], load(x, base + c) - m[c], d[c])));
+            store_rounded(
+                dx, base + c,
+                std::fma(a[c], g, std::fma(b[c], load_as_float(x, base + c) - m[c], d[c])));
           }
         });
     return;
@@ -378,7 +370,8 @@ template <ReluMask::Kind kMask, class T>
 #pragma omp simd
         for (std::int64_t c = 0; c < w; ++c) {
           const float g = masked<kMask>(x, dy, y, base + c, m[c], s[c], t[c]);
-          store(dx, base + c, std::fma(a[c], g, std::fma(b[c], load(x, base + c) - m[c], d[c])));
+          store_rounded(dx, base + c,
+                        std::fma(a[c], g, std::fma(b[c], load_as_float(x, base + c) - m[c], d[c])));
         }
       }
     });

@@ -22,4 +22,20 @@ inline float float_from_bf16(Bf16Bits b) {
   return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
 }
 
+// Element i of fp32 or bf16 storage as fp32, and v stored into it (rounded once into bf16): a
+// kernel's loops written once for both storages. Always inlined, so they compile for the ISA
+// variant that calls them (cpu_isa.h).
+[[gnu::always_inline]] inline float load_as_float(const float* p, std::int64_t i) {
+  return p[i];
+}
+[[gnu::always_inline]] inline float load_as_float(const Bf16Bits* p, std::int64_t i) {
+  return float_from_bf16(p[i]);
+}
+[[gnu::always_inline]] inline void store_rounded(float* p, std::int64_t i, float v) {
+  p[i] = v;
+}
+[[gnu::always_inline]] inline void store_rounded(Bf16Bits* p, std::int64_t i, float v) {
+  p[i] = bf16_from_float(v);
+}
+
 }  // namespace mixtrain::backend_cpu

@@ -19,19 +19,6 @@ namespace {
 // The lambdas the kernels call must be inlined into each ISA variant too (cpu_isa.h).
 #define MIXTRAIN_INLINE __attribute__((always_inline))
 
-[[gnu::always_inline]] inline float load(const float* p, std::int64_t i) {
-  return p[i];
-}
-[[gnu::always_inline]] inline float load(const Bf16Bits* p, std::int64_t i) {
-  return float_from_bf16(p[i]);
-}
-[[gnu::always_inline]] inline void store(float* p, std::int64_t i, float v) {
-  p[i] = v;
-}
-[[gnu::always_inline]] inline void store(Bf16Bits* p, std::int64_t i, float v) {
-  p[i] = bf16_from_float(v);
-}
-
 // Σ f(j) over [0, n) in double, in the fixed order the header states: eight lanes, whatever the
 // vector width the compiler gives them.
 template <class F>
@@ -54,16 +41,18 @@ template <class T, class Y>
                                              float* rstd) {
   const double count = static_cast<double>(n);
   const float mu = static_cast<float>(
-      ordered_sum(n, [&](std::int64_t j) MIXTRAIN_INLINE { return double{load(in, j)}; }) / count);
+      ordered_sum(n, [&](std::int64_t j) MIXTRAIN_INLINE { return double{load_as_float(in, j)}; }) /
+      count);
   // Two-pass variance: no cancellation for large means.
   const double sq = ordered_sum(n, [&](std::int64_t j) MIXTRAIN_INLINE {
-    const float d = load(in, j) - mu;
+    const float d = load_as_float(in, j) - mu;
     return static_cast<double>(d) * d;
   });
   const float rs = static_cast<float>(1.0 / std::sqrt(sq / count + static_cast<double>(eps)));
   *mean = mu;
   *rstd = rs;
-  for (std::int64_t j = 0; j < n; ++j) store(out, j, (load(in, j) - mu) * rs * gamma[j] + beta[j]);
+  for (std::int64_t j = 0; j < n; ++j)
+    store_rounded(out, j, (load_as_float(in, j) - mu) * rs * gamma[j] + beta[j]);
 }
 
 // Rows [r0, r1) of x [rows, n] normalised into y.
@@ -85,7 +74,8 @@ template <class T, class Y>
                                                        float* mean, float* rstd) {
   for (std::int64_t r = r0; r < r1; ++r) {
     const std::int64_t at = r * n;
-    for (std::int64_t j = 0; j < n; ++j) store(sum + at, j, load(a + at, j) + load(b + at, j));
+    for (std::int64_t j = 0; j < n; ++j)
+      store_rounded(sum + at, j, load_as_float(a + at, j) + load_as_float(b + at, j));
     normalize(sum + at, y + at, n, eps, gamma, beta, mean + r, rstd + r);
   }
 }
@@ -102,23 +92,24 @@ template <class T, class D>
     const T* gy = dy + r * n;
     const float mu = mean[r], rs = rstd[r];
     const double sum_g = ordered_sum(
-        n, [&](std::int64_t j) MIXTRAIN_INLINE { return double{load(gy, j) * gamma[j]}; });
+        n, [&](std::int64_t j) MIXTRAIN_INLINE { return double{load_as_float(gy, j) * gamma[j]}; });
     const double sum_gx = ordered_sum(n, [&](std::int64_t j) MIXTRAIN_INLINE {
-      const float xhat = (load(xs, j) - mu) * rs;
-      return static_cast<double>(load(gy, j) * gamma[j]) * xhat;
+      const float xhat = (load_as_float(xs, j) - mu) * rs;
+      return static_cast<double>(load_as_float(gy, j) * gamma[j]) * xhat;
     });
     if (dgamma_part != nullptr)
       for (std::int64_t j = 0; j < n; ++j)
-        dgamma_part[j] += static_cast<double>(load(gy, j)) * ((load(xs, j) - mu) * rs);
+        dgamma_part[j] +=
+            static_cast<double>(load_as_float(gy, j)) * ((load_as_float(xs, j) - mu) * rs);
     if (dbeta_part != nullptr)
-      for (std::int64_t j = 0; j < n; ++j) dbeta_part[j] += load(gy, j);
+      for (std::int64_t j = 0; j < n; ++j) dbeta_part[j] += load_as_float(gy, j);
     const float mean_g = static_cast<float>(sum_g / count);
     const float mean_gx = static_cast<float>(sum_gx / count);
     D* out = dx + r * n;  // may be dy's row (same storage): each element read before it is written
     for (std::int64_t j = 0; j < n; ++j) {
-      const float xhat = (load(xs, j) - mu) * rs;
-      const float g = rs * (load(gy, j) * gamma[j] - mean_g - xhat * mean_gx);
-      store(out, j, add_into_dx ? load(out, j) + g : g);
+      const float xhat = (load_as_float(xs, j) - mu) * rs;
+      const float g = rs * (load_as_float(gy, j) * gamma[j] - mean_g - xhat * mean_gx);
+      store_rounded(out, j, add_into_dx ? load_as_float(out, j) + g : g);
     }
   }
 }

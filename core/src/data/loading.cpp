@@ -218,18 +218,17 @@ void check_data_settings_fit(const DataSettings& settings, const Dataset& train)
                            "[N, H, W] or [N, C, H, W], synthetic kind = \"images\"");
   if (n.enabled() && !n.from_training) {
     const auto channels = static_cast<std::size_t>(train.channels());
-    if (n.mean.size() != channels)
-      throw sdk::ConfigError(n.mean_where, "data.normalize.mean",
-                             "has " + std::to_string(n.mean.size()) + " values, but the images " +
-                                 shape_text(train) + " have " + std::to_string(channels) +
-                                 " channels",
-                             "give one mean and one std per channel");
-    if (n.std.size() != channels)
-      throw sdk::ConfigError(n.std_where, "data.normalize.std",
-                             "has " + std::to_string(n.std.size()) + " values, but the images " +
-                                 shape_text(train) + " have " + std::to_string(channels) +
-                                 " channels",
-                             "give one mean and one std per channel");
+    const auto one_per_channel = [&](const std::vector<double>& values,
+                                     const sdk::SourceLocation& where, const char* key) {
+      if (values.size() != channels)
+        throw sdk::ConfigError(where, key,
+                               "has " + std::to_string(values.size()) + " values, but the images " +
+                                   shape_text(train) + " have " + std::to_string(channels) +
+                                   " channels",
+                               "give one mean and one std per channel");
+    };
+    one_per_channel(n.mean, n.mean_where, "data.normalize.mean");
+    one_per_channel(n.std, n.std_where, "data.normalize.std");
   }
   if (settings.augment.spec.enabled() && !train.is_image())
     throw sdk::ConfigError(
