@@ -177,10 +177,6 @@ template void layernorm_backward_range<Bf16Bits, Bf16Bits>(const Bf16Bits*, cons
                                                            Bf16Bits*, bool, std::int64_t,
                                                            std::int64_t, std::int64_t, double*,
                                                            double*);
-template void layernorm_backward_range<Bf16Bits, float>(const Bf16Bits*, const Bf16Bits*,
-                                                        const float*, const float*, const float*,
-                                                        float*, bool, std::int64_t, std::int64_t,
-                                                        std::int64_t, double*, double*);
 
 #define MIXTRAIN_LAYERNORM_KERNELS(T, Y)                                                         \
   template void layernorm_rows<T, Y>(const T*, Y*, std::int64_t, std::int64_t, float,            \

@@ -38,8 +38,8 @@ void add_layernorm_rows(const T* a, const T* b, T* sum, Y* y, std::int64_t rows,
 void normalize_float_row(const float* in, std::int64_t n, float eps, const float* gamma,
                          const float* beta, float* out, float* mean, float* rstd);
 
-// Rows [r0, r1) of the backward, on the calling thread, for (T, D) = (float, float),
-// (Bf16Bits, Bf16Bits) or (Bf16Bits, float); the facet runs fp16 and mixed storage as
+// Rows [r0, r1) of the backward, on the calling thread, for (T, D) = (float, float) or
+// (Bf16Bits, Bf16Bits); the facet runs other storage (fp16, mixed, bf16 with an fp32 dx) as
 // (float, float) one decoded row at a time (r0 = 0, r1 = 1, the row's mean and rstd), so every
 // path writes the same bits. With xhat = (x − mean)·rstd, g = dy·gamma (fp32):
 //   dx = rstd·(g − mean(g) − xhat·mean(g·xhat)), the means summed in double in the forward's
