@@ -397,9 +397,9 @@ int run_check(const ConfigArgs& cfg, bool rehearse) {
 
 int run_eval(const ConfigArgs& cfg, const std::string& checkpoint, const std::string& layout) {
   auto session = open_model_session(cfg, SessionWeights::from_checkpoint, /*rehearses=*/false,
-                                    core::DataSplits::held_out);
+                                    core::DataSplits::held_out, checkpoint);
   auto& trainer = *session.trainer;
-  trainer.load_checkpoint(session.checkpoint_path(checkpoint), /*weights_only=*/true,
+  trainer.load_checkpoint(session.checkpoint, /*weights_only=*/true,
                           core::parse_weight_layout(layout));
   auto r = trainer.evaluate();
   nlohmann::json j = {{"eval_loss", r.loss}, {"eval_accuracy", r.accuracy}, {"rows", r.rows}};

@@ -43,7 +43,7 @@ ModelSession open_model_session(const ConfigArgs& cfg, SessionWeights weights, b
   opt.trains = rehearses;
   opt.splits = splits;
   if (!checkpoint.empty()) s.checkpoint = s.checkpoint_path(checkpoint);
-  if (splits == core::DataSplits::none && !checkpoint.empty() &&
+  if (splits != core::DataSplits::both && !checkpoint.empty() &&
       !core::is_token_source(s.experiment.data.source))
     opt.shape_from = s.checkpoint;
   s.trainer = std::make_unique<core::Trainer>(s.experiment, std::move(components), opt);

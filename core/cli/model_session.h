@@ -17,9 +17,10 @@
 //   (check), held_out (eval: a token source with held-out files of its own opens only those), or
 //   none (predict's --input, sample's prompt, export --initial: a token source is not opened). A
 //   run folder so evaluates, samples and predicts on a machine without its training token files.
-//   Image and table sources load their files, except that with splits none and a `checkpoint`
-//   (predict's --checkpoint, a file or a run's folder) that records the data's shape, the model
-//   is built from that record and no data file is opened (TrainOptions::shape_from).
+//   Image and table sources load their files, except that with a `checkpoint` (predict's and
+//   eval's --checkpoint, a file or a run's folder) that records the data's shape, the model is
+//   built from that record (TrainOptions::shape_from): with splits none no data file is opened,
+//   and with held_out a cifar10 source opens only its held-out files.
 // - Errors are those of Config, parse_experiment, create_components and the Trainer
 //   (sdk::UserError subclasses for bad input).
 #pragma once

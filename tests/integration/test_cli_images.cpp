@@ -157,8 +157,10 @@ TEST_F(CliImages, CifarFilesTrain) {
 
 // eval and predict run the weights on inputs normalised as the checkpoint records they were
 // trained: a from_training config whose training file has changed since (brighter images added)
-// would compute other statistics; the session says so and uses the record, so both give what
-// they give with the training file the run had (before: predictions off by up to 0.9 per pixel).
+// would compute other statistics; both give what they give with the training file the run had
+// (before: predictions off by up to 0.9 per pixel). A checkpoint that records its data's shape
+// never opens the training file; one without the record (written before it) loads it, and the
+// session says it normalises as the model was trained.
 TEST_F(CliImages, EvalAndPredictNormaliseAsTheCheckpointWasTrained) {
   std::ofstream(dir_ / "a.bin", std::ios::binary) << cifar_records(64);
   std::ofstream(dir_ / "b.bin", std::ios::binary) << cifar_records(16);
@@ -178,17 +180,28 @@ TEST_F(CliImages, EvalAndPredictNormaliseAsTheCheckpointWasTrained) {
   auto r = run("train " + quickstart() + data + train_file("a.bin") +
                " --set run.steps=3 --run-dir " + (dir_ / "run").string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run("export " + (dir_ / "run").string() + " --format safetensors --out " +
+          (dir_ / "w.safetensors").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto unrecorded = read_st(dir_ / "w.safetensors");
+  ASSERT_EQ(unrecorded.metadata.erase("data_shape"), 1u);
+  write_st(dir_ / "old.safetensors", unrecorded);
   std::map<std::string, std::string> evaluated;
   std::map<std::string, NpyFloats> predicted;
   for (const char* f : {"a.bin", "grown.bin"}) {
     const std::string config = quickstart() + data + train_file(f);
     r = run("eval " + config + " --checkpoint " + (dir_ / "run").string());
     ASSERT_EQ(r.exit_code, 0) << f << ": " << r.err;
-    const std::string said = r.out + r.err;
-    EXPECT_EQ(said.find("this session normalises as the model was trained") != std::string::npos,
-              std::string(f) == "grown.bin")
-        << f << ": " << said;
+    EXPECT_NE(r.err.find("only the held-out files are opened"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("this session normalises as"), std::string::npos) << f << ": " << r.err;
     evaluated[f] = r.out;  // the JSON line of loss, accuracy and rows
+    r = run("eval " + config + " --checkpoint " + (dir_ / "old.safetensors").string());
+    ASSERT_EQ(r.exit_code, 0) << f << ": " << r.err;
+    EXPECT_EQ(r.err.find("only the held-out files are opened"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("this session normalises as the model was trained") != std::string::npos,
+              std::string(f) == "grown.bin")
+        << f << ": " << r.err;
+    EXPECT_EQ(r.out, evaluated[f]) << f;
     const auto out = dir_ / (std::string(f) + ".npy");
     r = run("predict " + config + " --checkpoint " + (dir_ / "run").string() + " --input " +
             (dir_ / "b.bin").string() + " --out " + out.string());
@@ -198,6 +211,83 @@ TEST_F(CliImages, EvalAndPredictNormaliseAsTheCheckpointWasTrained) {
   EXPECT_EQ(evaluated["grown.bin"], evaluated["a.bin"]);
   ASSERT_FALSE(predicted["a.bin"].values.empty());
   EXPECT_EQ(predicted["grown.bin"].values, predicted["a.bin"].values);
+}
+
+// A CIFAR-10 run evaluates on a machine that has only its held-out file: the checkpoint records
+// the model's input and the normalisation computed from the training batches, so eval opens only
+// test_batch.bin (or data.cifar10.eval's files) and gives the numbers it gives with every file
+// there, in either pixel form. A checkpoint without the record needs the training batches and
+// names them; a record of another input size, or a missing held-out file, exits 2 saying which.
+TEST_F(CliImages, ACifarRunEvaluatesWithOnlyItsHeldOutFile) {
+  const fs::path data = dir_ / "cifar";
+  fs::create_directories(data);
+  std::ofstream(data / "data_batch_1.bin", std::ios::binary) << cifar_records(48);
+  std::ofstream(data / "test_batch.bin", std::ios::binary) << cifar_records(24);
+  std::string config = quickstart() +
+                       " --set data.source=cifar10 --set data.cifar10.path=" + data.string() +
+                       " --set data.normalize.from_training=true --set data.batch_size=16";
+  auto r = run("train " + config + " --set run.steps=3 --run-dir " + (dir_ / "run").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run("export " + (dir_ / "run").string() + " --format safetensors --out " +
+          (dir_ / "w.safetensors").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto unrecorded = read_st(dir_ / "w.safetensors");
+  ASSERT_EQ(unrecorded.metadata.erase("data_shape"), 1u);
+  write_st(dir_ / "old.safetensors", unrecorded);
+  const auto eval = [&](const std::string& checkpoint, const std::string& sets = "") {
+    return run("eval " + config + sets + " --checkpoint " + (dir_ / checkpoint).string());
+  };
+  r = eval("old.safetensors");  // every file loads: the reference numbers
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string reference = r.out;
+  ASSERT_NE(reference.find("\"rows\":24"), std::string::npos) << reference;
+  fs::rename(data / "data_batch_1.bin", dir_ / "data_batch_1.bin.moved");
+  const std::string listed =
+      " --set 'data.cifar10.eval=[\"" + (data / "test_batch.bin").string() + "\"]'";
+  for (const std::string checkpoint : {"run", "w.safetensors"})
+    for (const std::string& sets :
+         {std::string(), std::string(" --set data.pixels=float32"), listed}) {
+      SCOPED_TRACE(checkpoint + sets);
+      r = eval(checkpoint, sets);
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      EXPECT_NE(r.err.find("only the held-out files are opened"), std::string::npos) << r.err;
+      EXPECT_EQ(r.out, reference);
+    }
+  // The held-out list needs no folder.
+  r = eval("run", listed + " --set data.cifar10.path=" + (dir_ / "nowhere").string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, reference);
+  r = eval("old.safetensors");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("data_batch_1.bin"), std::string::npos) << r.err;
+  // A record of another input: said before any weight is read.
+  auto other = read_st(dir_ / "w.safetensors");
+  other.metadata["data_shape"] =
+      R"({"features": 768, "sample_shape": [3, 16, 16], "classes": 10, "pixels": "uint8"})";
+  write_st(dir_ / "other.safetensors", other);
+  r = eval("other.safetensors");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("records a model of input [3, 16, 16], but the held-out CIFAR-10 images "
+                       "are [3, 32, 32]"),
+            std::string::npos)
+      << r.err;
+  // A record whose two entries disagree (one channel, three means) is not trusted: the files
+  // give the shape, and the training batch is missing.
+  other.metadata["data_shape"] =
+      R"({"features": 1024, "sample_shape": [1, 32, 32], "classes": 10, "pixels": "uint8"})";
+  write_st(dir_ / "other.safetensors", other);
+  r = eval("other.safetensors");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("the 'normalization' entry has 3 channels"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("data_batch_1.bin"), std::string::npos) << r.err;
+  fs::rename(data / "test_batch.bin", dir_ / "test_batch.bin.moved");
+  r = eval("run");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("no test_batch.bin"), std::string::npos) << r.err;
+  r = eval("run", listed);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("data.cifar10.eval"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("which does not exist"), std::string::npos) << r.err;
 }
 
 // data.pixels: CIFAR-10's bytes, kept as bytes (the default), travel to the backend as bytes and

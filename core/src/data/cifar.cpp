@@ -116,14 +116,38 @@ Dataset load_cifar10(std::span<const fs::path> files, bool keep_bytes) {
   return data;
 }
 
-std::pair<std::vector<fs::path>, std::vector<fs::path>> cifar10_files(const fs::path& dir) {
+namespace {
+
+void check_cifar_folder(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     throw sdk::DataError("CIFAR-10 folder '" + dir.string() +
                              "': " + (fs::exists(dir, ec) ? "is not a folder" : "no such folder"),
                          "set data.cifar10.path to the cifar-10-batches-bin folder unpacked from "
                          "cifar-10-binary.tar.gz");
-  std::vector<fs::path> train, eval;
+}
+
+std::vector<fs::path> held_out_batch(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_regular_file(dir / "test_batch.bin", ec))
+    throw sdk::DataError(
+        "CIFAR-10 folder '" + dir.string() + "': no test_batch.bin (the held-out batch)",
+        std::string(kCifarHint) +
+            "; or list the files in data.cifar10.train and data.cifar10.eval");
+  return {dir / "test_batch.bin"};
+}
+
+}  // namespace
+
+std::vector<fs::path> cifar10_held_out_files(const fs::path& dir) {
+  check_cifar_folder(dir);
+  return held_out_batch(dir);
+}
+
+std::pair<std::vector<fs::path>, std::vector<fs::path>> cifar10_files(const fs::path& dir) {
+  check_cifar_folder(dir);
+  std::error_code ec;
+  std::vector<fs::path> train;
   std::string looked_for;
   for (int i = 1; i <= 5; ++i) {
     const auto name = "data_batch_" + std::to_string(i) + ".bin";
@@ -136,13 +160,7 @@ std::pair<std::vector<fs::path>, std::vector<fs::path>> cifar10_files(const fs::
                              "batches (looked for " +
                              looked_for + ")",
                          kCifarHint);
-  if (!fs::is_regular_file(dir / "test_batch.bin", ec))
-    throw sdk::DataError(
-        "CIFAR-10 folder '" + dir.string() + "': no test_batch.bin (the held-out batch)",
-        std::string(kCifarHint) +
-            "; or list the files in data.cifar10.train and data.cifar10.eval");
-  eval.push_back(dir / "test_batch.bin");
-  return {std::move(train), std::move(eval)};
+  return {std::move(train), held_out_batch(dir)};
 }
 
 }  // namespace mixtrain::core

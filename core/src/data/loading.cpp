@@ -282,6 +282,26 @@ LoadedData load_held_out_data(const DataSettings& settings, std::uint64_t seed) 
   return out;
 }
 
+Dataset load_cifar10_held_out(const DataSettings& settings, std::int32_t classes,
+                              const ChannelStats& normalization) {
+  // The held-out list when given (then the folder is not needed), else the folder: only the keys
+  // this session reads are checked to exist.
+  const bool listed = !settings.cifar_eval_paths.empty();
+  DataSettings held_out = settings;
+  std::erase_if(held_out.named_files, [&](const DataSettings::NamedFile& f) {
+    return !f.key.ends_with(listed ? ".eval" : ".path");
+  });
+  check_named_files_exist(held_out);
+  const auto files =
+      listed ? settings.cifar_eval_paths : cifar10_held_out_files(settings.cifar_dir);
+  Dataset eval = load_cifar10(files, settings.keep_bytes());
+  eval.classes = classes;
+  check_dataset(eval, "CIFAR-10 file '" + files.front().string() + "' against the checkpoint's " +
+                          std::to_string(classes) + " classes");
+  if (!normalization.mean.empty()) normalize_channels(eval, normalization);
+  return eval;
+}
+
 std::pair<Dataset, Dataset> load_train_and_eval(const DataSettings& settings, std::uint64_t seed) {
   auto loaded = load_data(settings, seed);
   return {std::move(loaded.train), std::move(loaded.eval)};

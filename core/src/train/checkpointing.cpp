@@ -1063,6 +1063,16 @@ bool take_recorded_shape(Trainer::State& s, const fs::path& checkpoint) {
                "data files instead");
     return false;
   }
+  // Two entries of one file that disagree (a damaged or hand-edited file): neither is trusted.
+  if (!recorded->mean.empty() &&
+      (shape.sample_shape.size() != 3 ||
+       recorded->mean.size() != static_cast<std::size_t>(shape.sample_shape[0]))) {
+    s.log.warn(checkpoint.string() + ": the 'normalization' entry has " +
+               std::to_string(recorded->mean.size()) +
+               " channels, which the 'data_shape' entry's input does not; the model's input is "
+               "read from the data files instead");
+    return false;
+  }
   // The config's keys must fit the data as loading them would require.
   check_data_settings_fit(s.e.data, dataset_of_shape(shape, {}));
   // The config's own statistics, so that load_checkpoint() compares them with the record as it

@@ -201,6 +201,31 @@ void load_training_data(Trainer::State& s, const DataSettings& data) {
         "lower data.batch_size or data.eval_fraction, or use more data");
 }
 
+// An evaluation's held-out images (load_cifar10_held_out) against the input the checkpoint's
+// record built the model for: another image size is the checkpoint's model, not these data's
+// (sdk::DataError). The pixels' form is the config's (data.pixels), as when every file loads.
+void check_recorded_input(Trainer::State& s, const std::filesystem::path& checkpoint) {
+  const DataShape recorded = *s.recorded_shape;
+  const DataShape held_out = data_shape_of(s.eval);
+  if (held_out.sample_shape != recorded.sample_shape) {
+    const auto text = [](const DataShape& d) {
+      std::string t = "[";
+      for (std::size_t i = 0; i < d.sample_shape.size(); ++i)
+        t += (i ? ", " : "") + std::to_string(d.sample_shape[i]);
+      return d.sample_shape.empty() ? std::to_string(d.features) + " features" : t + "]";
+    };
+    throw sdk::DataError(checkpoint.string() + " records a model of input " + text(recorded) +
+                             ", but the held-out CIFAR-10 images are " + text(held_out),
+                         "evaluate the checkpoint on the data it was trained for (its run's "
+                         "config.toml)");
+  }
+  if (held_out.bytes != recorded.bytes) {
+    DataShape form = recorded;
+    form.bytes = held_out.bytes;
+    s.train = dataset_of_shape(form, s.normalization);
+  }
+}
+
 // The model under the policy's plan (train/planned_model.h) with its seeded initial weights, and
 // what the step keeps beside it: the accumulated loss and the EMA.
 void build_initial_model(Trainer::State& s) {
@@ -577,13 +602,19 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   const auto& e = s.e;
   join_replicas(s);
   const bool tokens = is_token_source(e.data.source);
-  const bool shape_recorded = options.splits == DataSplits::none && !tokens &&
+  // CIFAR-10's held-out files are its own (not a split of the training ones): an evaluation reads
+  // only them when the checkpoint records the model's input.
+  const bool held_out_files = options.splits == DataSplits::held_out &&
+                              e.data.source == DataSource::cifar10 &&
+                              (!e.data.cifar_eval_paths.empty() || !e.data.cifar_dir.empty());
+  const bool shape_recorded = (options.splits == DataSplits::none || held_out_files) && !tokens &&
                               !options.shape_from.empty() &&
                               take_recorded_shape(s, options.shape_from);
   s.data_loaded = !shape_recorded &&
                   (options.splits == DataSplits::both || !tokens ||
                    (options.splits == DataSplits::held_out && e.data.eval_token_paths.empty()));
-  s.evaluates = !shape_recorded && (options.splits != DataSplits::none || !tokens);
+  s.evaluates =
+      (held_out_files || !shape_recorded) && (options.splits != DataSplits::none || !tokens);
   if (!s.data_loaded && (options.trains || options.resume || s.c.communicator))
     throw std::logic_error(
         "Trainer: a Trainer that trains, resumes or runs on ranks reads the training split "
@@ -591,6 +622,11 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   if (shape_recorded) {
     s.train = dataset_of_shape(*s.recorded_shape, s.normalization);
     s.eval = s.train;
+    if (held_out_files) {
+      s.eval = load_cifar10_held_out(e.data, s.train.classes, s.normalization);
+      check_recorded_input(s, options.shape_from);
+      s.eval_fingerprint = data_fingerprint(s.eval);
+    }
     std::string input = std::to_string(s.train.features) + " features";
     if (s.train.is_image()) {
       input = "images [";
@@ -599,7 +635,8 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
       input += "]";
     }
     s.log.info("data: the model reads " + input + " into " + std::to_string(s.train.classes) +
-               " classes, as " + options.shape_from.string() + " records; no data file is opened");
+               " classes, as " + options.shape_from.string() + " records; " +
+               (held_out_files ? "only the held-out files are opened" : "no data file is opened"));
   } else if (s.data_loaded) {
     load_training_data(s, e.data);
   } else if (s.evaluates) {

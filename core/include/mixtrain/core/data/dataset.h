@@ -186,6 +186,9 @@ Dataset load_cifar10(std::span<const std::filesystem::path> files, bool keep_byt
 // the folder is missing, holds none of the five training batches, or lacks test_batch.bin.
 std::pair<std::vector<std::filesystem::path>, std::vector<std::filesystem::path>> cifar10_files(
     const std::filesystem::path& dir);
+// {dir / "test_batch.bin"} alone, with cifar10_files()' errors for a missing folder or file: the
+// training batches need not be there.
+std::vector<std::filesystem::path> cifar10_held_out_files(const std::filesystem::path& dir);
 
 // ---- images: normalisation and augmentation ---------------------------------------------------
 
@@ -351,6 +354,14 @@ LoadedData load_data(const DataSettings& settings, std::uint64_t seed);
 // source with held-out files of its own opens only those (train is token_data_shape()); every
 // other source, and tokens held out as the training stream's tail, loads as load_data() does.
 LoadedData load_held_out_data(const DataSettings& settings, std::uint64_t seed);
+// A cifar10 source's held-out files alone (data.cifar10.eval, else the folder's test_batch.bin),
+// for an evaluation whose model takes its input from a checkpoint's record (data/data_shape.h):
+// the training batches are neither needed nor opened. Pixels as data.pixels keeps them, classes =
+// `classes` (the record's; a label at or past it is an sdk::DataError naming the file), then
+// `normalization` applied (empty: none). A named file that does not exist is an
+// sdk::ConfigError at its key, as load_data() says it; the loader's sdk::DataError otherwise.
+Dataset load_cifar10_held_out(const DataSettings& settings, std::int32_t classes,
+                              const ChannelStats& normalization);
 // The checks load_data() makes of the [data] keys against the training split's form, also run by
 // a session that builds the model from a checkpoint's record of it (data/data_shape.h) and loads
 // nothing: data.pixels = "uint8" on data that are not byte images, [data.normalize] on data that

@@ -110,10 +110,13 @@ struct TrainOptions {
   // With splits = none: the checkpoint the session loads next (predict). A table or image model
   // then takes its input shape, classes and normalisation from the checkpoint's record
   // (data/data_shape.h) instead of its data files, which are not opened, and evaluate() is a
-  // logic_error. The file is read once: load_checkpoint() of this path takes what the
-  // constructor read. A checkpoint without a readable record (written before it, by another
-  // tool, or damaged: a warning) leaves the files to give them. Errors: the format's read(), and
-  // sdk::ConfigError for [data] keys that do not fit the recorded data.
+  // logic_error. With splits = held_out (eval), a cifar10 source whose held-out files are its own
+  // (data.cifar10.eval, or the folder's test_batch.bin) takes the same from the record and opens
+  // only those files (load_cifar10_held_out); evaluate() runs on them. Other sources ignore it. The
+  // file is read once: load_checkpoint() of this path takes what the constructor read. A checkpoint
+  // without a readable record (written before it, by another tool, or damaged: a warning) leaves
+  // the files to give them. Errors: the format's read(), and sdk::ConfigError for [data] keys that
+  // do not fit the recorded data.
   std::filesystem::path shape_from;
 };
 
