@@ -10,7 +10,19 @@
 namespace {
 
 using namespace mixtrain::test;
-using CliImages = CliTest;
+class CliImages : public CliTest {
+ protected:
+  // The run in dir_/run exported to dir_/w.safetensors, and the export without its data_shape
+  // record (as checkpoints written before the record were) to dir_/old.safetensors.
+  void export_with_and_without_record() {
+    const auto r = run("export " + (dir_ / "run").string() + " --format safetensors --out " +
+                       (dir_ / "w.safetensors").string());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto unrecorded = read_st(dir_ / "w.safetensors");
+    ASSERT_EQ(unrecorded.metadata.erase("data_shape"), 1u);
+    write_st(dir_ / "old.safetensors", unrecorded);
+  }
+};
 
 std::string cifar_records(int n) {
   std::string out;
@@ -180,12 +192,7 @@ TEST_F(CliImages, EvalAndPredictNormaliseAsTheCheckpointWasTrained) {
   auto r = run("train " + quickstart() + data + train_file("a.bin") +
                " --set run.steps=3 --run-dir " + (dir_ / "run").string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  r = run("export " + (dir_ / "run").string() + " --format safetensors --out " +
-          (dir_ / "w.safetensors").string());
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  auto unrecorded = read_st(dir_ / "w.safetensors");
-  ASSERT_EQ(unrecorded.metadata.erase("data_shape"), 1u);
-  write_st(dir_ / "old.safetensors", unrecorded);
+  ASSERT_NO_FATAL_FAILURE(export_with_and_without_record());
   std::map<std::string, std::string> evaluated;
   std::map<std::string, NpyFloats> predicted;
   for (const char* f : {"a.bin", "grown.bin"}) {
@@ -228,12 +235,7 @@ TEST_F(CliImages, ACifarRunEvaluatesWithOnlyItsHeldOutFile) {
                        " --set data.normalize.from_training=true --set data.batch_size=16";
   auto r = run("train " + config + " --set run.steps=3 --run-dir " + (dir_ / "run").string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  r = run("export " + (dir_ / "run").string() + " --format safetensors --out " +
-          (dir_ / "w.safetensors").string());
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  auto unrecorded = read_st(dir_ / "w.safetensors");
-  ASSERT_EQ(unrecorded.metadata.erase("data_shape"), 1u);
-  write_st(dir_ / "old.safetensors", unrecorded);
+  ASSERT_NO_FATAL_FAILURE(export_with_and_without_record());
   const auto eval = [&](const std::string& checkpoint, const std::string& sets = "") {
     return run("eval " + config + sets + " --checkpoint " + (dir_ / checkpoint).string());
   };

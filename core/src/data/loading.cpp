@@ -282,8 +282,8 @@ LoadedData load_held_out_data(const DataSettings& settings, std::uint64_t seed) 
   return out;
 }
 
-Dataset load_cifar10_held_out(const DataSettings& settings, std::int32_t classes,
-                              const ChannelStats& normalization) {
+Dataset load_cifar10_held_out(const DataSettings& settings, const Dataset& model_input,
+                              const std::string& origin, const ChannelStats& normalization) {
   // The held-out list when given (then the folder is not needed), else the folder: only the keys
   // this session reads are checked to exist.
   const bool listed = !settings.cifar_eval_paths.empty();
@@ -295,9 +295,14 @@ Dataset load_cifar10_held_out(const DataSettings& settings, std::int32_t classes
   const auto files =
       listed ? settings.cifar_eval_paths : cifar10_held_out_files(settings.cifar_dir);
   Dataset eval = load_cifar10(files, settings.keep_bytes());
-  eval.classes = classes;
+  if (eval.sample_shape != model_input.sample_shape)
+    throw sdk::DataError(origin + " records a model of input " + shape_text(model_input) +
+                             ", but the held-out CIFAR-10 images are " + shape_text(eval),
+                         "evaluate the checkpoint on the data it was trained for (its run's "
+                         "config.toml)");
+  eval.classes = model_input.classes;
   check_dataset(eval, "CIFAR-10 file '" + files.front().string() + "' against the checkpoint's " +
-                          std::to_string(classes) + " classes");
+                          std::to_string(eval.classes) + " classes");
   if (!normalization.mean.empty()) normalize_channels(eval, normalization);
   return eval;
 }

@@ -201,31 +201,6 @@ void load_training_data(Trainer::State& s, const DataSettings& data) {
         "lower data.batch_size or data.eval_fraction, or use more data");
 }
 
-// An evaluation's held-out images (load_cifar10_held_out) against the input the checkpoint's
-// record built the model for: another image size is the checkpoint's model, not these data's
-// (sdk::DataError). The pixels' form is the config's (data.pixels), as when every file loads.
-void check_recorded_input(Trainer::State& s, const std::filesystem::path& checkpoint) {
-  const DataShape recorded = *s.recorded_shape;
-  const DataShape held_out = data_shape_of(s.eval);
-  if (held_out.sample_shape != recorded.sample_shape) {
-    const auto text = [](const DataShape& d) {
-      std::string t = "[";
-      for (std::size_t i = 0; i < d.sample_shape.size(); ++i)
-        t += (i ? ", " : "") + std::to_string(d.sample_shape[i]);
-      return d.sample_shape.empty() ? std::to_string(d.features) + " features" : t + "]";
-    };
-    throw sdk::DataError(checkpoint.string() + " records a model of input " + text(recorded) +
-                             ", but the held-out CIFAR-10 images are " + text(held_out),
-                         "evaluate the checkpoint on the data it was trained for (its run's "
-                         "config.toml)");
-  }
-  if (held_out.bytes != recorded.bytes) {
-    DataShape form = recorded;
-    form.bytes = held_out.bytes;
-    s.train = dataset_of_shape(form, s.normalization);
-  }
-}
-
 // The model under the policy's plan (train/planned_model.h) with its seeded initial weights, and
 // what the step keeps beside it: the accumulated loss and the EMA.
 void build_initial_model(Trainer::State& s) {
@@ -623,8 +598,13 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
     s.train = dataset_of_shape(*s.recorded_shape, s.normalization);
     s.eval = s.train;
     if (held_out_files) {
-      s.eval = load_cifar10_held_out(e.data, s.train.classes, s.normalization);
-      check_recorded_input(s, options.shape_from);
+      s.eval = load_cifar10_held_out(e.data, s.train, options.shape_from.string(), s.normalization);
+      // The pixels' form is the config's (data.pixels), as when every file loads.
+      if (s.eval.is_bytes() != s.train.is_bytes()) {
+        DataShape form = *s.recorded_shape;
+        form.bytes = s.eval.is_bytes();
+        s.train = dataset_of_shape(form, s.normalization);
+      }
       s.eval_fingerprint = data_fingerprint(s.eval);
     }
     std::string input = std::to_string(s.train.features) + " features";

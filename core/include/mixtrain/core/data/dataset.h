@@ -356,12 +356,14 @@ LoadedData load_data(const DataSettings& settings, std::uint64_t seed);
 LoadedData load_held_out_data(const DataSettings& settings, std::uint64_t seed);
 // A cifar10 source's held-out files alone (data.cifar10.eval, else the folder's test_batch.bin),
 // for an evaluation whose model takes its input from a checkpoint's record (data/data_shape.h):
-// the training batches are neither needed nor opened. Pixels as data.pixels keeps them, classes =
-// `classes` (the record's; a label at or past it is an sdk::DataError naming the file), then
-// `normalization` applied (empty: none). A named file that does not exist is an
-// sdk::ConfigError at its key, as load_data() says it; the loader's sdk::DataError otherwise.
-Dataset load_cifar10_held_out(const DataSettings& settings, std::int32_t classes,
-                              const ChannelStats& normalization);
+// the training batches are neither needed nor opened. `model_input` is the form the record gives
+// (dataset_of_shape()): images of another sample shape are an sdk::DataError naming `origin` (the
+// checkpoint); classes are its (a label at or past them is an sdk::DataError naming the file).
+// Pixels as data.pixels keeps them, then `normalization` applied (empty: none). A named file that
+// does not exist is an sdk::ConfigError at its key, as load_data() says it; the loader's
+// sdk::DataError otherwise.
+Dataset load_cifar10_held_out(const DataSettings& settings, const Dataset& model_input,
+                              const std::string& origin, const ChannelStats& normalization);
 // The checks load_data() makes of the [data] keys against the training split's form, also run by
 // a session that builds the model from a checkpoint's record of it (data/data_shape.h) and loads
 // nothing: data.pixels = "uint8" on data that are not byte images, [data.normalize] on data that
