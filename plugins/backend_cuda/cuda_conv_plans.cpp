@@ -317,7 +317,7 @@ ConvPlans::Entry ConvPlans::build(const PlanKey& key, cudnnHandle_t handle, std:
   std::array<bool, 2> queried{false, false};
   const bool tuning = autotune_ >= 2;
   conv::AutotuneCandidates candidates(autotune_, deterministic_first_);
-  for (const conv::SearchPass pass : conv::search_passes(deterministic_first_)) {
+  for (const conv::SearchPass pass : conv::search_passes(deterministic_first_, key.beta_one)) {
     if (tuning && candidates.full()) break;
     const std::size_t m = pass.fallback_heuristics ? 1 : 0;
     const cudnnBackendHeurMode_t mode = m == 1 ? CUDNN_HEUR_MODE_FALLBACK : CUDNN_HEUR_MODE_A;

@@ -237,10 +237,16 @@ void AutotuneCandidates::take(const SearchPass& pass, const std::string& engine)
   deterministic_found_ = deterministic_found_ || pass.deterministic;
 }
 
-std::vector<SearchPass> search_passes(bool deterministic_first) {
-  if (deterministic_first)
-    return {{false, true, false}, {true, true, false}, {false, false, true}, {true, false, true}};
-  return {{false, false, false}, {true, false, false}};
+std::vector<SearchPass> search_passes(bool deterministic_first, bool adds_into_output) {
+  std::vector<SearchPass> passes =
+      deterministic_first ? std::vector<SearchPass>{{false, true, false},
+                                                    {true, true, false},
+                                                    {false, false, true},
+                                                    {true, false, true}}
+                          : std::vector<SearchPass>{{false, false, false}, {true, false, false}};
+  if (adds_into_output)
+    std::erase_if(passes, [](const SearchPass& p) { return p.fallback_heuristics; });
+  return passes;
 }
 
 std::string engine_refusal(std::span<const int> notes, const NumericsPolicy& policy) {

@@ -136,13 +136,18 @@ struct NumericsPolicy {
 // engine of the fallback list wins over a non-deterministic one of mode A; those later passes
 // retry only the engines the deterministic ones refused for their determinism. Otherwise mode A's
 // list in its own order, whatever the determinism (cuDNN's fastest guess, as PyTorch's default
-// takes), then the fallback list likewise.
+// takes), then the fallback list likewise. adds_into_output (a plan key's beta_one: the
+// accumulating data gradient's direct route): mode A's passes alone. On an H200 with cuDNN 9.19
+// the fallback list's engine for a 1x1 dgrad of bf16/fp16 operands into an fp32 dx (engine 78)
+// overwrote dx instead of adding into it (bench/RESULTS.md, session 57); without a plan, the
+// route after it writes the gradient into scratch and adds it.
 struct SearchPass {
   bool fallback_heuristics = false;  // CUDNN_HEUR_MODE_FALLBACK (else CUDNN_HEUR_MODE_A)
   bool deterministic = true;         // NumericsPolicy::deterministic of the pass
   bool retry_only = false;  // only engines a deterministic pass refused as non-deterministic
 };
-std::vector<SearchPass> search_passes(bool deterministic_first = true);
+std::vector<SearchPass> search_passes(bool deterministic_first = true,
+                                      bool adds_into_output = false);
 // Autotuning's candidates (the backend option conv_autotune = N >= 2): the engine
 // configurations a plan search accepts, in its order, up to N, each engine once. With
 // deterministic_first, once a deterministic pass has given a candidate, the non-deterministic

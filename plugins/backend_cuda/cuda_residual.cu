@@ -1,4 +1,5 @@
-// The residual join's kernels: one grid-stride pass over the elements, every input decoded once,
+// The residual join's kernels: one grid-stride pass over the elements, 8 at a time in 16-byte
+// vectors where every tensor is 16-byte aligned, every input decoded once,
 // summed in FP32 in input order, rectified and rounded once into y; and its backward, dy (and y)
 // decoded once, masked and rounded once into every gradient (cuda_residual.h).
 #include "cuda_device.cuh"
@@ -8,64 +9,60 @@ namespace mixtrain::backend_cuda::kernels {
 
 namespace {
 
-// Each thread takes kUnroll of its grid-stride elements a round and issues their loads (input by
-// input) before any of their arithmetic, so kUnroll loads per input are in flight instead of one:
-// an element's own operations, and their order, are those of one element at a time.
-constexpr int kUnroll = 4;
+// A thread takes 8 consecutive elements a round (for_each_element's packs): every input's 16
+// bytes (32 for fp32) are loaded before any arithmetic, and written back as one vector each. A
+// tensor not 16-byte aligned sends the launch down the element-by-element path; an element's own
+// operations, and their order, are the same on both paths.
+constexpr int kPack = 8;
 
-// xs: count tensors of [n] (any storage dtype each); y [n] in the storage type S.
-template <class S>
+// xs: count tensors of [n] (any storage dtype each); y [n] in yt.
 __global__ void __launch_bounds__(kThreads)
-    residual_kernel(ResidualInputs xs, bool relu, elem_t<S>* y, std::int64_t n) {
-  const std::int64_t stride = grid_threads();
-  for (std::int64_t i0 = global_thread(); i0 < n; i0 += kUnroll * stride) {
-    float sum[kUnroll];
+    residual_kernel(ResidualInputs xs, bool relu, void* y, Elem yt, std::int64_t n,
+                    bool vectorised) {
+  for_each_element<kPack>(
+      n, vectorised,
+      [&](std::int64_t i) {
+        float sum[kPack];
+        load8(xs.data[0], xs.type[0], i, sum);
+        for (int k = 1; k < xs.count; ++k) {
+          float v[kPack];
+          load8(xs.data[k], xs.type[k], i, v);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const std::int64_t i = i0 + u * stride;
-      sum[u] = i < n ? load(xs.data[0], xs.type[0], i) : 0.0f;
-    }
-    for (int k = 1; k < xs.count; ++k) {
-      float v[kUnroll];
+          for (int j = 0; j < kPack; ++j) sum[j] = sum[j] + v[j];
+        }
+    // Every input's elements were read above by this thread: y may be one of the inputs.
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const std::int64_t i = i0 + u * stride;
-        v[u] = i < n ? load(xs.data[k], xs.type[k], i) : 0.0f;
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) sum[u] = sum[u] + v[u];
-    }
-    // Every input's element was read above by this thread: y may be one of the inputs.
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const std::int64_t i = i0 + u * stride;
-      if (i < n) y[i] = S::store(element::residual_output(sum[u], relu), false);
-    }
-  }
+        for (int j = 0; j < kPack; ++j) sum[j] = element::residual_output(sum[j], relu);
+        store8(y, yt, i, sum);
+      },
+      [&](std::int64_t i) {
+        float sum = load(xs.data[0], xs.type[0], i);
+        for (int k = 1; k < xs.count; ++k) sum = sum + load(xs.data[k], xs.type[k], i);
+        store(y, yt, i, element::residual_output(sum, relu));
+      });
 }
 
 // dy, y [n] (y read only when relu); every dxs.data[k] [n] in its own dtype. The value is decoded
-// once and written to each gradient: a gradient that is dy gets it after dy[i] was read.
+// once and written to each gradient: a gradient that is dy gets it after dy's elements were read.
 __global__ void __launch_bounds__(kThreads)
     residual_backward_kernel(const void* dy, Elem dyt, const void* y, Elem yt, bool relu,
-                             ResidualGrads dxs, std::int64_t n) {
-  const std::int64_t stride = grid_threads();
-  for (std::int64_t i0 = global_thread(); i0 < n; i0 += kUnroll * stride) {
-    float d[kUnroll], out[kUnroll];
+                             ResidualGrads dxs, std::int64_t n, bool vectorised) {
+  for_each_element<kPack>(
+      n, vectorised,
+      [&](std::int64_t i) {
+        float g[kPack], out[kPack];
+        load8(dy, dyt, i, g);
+        if (relu) load8(y, yt, i, out);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const std::int64_t i = i0 + u * stride;
-      d[u] = i < n ? load(dy, dyt, i) : 0.0f;
-      out[u] = relu && i < n ? load(y, yt, i) : 0.0f;
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const std::int64_t i = i0 + u * stride;
-      if (i >= n) continue;
-      const float g = element::residual_grad(d[u], out[u], relu);
-      for (int k = 0; k < dxs.count; ++k) store(dxs.data[k], dxs.type[k], i, g);
-    }
-  }
+        for (int j = 0; j < kPack; ++j)
+          g[j] = element::residual_grad(g[j], relu ? out[j] : 0.0f, relu);
+        for (int k = 0; k < dxs.count; ++k) store8(dxs.data[k], dxs.type[k], i, g);
+      },
+      [&](std::int64_t i) {
+        const float g =
+            element::residual_grad(load(dy, dyt, i), relu ? load(y, yt, i) : 0.0f, relu);
+        for (int k = 0; k < dxs.count; ++k) store(dxs.data[k], dxs.type[k], i, g);
+      });
 }
 
 }  // namespace
@@ -74,19 +71,22 @@ cudaError_t residual_add(const ResidualInputs& xs, bool relu, void* y, Elem yt, 
                          cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   if (xs.count < 1 || xs.count > kResidualInputs) return cudaErrorInvalidValue;
-  const bool known = with_float_storage(yt, [&](auto s) {
-    using S = decltype(s);
-    residual_kernel<S>
-        <<<grid_for(n), kThreads, 0, stream>>>(xs, relu, static_cast<elem_t<S>*>(y), n);
-  });
-  return known ? cudaGetLastError() : cudaErrorInvalidValue;
+  if (!with_float_storage(yt, [](auto) {})) return cudaErrorInvalidValue;
+  bool vectorised = aligned16(y);
+  for (int k = 0; k < xs.count; ++k) vectorised = vectorised && aligned16(xs.data[k]);
+  residual_kernel<<<grid_for(vectorised ? n / kPack : n), kThreads, 0, stream>>>(xs, relu, y, yt, n,
+                                                                                 vectorised);
+  return cudaGetLastError();
 }
 
 cudaError_t residual_add_backward(const void* dy, Elem dyt, const void* y, Elem yt, bool relu,
                                   const ResidualGrads& dxs, std::int64_t n, cudaStream_t stream) {
   if (n == 0 || dxs.count == 0) return cudaSuccess;
   if (dxs.count < 0 || dxs.count > kResidualInputs) return cudaErrorInvalidValue;
-  residual_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(dy, dyt, y, yt, relu, dxs, n);
+  bool vectorised = aligned16(dy) && (!relu || aligned16(y));
+  for (int k = 0; k < dxs.count; ++k) vectorised = vectorised && aligned16(dxs.data[k]);
+  residual_backward_kernel<<<grid_for(vectorised ? n / kPack : n), kThreads, 0, stream>>>(
+      dy, dyt, y, yt, relu, dxs, n, vectorised);
   return cudaGetLastError();
 }
 

@@ -128,6 +128,26 @@ TEST(cuda_conv_rules, WithoutDeterminismModeAsOrderWins) {
   EXPECT_FALSE(conv::engine_allowed(narrow, {false, false, false}));
 }
 
+// A plan that adds into its output (the accumulating dgrad's beta = 1) searches mode A alone, in
+// the same order with or without determinism: a fallback engine once overwrote the sum.
+TEST(cuda_conv_rules, APlanAddingIntoItsOutputSearchesModeAAlone) {
+  for (bool deterministic_first : {true, false}) {
+    const auto all = conv::search_passes(deterministic_first);
+    const auto adding = conv::search_passes(deterministic_first, true);
+    std::vector<conv::SearchPass> mode_a;
+    for (const auto& p : all)
+      if (!p.fallback_heuristics) mode_a.push_back(p);
+    ASSERT_FALSE(adding.empty());
+    ASSERT_EQ(adding.size(), mode_a.size());
+    for (std::size_t i = 0; i < adding.size(); ++i) {
+      EXPECT_FALSE(adding[i].fallback_heuristics);
+      EXPECT_EQ(adding[i].deterministic, mode_a[i].deterministic);
+      EXPECT_EQ(adding[i].retry_only, mode_a[i].retry_only);
+    }
+    EXPECT_LT(adding.size(), all.size());
+  }
+}
+
 // conv_autotune's candidates: in the search's order, each engine once, up to N; with
 // deterministic_first, no non-deterministic engine once a deterministic pass has given one, but
 // the retry passes' engines where none did; without it, every pass's; a runtime-compiled engine
