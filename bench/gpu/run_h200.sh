@@ -154,7 +154,7 @@ export MODEL_BACKEND=${MODEL_BACKEND:-cuda} MODEL_RUN_CAP=${MODEL_RUN_CAP:-60}
 # first dropped as warm-up; a few seconds per run at most, next to its start-up's ten or more.
 export RN_BATCH=${RN_BATCH:-128} RN_IMAGE=${RN_IMAGE:-224} RN_STEPS=${RN_STEPS:-60} RN_LOG_EVERY=${RN_LOG_EVERY:-10}
 export RN_POLICIES=${RN_POLICIES:-bf16 fp32 tf32} RN_TORCH=${RN_TORCH:-bf16 fp32 tf32}
-export RN_VARIANTS=${RN_VARIANTS-bf16+convtune bf16+wgrad16 bf16+nofuse bf16+convaxpy bf16+floatpixels bf16+pageable bf16+graphs bf16+waited bf16+nondetconv bf16+tune}
+export RN_VARIANTS=${RN_VARIANTS-bf16+convtune bf16+wgrad32 bf16+nofuse bf16+convaxpy bf16+floatpixels bf16+pageable bf16+graphs bf16+waited bf16+nondetconv bf16+tune}
 export GPT_BATCH=${GPT_BATCH:-8} GPT_LAYERS=${GPT_LAYERS:-12} GPT_HEADS=${GPT_HEADS:-12} GPT_WIDTH=${GPT_WIDTH:-768}
 export GPT_TOKENS=${GPT_TOKENS:-1024} GPT_VOCAB=${GPT_VOCAB:-50257} GPT_STEPS=${GPT_STEPS:-120} GPT_LOG_EVERY=${GPT_LOG_EVERY:-20}
 export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 fp8-block} GPT_TORCH=${GPT_TORCH-bf16}
@@ -655,8 +655,8 @@ model_run() {
       # search's first 8 cuDNN engines (backend.cuda.conv_autotune = 8: what the engine choice
       # costs, wgrad's first of all); +wgrad16: the weight gradient from cuDNN in bf16, rounded
       # once as PyTorch AMP's is, then added into the FP32 gradient
-      # (backend.cuda.conv_wgrad_in_operand_dtype = true: whether cuDNN's engines for an FP32 dw
-      # from bf16 operands are what makes wgrad slow).
+      # (backend.cuda.conv_wgrad_in_operand_dtype = true, the default since session 57);
+      # +wgrad32: an FP32 dw from cuDNN (= false: what the default gains).
       p=${job#mixtrain:}
       local variant=() base=${p%%+*}
       [[ $p == *+graphs* ]] && variant+=(--set run.step_graphs=true)
@@ -677,6 +677,7 @@ model_run() {
       [[ $p == *+convaxpy* ]] && variant+=(--set backend.cuda.conv_dgrad_accumulate=false)
       [[ $p == *+convtune* ]] && variant+=(--set backend.cuda.conv_autotune=8)
       [[ $p == *+wgrad16* ]] && variant+=(--set backend.cuda.conv_wgrad_in_operand_dtype=true)
+      [[ $p == *+wgrad32* ]] && variant+=(--set backend.cuda.conv_wgrad_in_operand_dtype=false)
       # The memory plan's forecast, the table's "predicted" column: for the CHECK_POLICIES (bf16)
       # as they are, in the base stages only, not for every policy or variant: each check is a CUDA
       # start-up and a rehearsed step, device time; cuDNN's plans for every convolution shape
