@@ -655,8 +655,8 @@ model_run() {
       # search's first 8 cuDNN engines (backend.cuda.conv_autotune = 8: what the engine choice
       # costs, wgrad's first of all); +wgrad16: the weight gradient from cuDNN in bf16, rounded
       # once as PyTorch AMP's is, then added into the FP32 gradient
-      # (backend.cuda.conv_wgrad_in_operand_dtype = true, the default since session 57);
-      # +wgrad32: an FP32 dw from cuDNN (= false: what the default gains).
+      # (backend.cuda.conv_wgrad_in_operand_dtype = true, which resnet50_sets sets on CUDA);
+      # +wgrad32: an FP32 dw from cuDNN (= false, the backend's default: what that choice gains).
       p=${job#mixtrain:}
       local variant=() base=${p%%+*}
       [[ $p == *+graphs* ]] && variant+=(--set run.step_graphs=true)
@@ -805,6 +805,11 @@ resnet50_sets() {
     --set "run.log_every=$RN_LOG_EVERY" \
     --set run.eval_every=0 \
     --set run.underflow_every=0 --set checkpoint.every=0 --set checkpoint.final=false
+  # PyTorch AMP's weight gradients: cuDNN's bf16 dw, rounded once (the backend's default, an FP32
+  # dw, has only a slow fallback engine in cuDNN 9: 31 of 67 ms a step on an H200, session 57;
+  # the variant +wgrad32 measures it).
+  [[ $MODEL_BACKEND == cuda ]] && printf '%s\n' --set backend.cuda.conv_wgrad_in_operand_dtype=true
+  return 0
 }
 # optimizer.clip_grad_norm=0: gpt-tiny-bf16.toml clips at 1.0, and its PyTorch peer
 # (torch_models.py) does not clip; clipping costs mixtrain a gradient-norm pass and a scale every

@@ -212,37 +212,35 @@ void convolutions_match_the_cpu(CudaBackend& gpu, backend_cpu::CpuBackend& cpu,
   EXPECT_EQ(sections, 1);
 }
 
-// The default options: conv_wgrad_in_operand_dtype on, dw from cuDNN in the 16-bit operands'
-// dtype where an engine takes it, within one rounding of it; the plan report says which keys
-// ran so.
 TEST_F(backend_cuda_layers, Conv2dForwardBackwardMatchTheCpu) {
-  convolutions_match_the_cpu(gpu(), cpu(), true);
-  int sixteen_bit_dw = 0;
-  for (const auto& line : gpu().conv_plan_report())
-    if (line.starts_with("wgrad") && line.find("declined") == std::string::npos &&
-        (line.find("out bf16") != std::string::npos || line.find("out f16") != std::string::npos))
-      ++sixteen_bit_dw;
-  std::printf("  %d weight-gradient plans write the operands' 16-bit dtype\n", sixteen_bit_dw);
+  convolutions_match_the_cpu(gpu(), cpu());
 }
 
 // deterministic_convolutions = false: cuDNN's heuristic order, non-deterministic engines
 // included, within the same bounds.
 TEST_F(backend_cuda_layers, Conv2dWithoutDeterminismMatchesTheCpuToo) {
   CudaBackend fastest(CudaOptions{.device = 0, .deterministic_convolutions = false});
-  convolutions_match_the_cpu(fastest, cpu(), true);
+  convolutions_match_the_cpu(fastest, cpu());
 }
 
-// conv_wgrad_in_operand_dtype = false: dw FP32 from cuDNN, unrounded, within the FP32 bound.
-TEST_F(backend_cuda_layers, Conv2dWithAnFp32WeightGradientMatchesTheCpu) {
-  CudaBackend wgrad32(CudaOptions{.device = 0, .conv_wgrad_in_operand_dtype = false});
-  convolutions_match_the_cpu(wgrad32, cpu(), false);
+// conv_wgrad_in_operand_dtype: dw from cuDNN in the 16-bit operands' dtype where an engine takes
+// it, within one rounding of it; the plan report says which keys ran so.
+TEST_F(backend_cuda_layers, Conv2dWithTheWeightGradientInTheOperandDtypeMatchesTheCpu) {
+  CudaBackend wgrad16(CudaOptions{.device = 0, .conv_wgrad_in_operand_dtype = true});
+  convolutions_match_the_cpu(wgrad16, cpu(), true);
+  int sixteen_bit_dw = 0;
+  for (const auto& line : wgrad16.conv_plan_report())
+    if (line.starts_with("wgrad") && line.find("declined") == std::string::npos &&
+        (line.find("out bf16") != std::string::npos || line.find("out f16") != std::string::npos))
+      ++sixteen_bit_dw;
+  std::printf("  %d weight-gradient plans write the operands' 16-bit dtype\n", sixteen_bit_dw);
 }
 
 // conv_autotune = 4: every shape's fastest of its first 4 engines, within the same bounds; each
 // plan's report line says what was measured.
 TEST_F(backend_cuda_layers, Conv2dWithAutotuningMatchesTheCpuAndReportsItsTimings) {
   CudaBackend tuned(CudaOptions{.device = 0, .conv_autotune = 4});
-  convolutions_match_the_cpu(tuned, cpu(), true);
+  convolutions_match_the_cpu(tuned, cpu());
   for (const auto& line : tuned.conv_plan_report()) {
     if (line.find("declined") != std::string::npos) continue;
     EXPECT_TRUE(line.find("autotuned over") != std::string::npos ||
