@@ -31,7 +31,8 @@ __device__ __forceinline__ Shape shape_of(const BlockQuantizeOutput& o) {
 template <class S>
 __global__ void __launch_bounds__(kQuantizeThreads)
     quantize_kernel(const elem_t<S>* src, std::int64_t rows, std::int64_t cols,
-                    BlockQuantizeOutput out0, BlockQuantizeOutput out1, bool stochastic,
+                    const __grid_constant__ BlockQuantizeOutput out0,
+                    const __grid_constant__ BlockQuantizeOutput out1, bool stochastic,
                     std::uint64_t seed) {
   extern __shared__ float tile[];  // [kTile][kPitch]
   __shared__ std::uint32_t row_amax[kTile], col_amax[kTile];
@@ -76,6 +77,8 @@ __global__ void __launch_bounds__(kQuantizeThreads)
     __syncthreads();
 
     for (int p = 0; p < 2; ++p) {
+      // out0 and out1 are grid constants: a reference to either reads the parameter bank, where
+      // one to a plain by-value parameter copied both into each thread's local memory first.
       const BlockQuantizeOutput& out = p == 0 ? out0 : out1;
       if (out.codes == nullptr) continue;
       const Shape shape = shape_of(out);

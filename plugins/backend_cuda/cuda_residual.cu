@@ -15,10 +15,15 @@ namespace {
 // operations, and their order, are the same on both paths.
 constexpr int kPack = 8;
 
+// The tensor lists are __grid_constant__: a loop over k indexes them at run time, and a plain
+// by-value parameter indexed so is copied into each thread's local memory first (104 bytes a
+// thread, stored at the start and read back every round: the PTX showed it), where a grid
+// constant is read in place from the parameter bank, one broadcast for the whole warp.
+
 // xs: count tensors of [n] (any storage dtype each); y [n] in yt.
 __global__ void __launch_bounds__(kThreads)
-    residual_kernel(ResidualInputs xs, bool relu, void* y, Elem yt, std::int64_t n,
-                    bool vectorised) {
+    residual_kernel(const __grid_constant__ ResidualInputs xs, bool relu, void* y, Elem yt,
+                    std::int64_t n, bool vectorised) {
   for_each_element<kPack>(
       n, vectorised,
       [&](std::int64_t i) {
@@ -46,7 +51,8 @@ __global__ void __launch_bounds__(kThreads)
 // once and written to each gradient: a gradient that is dy gets it after dy's elements were read.
 __global__ void __launch_bounds__(kThreads)
     residual_backward_kernel(const void* dy, Elem dyt, const void* y, Elem yt, bool relu,
-                             ResidualGrads dxs, std::int64_t n, bool vectorised) {
+                             const __grid_constant__ ResidualGrads dxs, std::int64_t n,
+                             bool vectorised) {
   for_each_element<kPack>(
       n, vectorised,
       [&](std::int64_t i) {
