@@ -14,73 +14,75 @@
 namespace mixtrain::backend_cuda {
 
 inline sdk::OptionSchema cuda_backend_option_schema() {
-  return {sdk::OptionSpec::integer(
-              "device", 0,
-              "CUDA device index (as CUDA_VISIBLE_DEVICES numbers them); when not set, a rank "
-              "that an MPI launcher started takes its local rank's GPU (the local rank modulo "
-              "the visible devices), else device 0")
-              .at_least(0)
-              .at_most(1023),
-          sdk::OptionSpec::boolean(
-              "fp8_fast_accumulation", false,
-              "FP8 GEMMs without cuBLASLt's periodic promotion of the accumulator to FP32 "
-              "(CUBLASLT_MATMUL_DESC_FAST_ACCUM): faster on Hopper, less exact"),
-          sdk::OptionSpec::integer(
-              "gemm_autotune", 0,
-              "0: every GEMM shape runs cuBLASLt's first heuristic algorithm (reproducible); N >= "
-              "2: at a shape's first run, time the heuristic's first N algorithms on the real "
-              "operands and keep the fastest (like cudnn.benchmark; 8 is a good N)")
-              .at_least(0)
-              .at_most(64),
-          sdk::OptionSpec::integer(
-              "conv_autotune", 0,
-              "0: every convolution shape runs the first cuDNN engine the search accepts "
-              "(reproducible); N >= 2: at a shape's first run, time the search's first N "
-              "engines on the real operands and keep the fastest (cudnn.benchmark's choice; "
-              "deterministic ones only while deterministic_convolutions is on)")
-              .at_least(0)
-              .at_most(64),
-          sdk::OptionSpec::boolean(
-              "deterministic_attention", true,
-              "flash attention's backward (cuDNN's SDPA) on its deterministic kernels: the same "
-              "bits on every run, which bit-exact resume needs; false lets cuDNN pick its "
-              "faster kernels that accumulate dq with atomics"),
-          sdk::OptionSpec::boolean(
-              "gemm_realign", false,
-              "large 16-bit GEMMs whose rows are not 16 bytes apart (the LM head's odd "
-              "vocabulary, 50257) run on copies with padded rows, so cuBLASLt takes its Tensor "
-              "Core kernels; off until measured on a GPU (bench/gpu, variant +realign)"),
-          sdk::OptionSpec::boolean(
-              "deterministic_convolutions", true,
-              "convolutions on cuDNN's deterministic engines first (the same bits on every "
-              "run, which bit-exact resume needs); false takes cuDNN's heuristic order, "
-              "non-deterministic engines included, as PyTorch does by default"),
-          sdk::OptionSpec::boolean(
-              "layernorm_backward_one_pass", true,
-              "the layer norm's backward sums dgamma and dbeta in the pass that writes dx (one "
-              "read of dy and x); false runs the column sums as a pass of their own first (the "
-              "A/B of bench/gpu, variant +ln2pass); both are deterministic"),
-          sdk::OptionSpec::boolean(
-              "fp8_cast_transpose", true,
-              "an FP8 operand's cast also writes its transpose in the same pass (gemm facet "
-              "1.6), so the backward's GEMMs read x, dy and W transposed without a transpose "
-              "kernel each; false casts only and lets each GEMM transpose (the A/B of "
-              "bench/gpu, variant +plaincast); the same bits either way"),
-          sdk::OptionSpec::boolean(
-              "conv_dgrad_accumulate", true,
-              "a convolution adds its data gradient into the FP32 sum of a tensor read several "
-              "times (convolution facet 1.1; cuDNN's beta = 1 where an engine takes it, else its "
-              "usual dgrad into scratch and one add); false writes it apart for the host's axpy "
-              "(the A/B of "
-              "bench/gpu, variant +convaxpy)"),
-          sdk::OptionSpec::boolean(
-              "conv_wgrad_in_operand_dtype", false,
-              "a convolution on bf16 or fp16 operands takes its weight gradient from cuDNN in "
-              "that dtype (its FP32 sum rounded once, as PyTorch AMP's dw is) and adds it into "
-              "the FP32 gradient, for cuDNN's engines with a 16-bit output (heuristics mode A "
-              "has none for an FP32 dw from 16-bit operands: its fallback engine took 31 of "
-              "ResNet-50's 67 ms a step on an H200: a CNN trained in bf16 wants it on); false "
-              "keeps dw FP32 and unrounded, as the conformance suite holds it")};
+  return {
+      sdk::OptionSpec::integer(
+          "device", 0,
+          "CUDA device index (as CUDA_VISIBLE_DEVICES numbers them); when not set, a rank "
+          "that an MPI launcher started takes its local rank's GPU (the local rank modulo "
+          "the visible devices), else device 0")
+          .at_least(0)
+          .at_most(1023),
+      sdk::OptionSpec::boolean(
+          "fp8_fast_accumulation", false,
+          "FP8 GEMMs without cuBLASLt's periodic promotion of the accumulator to FP32 "
+          "(CUBLASLT_MATMUL_DESC_FAST_ACCUM): faster on Hopper, less exact"),
+      sdk::OptionSpec::integer(
+          "gemm_autotune", 0,
+          "0: every GEMM shape runs cuBLASLt's first heuristic algorithm (reproducible); N >= "
+          "2: at a shape's first run, time the heuristic's first N algorithms on the real "
+          "operands and keep the fastest (like cudnn.benchmark; 8 is a good N)")
+          .at_least(0)
+          .at_most(64),
+      sdk::OptionSpec::integer(
+          "conv_autotune", 0,
+          "0: every convolution shape runs the first cuDNN engine the search accepts "
+          "(reproducible); N >= 2: at a shape's first run, time the search's first N "
+          "engines on the real operands and keep the fastest (cudnn.benchmark's choice; "
+          "deterministic ones only while deterministic_convolutions is on)")
+          .at_least(0)
+          .at_most(64),
+      sdk::OptionSpec::boolean(
+          "deterministic_attention", true,
+          "flash attention's backward (cuDNN's SDPA) on its deterministic kernels: the same "
+          "bits on every run, which bit-exact resume needs; false lets cuDNN pick its "
+          "faster kernels that accumulate dq with atomics"),
+      sdk::OptionSpec::boolean(
+          "gemm_realign", false,
+          "large 16-bit GEMMs whose rows are not 16 bytes apart (the LM head's odd "
+          "vocabulary, 50257) run on copies with padded rows, so cuBLASLt takes its Tensor "
+          "Core kernels; off until measured on a GPU (bench/gpu, variant +realign)"),
+      sdk::OptionSpec::boolean(
+          "deterministic_convolutions", true,
+          "convolutions on cuDNN's deterministic engines first (the same bits on every "
+          "run, which bit-exact resume needs); false takes cuDNN's heuristic order, "
+          "non-deterministic engines included, as PyTorch does by default"),
+      sdk::OptionSpec::boolean(
+          "layernorm_backward_one_pass", true,
+          "the layer norm's backward sums dgamma and dbeta in the pass that writes dx (one "
+          "read of dy and x); false runs the column sums as a pass of their own first (the "
+          "A/B of bench/gpu, variant +ln2pass); both are deterministic"),
+      sdk::OptionSpec::boolean(
+          "fp8_cast_transpose", true,
+          "an FP8 operand's cast also writes its transpose in the same pass (gemm facet "
+          "1.6), so the backward's GEMMs read x, dy and W transposed without a transpose "
+          "kernel each; false casts only and lets each GEMM transpose (the A/B of "
+          "bench/gpu, variant +plaincast); the same bits either way"),
+      sdk::OptionSpec::boolean(
+          "conv_dgrad_accumulate", true,
+          "a convolution adds its data gradient into the FP32 sum of a tensor read several "
+          "times (convolution facet 1.1; a pointwise one on 16-bit operands as one cuBLASLt "
+          "GEMM with beta = 1, others cuDNN's beta = 1 where a mode A engine takes it, else "
+          "its usual dgrad into scratch and one add); false writes it apart for the host's axpy "
+          "(the A/B of "
+          "bench/gpu, variant +convaxpy)"),
+      sdk::OptionSpec::boolean(
+          "conv_wgrad_in_operand_dtype", false,
+          "a convolution on bf16 or fp16 operands takes its weight gradient from cuDNN in "
+          "that dtype (its FP32 sum rounded once, as PyTorch AMP's dw is) and adds it into "
+          "the FP32 gradient, for cuDNN's engines with a 16-bit output (heuristics mode A "
+          "has none for an FP32 dw from 16-bit operands: its fallback engine took 31 of "
+          "ResNet-50's 67 ms a step on an H200: a CNN trained in bf16 wants it on); false "
+          "keeps dw FP32 and unrounded, as the conformance suite holds it")};
 }
 
 struct LocalRank {

@@ -237,6 +237,14 @@ void AutotuneCandidates::take(const SearchPass& pass, const std::string& engine)
   deterministic_found_ = deterministic_found_ || pass.deterministic;
 }
 
+bool pointwise_dgrad_accumulates_as_gemm(const sdk::Conv2dGeometry& g, sdk::DType dy,
+                                         sdk::DType w) {
+  const bool pointwise = g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 && g.stride_w == 1 &&
+                         g.pad_h == 0 && g.pad_w == 0 && g.dilation_h == 1 && g.dilation_w == 1 &&
+                         g.groups == 1;
+  return pointwise && dy == w && sixteen(dy);
+}
+
 std::vector<SearchPass> search_passes(bool deterministic_first, bool adds_into_output) {
   std::vector<SearchPass> passes =
       deterministic_first ? std::vector<SearchPass>{{false, true, false},

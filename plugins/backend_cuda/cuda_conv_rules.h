@@ -24,8 +24,10 @@
 //   placements per operand route: cuDNN adding into dx itself (beta = 1, the gradient unrounded),
 //   then its output into scratch and one add: in the operands' 16-bit dtype for 16-bit operands
 //   (the overwriting dgrad's plan, its one rounding, and no more bytes than the host's axpy
-//   path), fp32 for fp32 ones. The weight gradient is written in FP32 unless the backend was
-//   told to take it in the 16-bit operands' dtype (conv_routes' wgrad_in_operand_dtype).
+//   path), fp32 for fp32 ones; a pointwise one on 16-bit operands is a GEMM instead
+//   (pointwise_dgrad_accumulates_as_gemm). The weight gradient is written in FP32 unless the
+//   backend was told to take it in the 16-bit operands' dtype (conv_routes'
+//   wgrad_in_operand_dtype).
 #pragma once
 
 #include <array>
@@ -94,6 +96,15 @@ std::string route_text(const Route& r);
 std::vector<Route> conv_routes(ConvOp op, sdk::DType a, sdk::DType b, sdk::DType out,
                                sdk::DType compute, bool extra, FilterLayout layout,
                                bool wgrad_in_operand_dtype = false);
+
+// The accumulating data gradient of a pointwise convolution (1x1 kernel, stride 1, no padding or
+// dilation, one group) on operands of one 16-bit dtype is one GEMM: dx [N·H·W, C] += dy [N·H·W,
+// K] · w [K, C], which cuBLASLt runs with beta = 1 into the fp32 sum (FP32 accumulation, the
+// gradient unrounded, as cuDNN's beta = 1 would add it). cuDNN 9.19 has no mode A engine for that
+// op (its fallback engine overwrote dx, and the route after it costs a 16-bit scratch and an add:
+// 2.1 ms of ResNet-50's step on an H200, bench/RESULTS.md, session 57). True when that GEMM
+// applies.
+bool pointwise_dgrad_accumulates_as_gemm(const sdk::Conv2dGeometry& g, sdk::DType dy, sdk::DType w);
 
 // The plan cache's key: everything a cuDNN execution plan depends on.
 struct PlanKey {

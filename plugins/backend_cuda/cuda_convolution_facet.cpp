@@ -29,6 +29,7 @@
 #include "cuda_conv_rules.h"
 #include "cuda_convolution.h"
 #include "cuda_convolution_facet.h"
+#include "cuda_gemm.h"
 #include "cuda_gemm_kernels.h"
 #include "cuda_layer_checks.h"
 #include "mixtrain/sdk/support/facet_registry.h"
@@ -285,6 +286,20 @@ void backward_data(CudaContext& context, const sdk::Conv2dBackwardDataArgs& args
     layer_checks::conv_backward_data_accumulate(args);
   else
     layer_checks::conv_backward_data(args);
+  const sdk::Conv2dGeometry& g = args.geometry;
+  if (accumulate &&
+      conv::pointwise_dgrad_accumulates_as_gemm(g, args.dy.view.dtype, args.w.view.dtype)) {
+    // dx [N·H·W, C] += dy [N·H·W, K] · w [K, C] (cuda_conv_rules.h): the views as matrices.
+    const std::int64_t rows = g.batch * g.height * g.width;
+    sdk::GemmArgs gemm;
+    gemm.a = {{args.dy.view.data, args.dy.view.dtype, sdk::Shape{rows, g.out_channels}}};
+    gemm.b = {{args.w.view.data, args.w.view.dtype, sdk::Shape{g.out_channels, g.in_channels}}};
+    gemm.c = {args.dx.data, args.dx.dtype, sdk::Shape{rows, g.in_channels}};
+    gemm.beta = 1.0f;
+    gemm.compute = args.compute;
+    context.gemm->run(gemm);
+    return;
+  }
   const ConvCall call{ConvOp::backward_data, &args.geometry, args.dy.view, args.w.view, args.dx,
                       args.compute,          accumulate,     nullptr};
   std::string declined;

@@ -732,4 +732,31 @@ TEST(cuda_layer_norm_plan, PartitionAndScratchAreFunctionsOfTheShape) {
   EXPECT_EQ(ln::one_pass_scratch_floats(0, 768), 2u * 768);
 }
 
+// The accumulating dgrad of a pointwise convolution on 16-bit operands is one GEMM; any other
+// geometry or dtype keeps cuDNN.
+TEST(cuda_conv_rules, OnlyAPointwiseSixteenBitDgradIntoASumIsAGemm) {
+  sdk::Conv2dGeometry g;
+  g.batch = 2;
+  g.in_channels = 64;
+  g.height = g.width = 56;
+  g.out_channels = 256;
+  using sdk::DType;
+  EXPECT_TRUE(conv::pointwise_dgrad_accumulates_as_gemm(g, DType::bf16, DType::bf16));
+  EXPECT_TRUE(conv::pointwise_dgrad_accumulates_as_gemm(g, DType::fp16, DType::fp16));
+  EXPECT_FALSE(conv::pointwise_dgrad_accumulates_as_gemm(g, DType::fp32, DType::fp32));
+  EXPECT_FALSE(conv::pointwise_dgrad_accumulates_as_gemm(g, DType::bf16, DType::fp16));
+  const auto refused = [&](auto change) {
+    sdk::Conv2dGeometry h = g;
+    change(h);
+    return !conv::pointwise_dgrad_accumulates_as_gemm(h, DType::bf16, DType::bf16);
+  };
+  EXPECT_TRUE(refused([](auto& h) { h.kernel_h = h.kernel_w = 3; }));
+  EXPECT_TRUE(refused([](auto& h) { h.kernel_w = 3; }));
+  EXPECT_TRUE(refused([](auto& h) { h.stride_h = h.stride_w = 2; }));
+  EXPECT_TRUE(refused([](auto& h) { h.stride_w = 2; }));
+  EXPECT_TRUE(refused([](auto& h) { h.pad_h = 1; }));
+  EXPECT_TRUE(refused([](auto& h) { h.dilation_w = 2; }));
+  EXPECT_TRUE(refused([](auto& h) { h.groups = 4; }));
+}
+
 }  // namespace
