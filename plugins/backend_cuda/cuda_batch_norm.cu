@@ -362,8 +362,10 @@ __global__ void __launch_bounds__(kThreads) bn_grad_input_kernel(BnBackward a, c
   }
 }
 
-// bn_grad_input_kernel on packs (packs_fit).
-template <class S>
+// bn_grad_input_kernel on packs (packs_fit), one instantiation per mask (0, 1, 2: a.mask), so
+// each keeps live only what its mask reads: with the mask a run-time branch the bf16 kernel took
+// 80 registers, 3 blocks of 256 an SM.
+template <class S, int kMask>
 __global__ void __launch_bounds__(kThreads)
     bn_grad_input_packs_kernel(BnBackward a, const float* coeff) {
   using P = Pack<elem_t<S>, kPack>;
@@ -377,25 +379,32 @@ __global__ void __launch_bounds__(kThreads)
     const std::int64_t i = p * kPack, c = walk.c;
     const P dyv = load_pack<kPack>(dy + i), xv = load_pack<kPack>(x + i);
     P yv{};
-    if (a.mask == 2) yv = load_pack<kPack>(y + i);
+    if constexpr (kMask == 2) yv = load_pack<kPack>(y + i);
     const auto mean = load_pack<kPack>(a.save_mean + c);
-    const auto k0 = load_pack<kPack>(coeff + c), k1 = load_pack<kPack>(coeff + ch + c),
-               k2 = load_pack<kPack>(coeff + 2 * ch + c);
     Pack<float, kPack> scale{}, shift{};
-    if (a.mask == 1) {
+    if constexpr (kMask == 1) {
       scale = load_pack<kPack>(a.scale_shift + c);
       shift = load_pack<kPack>(a.scale_shift + ch + c);
     }
-    P out;
+    float g[kPack];
 #pragma unroll
     for (int j = 0; j < kPack; ++j) {
-      const float g0 = S::load(dyv.v[j]), xj = S::load(xv.v[j]);
-      const float g = a.mask == 1 ? element::bn_relu_mask(xj, g0, mean.v[j], scale.v[j], shift.v[j])
-                      : a.mask == 2 ? (S::load(yv.v[j]) > 0.0f ? g0 : 0.0f)
-                                    : g0;
-      out.v[j] =
-          S::store(element::bn_grad_input(g, xj, mean.v[j], k0.v[j], k1.v[j], k2.v[j]), false);
+      const float g0 = S::load(dyv.v[j]);
+      if constexpr (kMask == 1)
+        g[j] = element::bn_relu_mask(S::load(xv.v[j]), g0, mean.v[j], scale.v[j], shift.v[j]);
+      else if constexpr (kMask == 2)
+        g[j] = S::load(yv.v[j]) > 0.0f ? g0 : 0.0f;
+      else
+        g[j] = g0;
     }
+    const auto k0 = load_pack<kPack>(coeff + c), k1 = load_pack<kPack>(coeff + ch + c),
+               k2 = load_pack<kPack>(coeff + 2 * ch + c);
+    P out;
+#pragma unroll
+    for (int j = 0; j < kPack; ++j)
+      out.v[j] = S::store(
+          element::bn_grad_input(g[j], S::load(xv.v[j]), mean.v[j], k0.v[j], k1.v[j], k2.v[j]),
+          false);
     store_pack<kPack>(dx + i, out);
   }
 }
@@ -404,9 +413,15 @@ template <class S>
 void launch_grad_input(const BnBackward& a, const float* coeff, cudaStream_t stream) {
   const std::int64_t n = a.rows * a.channels;
   if (packs_fit(a.channels, {a.x, a.dy, a.mask == 2 ? a.y : nullptr, a.dx, a.save_mean, coeff,
-                             a.mask == 1 ? a.scale_shift : nullptr}))
-    bn_grad_input_packs_kernel<S><<<grid_for(n / kPack), kThreads, 0, stream>>>(a, coeff);
-  else
+                             a.mask == 1 ? a.scale_shift : nullptr})) {
+    const unsigned grid = grid_for(n / kPack);
+    if (a.mask == 1)
+      bn_grad_input_packs_kernel<S, 1><<<grid, kThreads, 0, stream>>>(a, coeff);
+    else if (a.mask == 2)
+      bn_grad_input_packs_kernel<S, 2><<<grid, kThreads, 0, stream>>>(a, coeff);
+    else
+      bn_grad_input_packs_kernel<S, 0><<<grid, kThreads, 0, stream>>>(a, coeff);
+  } else
     bn_grad_input_kernel<S><<<grid_for(n), kThreads, 0, stream>>>(a, coeff);
 }
 

@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // dy, y [n] (y read only when relu); every dxs.data[k] [n] in its own dtype. The value is decoded
 // once and written to each gradient: a gradient that is dy gets it after dy's elements were read.
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 4)
     residual_backward_kernel(const void* dy, Elem dyt, const void* y, Elem yt, bool relu,
                              const __grid_constant__ ResidualGrads dxs, std::int64_t n,
                              bool vectorised) {
