@@ -49,6 +49,9 @@ __global__ void __launch_bounds__(kThreads)
 
 // dy, y [n] (y read only when relu); every dxs.data[k] [n] in its own dtype. The value is decoded
 // once and written to each gradient: a gradient that is dy gets it after dy's elements were read.
+// At least 4 blocks an SM: left to itself ptxas gave this kernel 161 registers, one block of 256
+// an SM, too few loads in flight for a memory-bound pass (it ran at about a third of the H200's
+// bandwidth, session 57); capped, it takes 47 and spills nothing.
 __global__ void __launch_bounds__(kThreads, 4)
     residual_backward_kernel(const void* dy, Elem dyt, const void* y, Elem yt, bool relu,
                              const __grid_constant__ ResidualGrads dxs, std::int64_t n,
