@@ -128,6 +128,55 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// pool_backward_kernel on packs of 8 channels of one pixel (C % 8 == 0, dy, dx and argmax 16-byte
+// aligned, argmax given): the pixel's windows are found once for its 8 channels, not once per
+// element with four divisions each, and dy, argmax and dx move as vectors. Each element sums the
+// same terms in the same order (oh, then ow, ascending) as the one-element kernel: the same bits.
+// ResNet-50's max-pool backward took 1.5 ms a step on an H200 in the one-element kernel (session
+// 57), PyTorch's 0.9.
+constexpr int kPoolPack = 8;
+
+template <class S, class I>
+__global__ void __launch_bounds__(kThreads)
+    pool_backward_packs_kernel(PoolShape p, const elem_t<S>* dy, const std::int32_t* argmax,
+                               elem_t<S>* dx) {
+  const I H = static_cast<I>(p.h), W = static_cast<I>(p.w), C = static_cast<I>(p.c);
+  const I OH = static_cast<I>(p.oh), OW = static_cast<I>(p.ow);
+  const I packs_per_pixel = C / kPoolPack;
+  const std::int64_t total = p.n * p.h * p.w * (p.c / kPoolPack);
+  for (std::int64_t e = global_thread(); e < total; e += grid_threads()) {
+    const I q = static_cast<I>(e / packs_per_pixel);
+    const I c0 = static_cast<I>(e - static_cast<std::int64_t>(q) * packs_per_pixel) * kPoolPack;
+    const I w = q % W, h = q / W % H, n = q / (W * H);
+    I oh0, oh1, ow0, ow1;
+    pool_windows_of<I>(h, p.ph, p.kh, p.sh, OH, &oh0, &oh1);
+    pool_windows_of<I>(w, p.pw, p.kw, p.sw, OW, &ow0, &ow1);
+    float sum[kPoolPack] = {};
+    for (I oh = oh0; oh <= oh1; ++oh)
+      for (I ow = ow0; ow <= ow1; ++ow) {
+        const I o = ((n * OH + oh) * OW + ow) * C + c0;
+        const auto g = load_pack<kPoolPack>(dy + o);
+        if (p.max) {
+          const int here =
+              static_cast<int>((h - (oh * p.sh - p.ph)) * p.kw + (w - (ow * p.sw - p.pw)));
+          const auto k = load_pack<kPoolPack>(argmax + o);
+#pragma unroll
+          for (int j = 0; j < kPoolPack; ++j)
+            if (k.v[j] == here) sum[j] += S::load(g.v[j]);
+        } else {
+          const int count = window_count<I>(p, oh, ow);
+#pragma unroll
+          for (int j = 0; j < kPoolPack; ++j)
+            sum[j] += element::pool_average(S::load(g.v[j]), count);
+        }
+      }
+    Pack<elem_t<S>, kPoolPack> out;
+#pragma unroll
+    for (int j = 0; j < kPoolPack; ++j) out.v[j] = S::store(sum[j], false);
+    store_pack<kPoolPack>(dx + static_cast<std::int64_t>(q) * C + c0, out);
+  }
+}
+
 // Tiles of 32 x 32 through shared memory (as fp32: decoded on load, encoded once on store);
 // blockIdx.z walks images, blockIdx.y row tiles (both strided past the grid's limits).
 template <class Src, class Dst>
@@ -213,8 +262,20 @@ cudaError_t pool_backward(const PoolShape& p, const void* dy, const void* x,
                           const std::int32_t* argmax, void* dx, Elem t, cudaStream_t stream) {
   const std::int64_t total = p.n * p.h * p.w * p.c;
   if (total == 0) return cudaSuccess;
+  const bool packs = p.c % kPoolPack == 0 && aligned16(dy) && aligned16(dx) &&
+                     (!p.max || (argmax != nullptr && aligned16(argmax)));
   const bool ok = with_float_storage(t, [&](auto s) {
     using S = decltype(s);
+    if (packs) {
+      const unsigned grid = grid_for(total / kPoolPack);
+      if (pool_index_fits(p))
+        pool_backward_packs_kernel<S, std::int32_t><<<grid, kThreads, 0, stream>>>(
+            p, static_cast<const elem_t<S>*>(dy), argmax, static_cast<elem_t<S>*>(dx));
+      else
+        pool_backward_packs_kernel<S, std::int64_t><<<grid, kThreads, 0, stream>>>(
+            p, static_cast<const elem_t<S>*>(dy), argmax, static_cast<elem_t<S>*>(dx));
+      return;
+    }
     if (pool_index_fits(p))
       pool_backward_kernel<S, std::int32_t><<<grid_for(total), kThreads, 0, stream>>>(
           p, static_cast<const elem_t<S>*>(dy), static_cast<const elem_t<S>*>(x), argmax,
