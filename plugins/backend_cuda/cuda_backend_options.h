@@ -73,8 +73,7 @@ inline sdk::OptionSchema cuda_backend_option_schema() {
           "times (convolution facet 1.1; a pointwise one on 16-bit operands as one cuBLASLt "
           "GEMM with beta = 1, others cuDNN's beta = 1 where a mode A engine takes it, else "
           "its usual dgrad into scratch and one add); false writes it apart for the host's axpy "
-          "(the A/B of "
-          "bench/gpu, variant +convaxpy)"),
+          "(the A/B of bench/gpu, variant +convaxpy)"),
       sdk::OptionSpec::boolean(
           "conv_wgrad_in_operand_dtype", false,
           "a convolution on bf16 or fp16 operands takes its weight gradient from cuDNN in "
