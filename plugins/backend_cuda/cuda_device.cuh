@@ -134,28 +134,31 @@ __device__ __forceinline__ void store(void* p, Elem t, std::int64_t i, float v,
   }
 }
 
+// 8 elements of storage S from p + i (16-byte aligned) as floats, and back, each rounded once.
+template <class S>
+__device__ __forceinline__ void load8_as(const void* p, std::int64_t i, float (&v)[8]) {
+  const auto w = load_pack<8>(static_cast<const elem_t<S>*>(p) + i);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = S::load(w.v[j]);
+}
+template <class S>
+__device__ __forceinline__ void store8_as(void* p, std::int64_t i, const float (&v)[8]) {
+  Pack<elem_t<S>, 8> w;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) w.v[j] = S::store(v[j], false);
+  store_pack<8>(static_cast<elem_t<S>*>(p) + i, w);
+}
+
 // Elements [i, i + 8) of a tensor tagged t, as floats: one 16-byte load for a 16-bit tensor, two
 // for fp32 (i a multiple of 8, the tensor 16-byte aligned); other tags element by element.
 __device__ __forceinline__ void load8(const void* p, Elem t, std::int64_t i, float (&v)[8]) {
   switch (t) {
-    case Elem::bf16: {
-      const auto w = load_pack<8>(static_cast<const std::uint16_t*>(p) + i);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = storage::Bf16::load(w.v[j]);
-      return;
-    }
-    case Elem::f16: {
-      const auto w = load_pack<8>(static_cast<const std::uint16_t*>(p) + i);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = storage::F16::load(w.v[j]);
-      return;
-    }
-    case Elem::f32: {
-      const auto w = load_pack<8>(static_cast<const float*>(p) + i);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = w.v[j];
-      return;
-    }
+    case Elem::bf16:
+      return load8_as<storage::Bf16>(p, i, v);
+    case Elem::f16:
+      return load8_as<storage::F16>(p, i, v);
+    case Elem::f32:
+      return load8_as<storage::F32>(p, i, v);
     default:
 #pragma unroll
       for (int j = 0; j < 8; ++j) v[j] = load(p, t, i + j);
@@ -165,27 +168,12 @@ __device__ __forceinline__ void load8(const void* p, Elem t, std::int64_t i, flo
 // load8's store: each value rounded once into t, as store() rounds it (saturate false).
 __device__ __forceinline__ void store8(void* p, Elem t, std::int64_t i, const float (&v)[8]) {
   switch (t) {
-    case Elem::bf16: {
-      Pack<std::uint16_t, 8> w;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) w.v[j] = storage::Bf16::store(v[j], false);
-      store_pack<8>(static_cast<std::uint16_t*>(p) + i, w);
-      return;
-    }
-    case Elem::f16: {
-      Pack<std::uint16_t, 8> w;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) w.v[j] = storage::F16::store(v[j], false);
-      store_pack<8>(static_cast<std::uint16_t*>(p) + i, w);
-      return;
-    }
-    case Elem::f32: {
-      Pack<float, 8> w;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) w.v[j] = storage::F32::store(v[j], false);
-      store_pack<8>(static_cast<float*>(p) + i, w);
-      return;
-    }
+    case Elem::bf16:
+      return store8_as<storage::Bf16>(p, i, v);
+    case Elem::f16:
+      return store8_as<storage::F16>(p, i, v);
+    case Elem::f32:
+      return store8_as<storage::F32>(p, i, v);
     default:
 #pragma unroll
       for (int j = 0; j < 8; ++j) store(p, t, i + j, v[j]);
