@@ -13,7 +13,7 @@
 #   profile  where the time goes: `mixtrain train --profile` on ResNet-50 and GPT-2 small, and
 #         torch.profiler on the same PyTorch peers (top PROFILE_TOP kernels by GPU time); then
 #         mixtrain's fp8-delayed on GPT-2 small (where FP8's time goes), GPT-2 small with
-#         gemm_realign (the LM head on padded copies); last ResNet-50 with its
+#         model.loss_pad_classes = 64 (the LM head on padded blocks); last ResNet-50 with its
 #         convolutions autotuned (each shape's default engine beside the fastest of 8)
 #   gemm  GEMM TFLOP/s per dtype at 8192^3: bench_gemm_cuda (CudaGemm::gemm, cuBLASLt) with
 #         the default algorithm and again with gemm_autotune (bf16, fp16, fp8), and PyTorch's
@@ -160,7 +160,7 @@ export GPT_BATCH=${GPT_BATCH:-8} GPT_LAYERS=${GPT_LAYERS:-12} GPT_HEADS=${GPT_HE
 export GPT_TOKENS=${GPT_TOKENS:-1024} GPT_VOCAB=${GPT_VOCAB:-50257} GPT_STEPS=${GPT_STEPS:-120} GPT_LOG_EVERY=${GPT_LOG_EVERY:-20}
 export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 fp8-block} GPT_TORCH=${GPT_TORCH-bf16}
 export TORCH_WARMUP_S=${TORCH_WARMUP_S:-1} CHECK_POLICIES=${CHECK_POLICIES-bf16}
-export GPT_VARIANTS=${GPT_VARIANTS-fp8+plaincast bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+graphs bf16+waited bf16+tune}
+export GPT_VARIANTS=${GPT_VARIANTS-bf16+padvocab fp8+padvocab fp8+plaincast bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+graphs bf16+waited bf16+tune}
 export GPT2M_LAYERS=${GPT2M_LAYERS:-24} GPT2M_HEADS=${GPT2M_HEADS:-16} GPT2M_WIDTH=${GPT2M_WIDTH:-1024}
 export GPT2M_BATCH=${GPT2M_BATCH:-8} GPT2M_POLICIES=${GPT2M_POLICIES:-bf16 fp8 fp8+plaincast}
 export ROOT HERE
@@ -668,6 +668,7 @@ model_run() {
       [[ $p == *+nondet || $p == *+nondet+* ]] &&
         variant+=(--set backend.cuda.deterministic_attention=false)
       [[ $p == *+realign* ]] && variant+=(--set backend.cuda.gemm_realign=true)
+      [[ $p == *+padvocab* ]] && variant+=(--set model.loss_pad_classes=64)
       [[ $p == *+nondetconv* ]] && variant+=(--set backend.cuda.deterministic_convolutions=false)
       [[ $p == *+floatpixels* ]] && variant+=(--set data.pixels=float32)
       [[ $p == *+pageable* ]] && variant+=(--set data.pin_memory=false)
@@ -969,11 +970,10 @@ stage_profile() {
   profile_mixtrain "$P/mixtrain-gpt2-fp8" "$(share 40)" 15 "$ROOT/configs/gpt-tiny-bf16.toml" \
     fp8-delayed "${sets[@]}" || rc=1
   profile_md
-  # The LM head on padded copies (gemm_realign): session 57 measured it at only 1.02x the plain
-  # run, while the head's align1 GEMMs took 16.6 of 35.4 ms a step; this says whether the copies
-  # or the realigned GEMMs take the rest.
-  profile_mixtrain "$P/mixtrain-gpt2-realign" "$(share 40)" 15 "$ROOT/configs/gpt-tiny-bf16.toml" \
-    bf16-mixed "${sets[@]}" --set backend.cuda.gemm_realign=true || rc=1
+  # The LM head on padded blocks (model.loss_pad_classes): session 57's head ran align-1 GEMMs,
+  # 16.6 of 35.4 ms a step, and gemm_realign's padded copies won back only 2 %.
+  profile_mixtrain "$P/mixtrain-gpt2-padvocab" "$(share 40)" 15 "$ROOT/configs/gpt-tiny-bf16.toml" \
+    bf16-mixed "${sets[@]}" --set model.loss_pad_classes=64 || rc=1
   profile_md
   mapfile -t sets < <(resnet50_sets)
   profile_mixtrain "$P/mixtrain-resnet50-convtune" "$(share 120)" 30 \
@@ -1007,9 +1007,9 @@ profile_md() {
     [[ -f $P/mixtrain-gpt2-fp8.log ]] &&
       mixtrain_profile_section "gpt2: mixtrain fp8-delayed (where FP8's time goes: casts, transposes, GEMMs)" \
         "$P/mixtrain-gpt2-fp8.log"
-    [[ -f $P/mixtrain-gpt2-realign.log ]] &&
-      mixtrain_profile_section "gpt2: mixtrain bf16-mixed + gemm_realign (the LM head on padded copies: the copies against the GEMMs)" \
-        "$P/mixtrain-gpt2-realign.log"
+    [[ -f $P/mixtrain-gpt2-padvocab.log ]] &&
+      mixtrain_profile_section "gpt2: mixtrain bf16-mixed + loss_pad_classes = 64 (the LM head's blocks 50304 wide: aligned GEMMs)" \
+        "$P/mixtrain-gpt2-padvocab.log"
     [[ -f $P/mixtrain-resnet50-convtune.log ]] &&
       mixtrain_profile_section "resnet50: mixtrain, convolutions autotuned over 8 cuDNN engines per shape (each plan line: the default engine's time beside the fastest)" \
         "$P/mixtrain-resnet50-convtune.log"

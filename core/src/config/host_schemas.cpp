@@ -574,7 +574,15 @@ sdk::OptionSchema model_schema() {
                               "their gradient never exist; 0 = the whole batch at once; unset: "
                               "1024 for a model of 4096 classes or more, else 0")
               .at_least(0)
-              .at_most(2147483647)};
+              .at_most(2147483647),
+          OptionSpec::integer("loss_pad_classes", 0,
+                              "pad the chunked loss's logits to a multiple of this many classes "
+                              "(llm.c's padded vocabulary: 64 for GPT-2's 50257), so that GPU "
+                              "GEMMs get rows 16 bytes apart; the padded classes have probability "
+                              "0, so the loss and gradients are the unpadded ones; 0 or 1 = none; "
+                              "ignored with label smoothing or without loss_chunk_rows")
+              .at_least(0)
+              .at_most(4096)};
 }
 
 sdk::OptionSchema gpt_preset_schema() {

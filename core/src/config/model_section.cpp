@@ -658,6 +658,7 @@ void read_model_config(const Config& config, Experiment& e) {
   e.model.fuse_epilogues = model.get_bool("fuse_epilogues");
   e.model.label_smoothing = model.get_double("label_smoothing");
   if (model.was_set("loss_chunk_rows")) e.model.loss_chunk_rows = model.get_int("loss_chunk_rows");
+  e.model.loss_pad_classes = model.get_int("loss_pad_classes");
   if (!model.get_string("from_pretrained").empty()) return read_pretrained_gpt(config, e, model);
   const ModelPreset preset = parse_choice(model, "preset", kModelPresets);
   // A preset's table under another preset is checked as an unselected plugin's table is, so a

@@ -2,6 +2,7 @@
 #include "mixtrain/core/graph/chunked_loss.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace mixtrain::core {
 
@@ -37,13 +38,19 @@ std::int64_t compute_loss_in_blocks(Layer& head, sdk::DeviceBackend& backend,
     return TensorView{static_cast<std::int32_t*>(pass.labels.data) + first, DType::int32,
                       sdk::Shape{rows}};
   };
+  if (pass.label_smoothing != 0.0f && classes != head.out_features())
+    throw std::logic_error("compute_loss_in_blocks: padded classes with label smoothing");
+  head.begin_loss_blocks();
   std::int64_t count = 0;
   for (std::int64_t first = 0; first < total; first += blocks.rows, ++count) {
     const std::int64_t rows = std::min(blocks.rows, total - first);
     const TensorView x = row_block(pass.x, first, rows);
     const TensorView z{blocks.logits.data, blocks.logits.dtype, sdk::Shape{rows, classes}};
     head.forward_rows(x, z);
-    if (visit && !visit(LossBlockPart::logits, first, z)) return count + 1;
+    if (visit && !visit(LossBlockPart::logits, first, z)) {
+      head.end_loss_blocks();
+      return count + 1;
+    }
     const float share = static_cast<float>(rows) / static_cast<float>(total);
     TensorView dz;
     if (pass.with_grad)
@@ -53,10 +60,14 @@ std::int64_t compute_loss_in_blocks(Layer& head, sdk::DeviceBackend& backend,
                                 pass.label_smoothing, element(blocks.loss_parts, count),
                                 element(blocks.correct_parts, count), dz);
     if (!pass.with_grad) continue;
-    if (visit && !visit(LossBlockPart::logits_grad, first, dz)) return count + 1;
+    if (visit && !visit(LossBlockPart::logits_grad, first, dz)) {
+      head.end_loss_blocks();
+      return count + 1;
+    }
     const TensorView dx = pass.dx.empty() ? TensorView{} : row_block(pass.dx, first, rows);
     head.backward(x, dz, dx, rows);
   }
+  head.end_loss_blocks();
   // The mean over all rows: each block's mean weighted by its share, in block order.
   backend.fill(loss, 0.0f);
   for (std::int64_t b = 0; b < count; ++b) {

@@ -85,7 +85,8 @@ Executor::LossChunking Executor::decide_loss_chunking(std::int64_t max_rows,
   return c;
 }
 
-void Executor::allocate(PassRows rows, bool reserve_fp32_gradients, std::int64_t loss_chunk_rows) {
+void Executor::allocate(PassRows rows, bool reserve_fp32_gradients, std::int64_t loss_chunk_rows,
+                        std::int64_t loss_pad_classes) {
   if (rows.train < 0 || rows.evaluation < 0 || std::max(rows.train, rows.evaluation) < 1)
     throw std::logic_error("Executor::allocate: " + std::to_string(rows.train) + " training and " +
                            std::to_string(rows.evaluation) +
@@ -96,12 +97,16 @@ void Executor::allocate(PassRows rows, bool reserve_fp32_gradients, std::int64_t
   for (auto& op : ops_) {  // what the plans below depend on
     op->choose_kernels(*backend_);
     op->set_loss_chunk_rows(0);
+    op->set_loss_block_padding(0);
   }
   chunking_ = decide_loss_chunking(max_rows, loss_chunk_rows);
   const TensorId logits_root = plan_.root(plan_.logits());
   if (chunking_.rows > 0) {
     chunked_node_ = logits_root.position();
     ops_[chunked_node_]->set_loss_chunk_rows(chunking_.rows);
+    ops_[chunked_node_]->set_loss_block_padding(loss_pad_classes);
+    chunking_.classes = ops_[chunked_node_]->out_features();
+    chunking_.columns = ops_[chunked_node_]->loss_block_columns();
   }
   last_loss_blocks_ = 0;
   logits_stale_ = false;
@@ -210,7 +215,7 @@ Executor::Placement Executor::place(
     // The blocks are the activations' last two buffers (memory_plan.h).
     const ChunkedLogits c = chunked_logits(plan_, ops_, rows);
     const Layer& head = *ops_[chunked_node_];
-    const sdk::Shape block{c.rows, head.out_features()};
+    const sdk::Shape block{c.rows, head.loss_block_columns()};
     p.block_rows = c.rows;
     p.block_logits = {base + arena_plan.offset[activation_buffers - 2],
                       ops::storage_of(head.precision().activation), block};

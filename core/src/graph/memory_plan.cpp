@@ -116,7 +116,7 @@ std::vector<BufferLife> activation_lives(const GraphPlan& plan, const Ops& ops,
   if (const ChunkedLogits c = chunked_logits(plan, ops, max_rows); c.rows > 0) {
     const Layer& head = *ops[c.node];
     const int loss_step = static_cast<int>(ops.size());
-    const auto elements = static_cast<std::size_t>(c.rows * head.out_features());
+    const auto elements = static_cast<std::size_t>(c.rows * head.loss_block_columns());
     const DType act = storage_of(as_dtype.value_or(head.precision().activation));
     const DType grad = as_dtype ? storage_of(*as_dtype) : logits_grad_dtype(plan, ops);
     lives.push_back(

@@ -15,7 +15,9 @@ Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
       label_smoothing_(static_cast<float>(spec.label_smoothing)),
       epilogue_fusion_(spec.fuse_epilogues),
       loss_chunk_rows_(
-          spec.loss_chunk_rows.value_or(classes >= kLossChunkClasses ? kLossChunkRows : 0)) {}
+          spec.loss_chunk_rows.value_or(classes >= kLossChunkClasses ? kLossChunkRows : 0)),
+      // Padded classes would take a share of label smoothing's ε / classes.
+      loss_pad_classes_(spec.label_smoothing != 0.0 ? 0 : spec.loss_pad_classes) {}
 
 void Model::check_backend() const {
   core::check_backend(plan_, ops_, *backend_);
@@ -23,7 +25,7 @@ void Model::check_backend() const {
 
 void Model::allocate(Executor::PassRows rows, bool reserve_fp32_gradients) {
   check_backend();
-  executor_.allocate(rows, reserve_fp32_gradients, loss_chunk_rows_);
+  executor_.allocate(rows, reserve_fp32_gradients, loss_chunk_rows_, loss_pad_classes_);
   bind_operand_amaxes();
   set_mode(mode_);
 }

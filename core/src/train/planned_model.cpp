@@ -17,7 +17,11 @@ void report_loss_chunking(Trainer::State& s) {
   const auto& c = s.model->loss_chunking();
   if (c.rows > 0)
     s.log.info("loss: the logits node and the loss run " + std::to_string(c.rows) +
-               " rows at a time (model.loss_chunk_rows); the whole logits are never stored");
+               " rows at a time (model.loss_chunk_rows); the whole logits are never stored" +
+               (c.columns > c.classes
+                    ? "; each block padded from " + std::to_string(c.classes) + " to " +
+                          std::to_string(c.columns) + " classes (model.loss_pad_classes)"
+                    : ""));
   else if (!c.refusal.empty())
     s.log.info("loss: the logits are computed whole, not in blocks of model.loss_chunk_rows: " +
                c.refusal);

@@ -1,11 +1,13 @@
 #include "graph/ops/linear.h"
 
 #include <cmath>
+#include <limits>
 
 #include "graph/ops/activation.h"
 #include "graph/ops/op_registry.h"
 #include "graph/ops/op_support.h"
 #include "mixtrain/sdk/backend_quantized_weight.h"
+#include "mixtrain/sdk/support/float_formats.h"
 
 namespace mixtrain::core {
 
@@ -269,14 +271,93 @@ std::string LinearLayer::row_block_refusal() const {
 void LinearLayer::forward_rows(TensorView x, TensorView y) {
   if (scaler_.active() || blocks_.active() || fused_ != nullptr)
     throw std::logic_error("forward_rows: node '" + name_ + "': " + row_block_refusal());
+  if (padded_block(y)) {
+    // y [rows, padded] = x · W_paddedᵀ + b_padded: the extra rows of W are zero, so the extra
+    // columns are exactly the bias's lowest finite value.
+    sdk::GemmArgs g;
+    g.a.view = as_dtype(x, storage_of(precision_.gemm_input), x_scratch_);
+    g.b.view = padded_w_.view();
+    g.b.transpose = true;
+    g.bias = padded_bias_.view();
+    g.alpha = static_cast<float>(scale_);
+    g.compute = precision_.gemm_input;
+    g.c = y;
+    facets().call(sdk::GemmOp::gemm)->gemm(g);
+    return;
+  }
   sdk::GemmArgs g = forward_args(x);
   g.c = y;
   facets().call(sdk::GemmOp::gemm)->gemm(g);
 }
 
+void LinearLayer::set_loss_block_padding(std::int64_t multiple) {
+  padded_out_ = 0;
+  if (multiple <= 1 || out_ % multiple == 0 || bias_ || !row_block_refusal().empty()) return;
+  padded_out_ = (out_ / multiple + 1) * multiple;
+}
+
+void LinearLayer::begin_loss_blocks() {
+  if (padded_out_ == 0) return;
+  const TensorView w = weight_operand();
+  if (padded_w_.empty() || padded_w_.view().dtype != w.dtype) {
+    padded_w_ = Tensor(backend_, w.dtype, sdk::Shape{padded_out_, in_});
+    backend_->fill(padded_w_.view(), 0.0f);
+    // 0 on the real classes; the lowest finite value of the logits' dtype on the padded ones:
+    // exp(lowest - max) is 0 in any float format, and it stays finite for the checks.
+    const DType logits = storage_of(precision_.activation);
+    const float lowest = logits == DType::bf16   ? -sdk::decode_bf16(sdk::kBf16MaxBits)
+                         : logits == DType::fp16 ? -sdk::decode_fp16(sdk::kFp16MaxBits)
+                                                 : std::numeric_limits<float>::lowest();
+    padded_bias_ = Tensor(backend_, DType::fp32, sdk::Shape{padded_out_});
+    backend_->fill(padded_bias_.view(), 0.0f);
+    backend_->fill({static_cast<float*>(padded_bias_.view().data) + out_, DType::fp32,
+                    sdk::Shape{padded_out_ - out_}},
+                   lowest);
+  }
+  // The weight's first `out` rows are the padded copy's first out·in elements.
+  backend_->copy({padded_w_.view().data, w.dtype, sdk::Shape{out_, in_}}, w);
+  wgrad_padded_ = false;
+}
+
+void LinearLayer::end_loss_blocks() {
+  if (padded_out_ == 0 || !wgrad_padded_) return;
+  wgrad_padded_ = false;
+  // dW is the padded sum's first `out` rows (the rest is zero: the padded classes' gradient).
+  const TensorView sum{padded_dw_.view().data, DType::fp32, sdk::Shape{out_, in_}};
+  const TensorView grad = weight().grad.view();
+  if (weight().take_grad_beta() == 0.0f)
+    backend_->copy(grad, sum);
+  else
+    facets().call(sdk::ActivationOp::axpy)->axpy(1.0f, sum, grad);
+}
+
+void LinearLayer::backward_padded(TensorView x, TensorView dy, TensorView dx, std::int64_t rows) {
+  const DType in_storage = storage_of(precision_.gemm_input);
+  sdk::GemmOperand dy_g, w_g;
+  dy_g.view = as_dtype(dy, in_storage, dy_scratch_);
+  w_g.view = padded_w_.view();
+  if (!weight().frozen) {
+    // dW_padded[padded, in] (+)= dyᵀ[padded, rows] · x[rows, in], summed over the pass's blocks.
+    if (padded_dw_.empty())
+      padded_dw_ = Tensor(backend_, DType::fp32, sdk::Shape{padded_out_, in_});
+    sdk::GemmArgs gw;
+    gw.a = dy_g;
+    gw.a.transpose = true;
+    gw.b.view = as_dtype(x, in_storage, x_scratch_);
+    gw.c = padded_dw_.view();
+    gw.alpha = static_cast<float>(scale_);
+    gw.beta = wgrad_padded_ ? 1.0f : 0.0f;
+    gw.compute = precision_.gemm_input;
+    facets().call(sdk::GemmOp::gemm)->gemm(gw);
+    wgrad_padded_ = true;
+  }
+  if (!dx.empty()) dgrad(dy_g, w_g, dx, rows);
+}
+
 void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t rows) {
   input_gradient_done_ = false;
   if (blocks_.active()) return backward_block_scaled(dy, dx);
+  if (padded_block(dy)) return backward_padded(x, dy, dx, rows);
   const DType in_storage = storage_of(precision_.gemm_input);
   // The GEMMs' operands: dy_g (op = dy) and w_g (op = W) for dgrad, dyt_g (op = dyᵀ) and x_g
   // (op = x) for wgrad.

@@ -90,6 +90,15 @@ class LinearLayer final : public Layer {
   // refused.
   std::string row_block_refusal() const override;
   void forward_rows(sdk::TensorView x, sdk::TensorView y) override;
+  // Padded classes (layer.h): a bias-free linear that computes row blocks pads out to a multiple
+  // of m. Its blocks read a copy of W with zero rows appended, [padded, in], refreshed by
+  // begin_loss_blocks(), and a bias [padded] of 0 then the logits dtype's lowest finite value;
+  // their dW is summed into an fp32 [padded, in] scratch whose first `out` rows, a contiguous
+  // prefix, end_loss_blocks() adds into the weight's gradient (take_grad_beta(), once a pass).
+  void set_loss_block_padding(std::int64_t multiple) override;
+  std::int64_t loss_block_columns() const override { return padded_out_ > 0 ? padded_out_ : out_; }
+  void begin_loss_blocks() override;
+  void end_loss_blocks() override;
 
  private:
   void add_decoding_need(std::vector<BackendNeed>& needs) const;
@@ -129,6 +138,16 @@ class LinearLayer final : public Layer {
   bool bias_grad_in_reader() const;  // the reader's dgrad summed this bias's gradient
   void dgrad(const sdk::GemmOperand& dy, const sdk::GemmOperand& w, sdk::TensorView dx,
              std::int64_t rows);
+  // Padded classes: 0 when off. padded_blocks_ is set from the first padded block of a pass to
+  // end_loss_blocks(); wgrad_padded_ once a block has written padded_dw_.
+  std::int64_t padded_out_ = 0;
+  Tensor padded_w_, padded_bias_, padded_dw_;
+  bool wgrad_padded_ = false;
+  bool padded_block(sdk::TensorView y) const {
+    return padded_out_ > 0 && y.shape.cols() == padded_out_;
+  }
+  void backward_padded(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
+                       std::int64_t rows);
 };
 
 }  // namespace mixtrain::core

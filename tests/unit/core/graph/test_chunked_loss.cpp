@@ -29,10 +29,12 @@ constexpr std::int64_t kTokens = 6, kVocab = 37, kBatch = 3;  // 18 rows: blocks
 
 // A 1-layer GPT (tied LM head) from the preset, the loss in blocks of `block` rows (0: whole),
 // with the same weights for every `block`.
-std::unique_ptr<Model> tiny_gpt(std::int64_t block, float label_smoothing = 0.0f) {
+std::unique_ptr<Model> tiny_gpt(std::int64_t block, float label_smoothing = 0.0f,
+                                std::int64_t pad_classes = 0) {
   ModelSpec spec = test_support::tiny_gpt_spec(1, 2, 8, kVocab);
   spec.label_smoothing = label_smoothing;
   spec.loss_chunk_rows = block;
+  spec.loss_pad_classes = pad_classes;
   return test_support::tiny_gpt_model(spec, kTokens, kVocab, kBatch, 0.3f);
 }
 
@@ -84,6 +86,43 @@ TEST(ChunkedLoss, BlocksGiveTheWholeLogitsLossCountAndGradients) {
       EXPECT_LT(relative_gap(read(pb[i]->grad.view()), read(pw[i]->grad.view())), 1e-5)
           << pw[i]->name << " with label smoothing " << smoothing;
   }
+}
+
+// Padded classes (model.loss_pad_classes): 37 classes in blocks of 40 columns give the unpadded
+// blocks' loss, correct counts and gradients, two micro-batches summed into one step's; with
+// label smoothing the model does not pad.
+TEST(ChunkedLoss, PaddedClassesGiveTheUnpaddedLossCountAndGradients) {
+  auto plain = tiny_gpt(5), padded = tiny_gpt(5, 0.0f, 8);
+  ASSERT_EQ(plain->loss_chunking().columns, kVocab);
+  ASSERT_EQ(padded->loss_chunking().columns, 40);
+  ASSERT_EQ(padded->loss_chunking().classes, kVocab);
+  EXPECT_EQ(tiny_gpt(5, 0.1f, 8)->loss_chunking().columns, kVocab);
+  EXPECT_EQ(tiny_gpt(5, 0.0f, 37)->loss_chunking().columns, kVocab);  // already a multiple
+  std::vector<LossValues> got[2];
+  Model* models[2] = {plain.get(), padded.get()};
+  for (int k = 0; k < 2; ++k)
+    for (int which = 0; which < 2; ++which) {
+      Model& m = *models[which];
+      feed(m, 60 + static_cast<std::uint32_t>(k));
+      m.begin_micro_batch(k, 2);
+      m.forward(kBatch);
+      got[which].push_back(m.loss(kBatch, 8.0f, true));
+      m.backward(kBatch);
+    }
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_NEAR(got[1][k].loss, got[0][k].loss, 2e-6 * std::abs(got[0][k].loss));
+    EXPECT_EQ(got[1][k].correct, got[0][k].correct);
+  }
+  const auto pp = plain->parameters(), pq = padded->parameters();
+  ASSERT_EQ(pp.size(), pq.size());
+  for (std::size_t i = 0; i < pp.size(); ++i)
+    EXPECT_LT(relative_gap(read(pq[i]->grad.view()), read(pp[i]->grad.view())), 1e-5)
+        << pp[i]->name;
+  // The evaluation loss, and the whole logits when asked for, are the unpadded ones too.
+  EXPECT_NEAR(padded->evaluation_loss(kBatch).loss, plain->evaluation_loss(kBatch).loss, 2e-6);
+  const auto want = read(plain->logits(kBatch)), have = read(padded->logits(kBatch));
+  ASSERT_EQ(have.size(), want.size());
+  EXPECT_LT(relative_gap(have, want), 1e-6);
 }
 
 TEST(ChunkedLoss, TheLogitsAndTheirGradientLeaveTheMemoryPlan) {

@@ -17,6 +17,12 @@
 //   bits run to run.
 // - visit (optional) sees each block's logits, then its gradient (with_grad), with the block's
 //   first row, and stops the pass by returning false (the non-finite replay).
+// - Padded classes (Layer::set_loss_block_padding): the blocks are [rows, loss_block_columns()],
+//   the extra columns at the logits dtype's lowest finite value: probability 0, gradient 0, never
+//   the argmax, so the loss, the correct counts and every gradient are the unpadded ones (the
+//   sums over a row differ in order only). head.begin_loss_blocks() and end_loss_blocks() bracket
+//   the blocks, also when visit stops the pass. Label smoothing with padded classes is a
+//   logic_error (Model never pads then).
 // - Returns how many blocks ran. Errors are the facets' (BackendError).
 #pragma once
 

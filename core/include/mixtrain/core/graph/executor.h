@@ -117,7 +117,10 @@ class Executor {
     std::int64_t train = 0;
     std::int64_t evaluation = 0;
   };
-  void allocate(PassRows rows, bool reserve_fp32_gradients, std::int64_t loss_chunk_rows = 0);
+  // loss_pad_classes: the chunked loss's logits blocks padded to a multiple of it, where the
+  // logits node can (Layer::set_loss_block_padding; ModelSpec::loss_pad_classes).
+  void allocate(PassRows rows, bool reserve_fp32_gradients, std::int64_t loss_chunk_rows = 0,
+                std::int64_t loss_pad_classes = 0);
   // Both passes of up to max_rows rows in the training step's placement.
   void allocate(std::int64_t max_rows, bool reserve_fp32_gradients,
                 std::int64_t loss_chunk_rows = 0) {
@@ -132,6 +135,9 @@ class Executor {
   struct LossChunking {
     std::int64_t rows = 0;
     std::string refusal;
+    // A block's logits columns: the classes, or more where they are padded (loss_pad_classes).
+    std::int64_t columns = 0;
+    std::int64_t classes = 0;
   };
   const LossChunking& loss_chunking() const { return chunking_; }
   // The most rows of any pass: what the input batch holds.

@@ -361,6 +361,16 @@ class Layer {
   }
   void set_loss_chunk_rows(std::int64_t rows) { loss_chunk_rows_ = rows; }
   std::int64_t loss_chunk_rows() const { return loss_chunk_rows_; }
+  // - set_loss_block_padding(m), by the executor after set_loss_chunk_rows(): an op that can
+  //   computes its blocks with out_features() padded to a multiple of m (ModelSpec::
+  //   loss_pad_classes; 0 or 1: none), the padded columns at the logits dtype's lowest finite
+  //   value, so the loss gives them probability 0 and their gradient 0; loss_block_columns() is
+  //   then a block's width. begin_loss_blocks() and end_loss_blocks() bracket one pass's blocks
+  //   (a padded op refreshes its padded weight before them and adds its weight gradient after).
+  virtual void set_loss_block_padding(std::int64_t /*multiple*/) {}
+  virtual std::int64_t loss_block_columns() const { return out_; }
+  virtual void begin_loss_blocks() {}
+  virtual void end_loss_blocks() {}
 
   // The model's activation plan places this op's output in its arena (non-owning; set before
   // allocate(), and again whenever the executor's placement changes: Executor::set_evaluating).

@@ -197,6 +197,7 @@ class Model {
   float label_smoothing_ = 0.0f;
   bool epilogue_fusion_ = true;  // ModelSpec::fuse_epilogues, then set_epilogue_fusion()
   std::int64_t loss_chunk_rows_ = 0;
+  std::int64_t loss_pad_classes_ = 0;  // ModelSpec::loss_pad_classes; 0 with label smoothing
   // fp32 [3 per op with an FP8 operand scaler]: their delayed-scaling amaxes, read at once;
   // scalers_[i] holds slice i.
   Tensor operand_amaxes_;

@@ -64,6 +64,13 @@ struct ModelSpec {
   // kLossChunkClasses classes (a language model's vocabulary), else 0: the logits of a few
   // classes are small, and blocks would only change the order of the weight gradient's sums.
   std::optional<std::int64_t> loss_chunk_rows;
+  // [model] loss_pad_classes: the chunked loss's logits blocks padded to a multiple of this many
+  // classes (llm.c's padded vocabulary; 0 or 1: none), so that a GEMM's rows are 16 bytes apart
+  // for an odd vocabulary (50257: cuBLASLt's align-1 kernels took GPT-2's LM head 16.6 ms a step
+  // on an H200). The padded classes' logits are the dtype's lowest finite value (probability 0):
+  // the loss and its gradients are the unpadded ones. Not with label smoothing (padded classes
+  // would take a share): Model drops it then.
+  std::int64_t loss_pad_classes = 0;
   // [train] trainable / frozen (graph/freezing.h): the plan resolves them, since which nodes need
   // a gradient follows from what trains.
   FreezeSpec freeze;
