@@ -843,6 +843,20 @@ TEST(sdk_Experiment, AnUnsetLossChunkStaysUnsetInTheResolvedConfig) {
   EXPECT_EQ(parse(resolved_toml_of(set)).model.loss_chunk_rows, 64);
 }
 
+// model.loss_pad_classes: 0 unless set, carried through the resolved config; out of [0, 4096]
+// it is refused at its key.
+TEST(sdk_Experiment, LossPadClassesIsReadAndRangeChecked) {
+  EXPECT_EQ(parse(kFull).model.loss_pad_classes, 0);
+  const auto set = parse(kFull, {"model.loss_pad_classes=64"});
+  EXPECT_EQ(set.model.loss_pad_classes, 64);
+  EXPECT_EQ(parse(resolved_toml_of(set)).model.loss_pad_classes, 64);
+  for (const std::string bad : {"-1", "4097"}) {
+    const auto e = error_of<sdk::ConfigError>(kFull, {"model.loss_pad_classes=" + bad});
+    ASSERT_TRUE(e.has_value()) << bad;
+    EXPECT_TRUE(contains(e->full_message(), "loss_pad_classes")) << e->full_message();
+  }
+}
+
 // A misspelt host sub-table of a component section is suggested as the host's, not only the
 // components' names ([[precision.overide]] is the override list).
 TEST(sdk_Experiment, AMisspeltOverrideTableIsSuggested) {
