@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cpu_test_backend.h"
@@ -59,38 +60,43 @@ double relative_gap(const std::vector<float>& a, const std::vector<float>& b) {
   return scale > 0 ? gap / scale : gap;
 }
 
+// Two micro-batches (feed seeds `seed`, seed + 1) into one step's gradients on `want` and `got`,
+// the second's blocks adding to the first's: the same losses (to 2e-6), correct counts and
+// parameter gradients (to 1e-5, relative).
+void expect_same_step(Model& want, Model& got, std::uint32_t seed, const std::string& what) {
+  std::vector<LossValues> losses[2];
+  Model* models[2] = {&want, &got};
+  for (int k = 0; k < 2; ++k)
+    for (int which = 0; which < 2; ++which) {
+      Model& m = *models[which];
+      feed(m, seed + static_cast<std::uint32_t>(k));
+      m.begin_micro_batch(k, 2);
+      m.forward(kBatch);
+      losses[which].push_back(m.loss(kBatch, 8.0f, true));
+      m.backward(kBatch);
+    }
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_NEAR(losses[1][k].loss, losses[0][k].loss, 2e-6 * std::abs(losses[0][k].loss)) << what;
+    EXPECT_EQ(losses[1][k].correct, losses[0][k].correct) << what;
+  }
+  const auto pw = want.parameters(), pg = got.parameters();
+  ASSERT_EQ(pw.size(), pg.size());
+  for (std::size_t i = 0; i < pw.size(); ++i)
+    EXPECT_LT(relative_gap(read(pg[i]->grad.view()), read(pw[i]->grad.view())), 1e-5)
+        << pw[i]->name << ", " << what;
+}
+
 TEST(ChunkedLoss, BlocksGiveTheWholeLogitsLossCountAndGradients) {
   for (const float smoothing : {0.0f, 0.1f}) {
     auto whole = tiny_gpt(0, smoothing), blocks = tiny_gpt(5, smoothing);
     ASSERT_EQ(whole->loss_chunking().rows, 0);
     ASSERT_EQ(blocks->loss_chunking().rows, 5);
-    // Two micro-batches into one step's gradients: the blocks of the second add to the first's.
-    std::vector<LossValues> got[2];
-    Model* models[2] = {whole.get(), blocks.get()};
-    for (int k = 0; k < 2; ++k)
-      for (int which = 0; which < 2; ++which) {
-        Model& m = *models[which];
-        feed(m, 40 + static_cast<std::uint32_t>(k));
-        m.begin_micro_batch(k, 2);
-        m.forward(kBatch);
-        got[which].push_back(m.loss(kBatch, 8.0f, true));
-        m.backward(kBatch);
-      }
-    for (int k = 0; k < 2; ++k) {
-      EXPECT_NEAR(got[1][k].loss, got[0][k].loss, 2e-6 * std::abs(got[0][k].loss));
-      EXPECT_EQ(got[1][k].correct, got[0][k].correct);
-    }
-    const auto pw = whole->parameters(), pb = blocks->parameters();
-    ASSERT_EQ(pw.size(), pb.size());
-    for (std::size_t i = 0; i < pw.size(); ++i)
-      EXPECT_LT(relative_gap(read(pb[i]->grad.view()), read(pw[i]->grad.view())), 1e-5)
-          << pw[i]->name << " with label smoothing " << smoothing;
+    expect_same_step(*whole, *blocks, 40, "label smoothing " + std::to_string(smoothing));
   }
 }
 
 // Padded classes (model.loss_pad_classes): 37 classes in blocks of 40 columns give the unpadded
-// blocks' loss, correct counts and gradients, two micro-batches summed into one step's; with
-// label smoothing the model does not pad.
+// blocks' loss, correct counts and gradients; with label smoothing the model does not pad.
 TEST(ChunkedLoss, PaddedClassesGiveTheUnpaddedLossCountAndGradients) {
   auto plain = tiny_gpt(5), padded = tiny_gpt(5, 0.0f, 8);
   ASSERT_EQ(plain->loss_chunking().columns, kVocab);
@@ -98,26 +104,7 @@ TEST(ChunkedLoss, PaddedClassesGiveTheUnpaddedLossCountAndGradients) {
   ASSERT_EQ(padded->loss_chunking().classes, kVocab);
   EXPECT_EQ(tiny_gpt(5, 0.1f, 8)->loss_chunking().columns, kVocab);
   EXPECT_EQ(tiny_gpt(5, 0.0f, 37)->loss_chunking().columns, kVocab);  // already a multiple
-  std::vector<LossValues> got[2];
-  Model* models[2] = {plain.get(), padded.get()};
-  for (int k = 0; k < 2; ++k)
-    for (int which = 0; which < 2; ++which) {
-      Model& m = *models[which];
-      feed(m, 60 + static_cast<std::uint32_t>(k));
-      m.begin_micro_batch(k, 2);
-      m.forward(kBatch);
-      got[which].push_back(m.loss(kBatch, 8.0f, true));
-      m.backward(kBatch);
-    }
-  for (int k = 0; k < 2; ++k) {
-    EXPECT_NEAR(got[1][k].loss, got[0][k].loss, 2e-6 * std::abs(got[0][k].loss));
-    EXPECT_EQ(got[1][k].correct, got[0][k].correct);
-  }
-  const auto pp = plain->parameters(), pq = padded->parameters();
-  ASSERT_EQ(pp.size(), pq.size());
-  for (std::size_t i = 0; i < pp.size(); ++i)
-    EXPECT_LT(relative_gap(read(pq[i]->grad.view()), read(pp[i]->grad.view())), 1e-5)
-        << pp[i]->name;
+  expect_same_step(*plain, *padded, 60, "padded to 40 classes");
   // The evaluation loss, and the whole logits when asked for, are the unpadded ones too.
   EXPECT_NEAR(padded->evaluation_loss(kBatch).loss, plain->evaluation_loss(kBatch).loss, 2e-6);
   const auto want = read(plain->logits(kBatch)), have = read(padded->logits(kBatch));
