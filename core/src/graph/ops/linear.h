@@ -90,6 +90,8 @@ class LinearLayer final : public Layer {
   // refused.
   std::string row_block_refusal() const override;
   void forward_rows(sdk::TensorView x, sdk::TensorView y) override;
+  // The loss blocks of one pass (layer.h) read one weight operand, made (cast) at
+  // begin_loss_blocks(), not at every block.
   // Padded classes (layer.h): a bias-free linear that computes row blocks pads out to a multiple
   // of m. Its blocks read a copy of W with zero rows appended, [padded, in], refreshed by
   // begin_loss_blocks(), and a bias [padded] of 0 then the logits dtype's lowest finite value;
@@ -142,6 +144,9 @@ class LinearLayer final : public Layer {
   // end_loss_blocks(); wgrad_padded_ once a block has written padded_dw_.
   std::int64_t padded_out_ = 0;
   Tensor padded_w_, padded_bias_, padded_dw_;
+  // Between begin_loss_blocks() and end_loss_blocks(): the weight operand of the pass's blocks,
+  // made once (weight_operand() returns it), empty otherwise.
+  sdk::TensorView block_weight_;
   bool wgrad_padded_ = false;
   bool padded_block(sdk::TensorView y) const {
     return padded_out_ > 0 && y.shape.cols() == padded_out_;
