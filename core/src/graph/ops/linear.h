@@ -35,6 +35,10 @@
 // - scale s (default 1) multiplies the product and not the bias, y = s·x·Wᵀ + b, as the GEMMs'
 //   alpha: dx = s·dy·W and dW = s·dyᵀ·x. LoRA's B adapter carries alpha/r this way, so its output
 //   is PEFT's lora_B(·)·scaling with no extra op. zero_init starts W and b at 0 (LoRA's B).
+// - The chunked loss's blocks (layer.h) read one weight operand per pass, and a bias-free head
+//   may pad them to a multiple of model.loss_pad_classes: a zero-padded copy of W, the padded
+//   columns at the logits dtype's lowest finite value, dW summed in a padded scratch whose first
+//   `out` rows are added once a pass (declarations below).
 // - Quantized base (train.frozen_format = "nf4", "fp8-block", "mxfp8"): a frozen own weight may be
 //   stored so (can_quantize); each GEMM that reads it (forward, and backward's dx) decodes it into
 //   the model's shared working copy in the weight's compute dtype, through the backend's
