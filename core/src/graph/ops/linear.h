@@ -144,8 +144,8 @@ class LinearLayer final : public Layer {
   bool bias_grad_in_reader() const;  // the reader's dgrad summed this bias's gradient
   void dgrad(const sdk::GemmOperand& dy, const sdk::GemmOperand& w, sdk::TensorView dx,
              std::int64_t rows);
-  // Padded classes: 0 when off. padded_blocks_ is set from the first padded block of a pass to
-  // end_loss_blocks(); wgrad_padded_ once a block has written padded_dw_.
+  // Padded classes: padded_out_ is 0 when off; wgrad_padded_ is set once a block of the pass has
+  // written padded_dw_, until end_loss_blocks() adds it.
   std::int64_t padded_out_ = 0;
   Tensor padded_w_, padded_bias_, padded_dw_;
   // Between begin_loss_blocks() and end_loss_blocks(): the weight operand of the pass's blocks,
