@@ -12,8 +12,7 @@
 #         AMP bf16), images/s or tokens/s, RN_POLICIES and GPT_POLICIES
 #   profile  where the time goes: `mixtrain train --profile` on ResNet-50 and GPT-2 small, and
 #         torch.profiler on the same PyTorch peers (top PROFILE_TOP kernels by GPU time); then
-#         mixtrain's fp8-delayed on GPT-2 small (where FP8's time goes), GPT-2 small with
-#         model.loss_pad_classes = 64 (the LM head on padded blocks); last ResNet-50 with its
+#         mixtrain's fp8-delayed on GPT-2 small (where FP8's time goes); last ResNet-50 with its
 #         convolutions autotuned (each shape's default engine beside the fastest of 8)
 #   gemm  GEMM TFLOP/s per dtype at 8192^3: bench_gemm_cuda (CudaGemm::gemm, cuBLASLt) with
 #         the default algorithm and again with gemm_autotune (bf16, fp16, fp8), and PyTorch's
@@ -160,7 +159,7 @@ export GPT_BATCH=${GPT_BATCH:-8} GPT_LAYERS=${GPT_LAYERS:-12} GPT_HEADS=${GPT_HE
 export GPT_TOKENS=${GPT_TOKENS:-1024} GPT_VOCAB=${GPT_VOCAB:-50257} GPT_STEPS=${GPT_STEPS:-120} GPT_LOG_EVERY=${GPT_LOG_EVERY:-20}
 export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 fp8-block} GPT_TORCH=${GPT_TORCH-bf16}
 export TORCH_WARMUP_S=${TORCH_WARMUP_S:-1} CHECK_POLICIES=${CHECK_POLICIES-bf16}
-export GPT_VARIANTS=${GPT_VARIANTS-bf16+padvocab fp8+plaincast bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+graphs bf16+waited bf16+tune}
+export GPT_VARIANTS=${GPT_VARIANTS-bf16+nopad fp8+plaincast bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+graphs bf16+waited bf16+tune}
 export GPT2M_LAYERS=${GPT2M_LAYERS:-24} GPT2M_HEADS=${GPT2M_HEADS:-16} GPT2M_WIDTH=${GPT2M_WIDTH:-1024}
 export GPT2M_BATCH=${GPT2M_BATCH:-8} GPT2M_POLICIES=${GPT2M_POLICIES:-bf16 fp8 fp8+plaincast}
 export ROOT HERE
@@ -637,7 +636,9 @@ model_run() {
       # the cuda backend's gemm_autotune = 8; the logits computed whole (model.loss_chunk_rows =
       # 0: the chunked loss's A/B); the unfused attention (flash's A/B); cuDNN's non-deterministic
       # flash backward (deterministic_attention = false: what determinism costs); the LM head's
-      # GEMMs on padded rows (gemm_realign = true); +nondetconv: cuDNN's heuristic order for the
+      # GEMMs on padded rows (gemm_realign = true); +nopad: the LM head's blocks unpadded
+      # (model.loss_pad_classes = 0; on CUDA they are padded to 64 classes by default, 50257 ->
+      # 50304: what that gains); +nondetconv: cuDNN's heuristic order for the
       # convolutions, non-deterministic engines included (deterministic_convolutions = false);
       # +floatpixels: the images decoded on the host and sent as fp32 (data.pixels = float32, the
       # A/B of sending bytes and decoding them on the device); +pageable: the batches in
@@ -668,7 +669,7 @@ model_run() {
       [[ $p == *+nondet || $p == *+nondet+* ]] &&
         variant+=(--set backend.cuda.deterministic_attention=false)
       [[ $p == *+realign* ]] && variant+=(--set backend.cuda.gemm_realign=true)
-      [[ $p == *+padvocab* ]] && variant+=(--set model.loss_pad_classes=64)
+      [[ $p == *+nopad* ]] && variant+=(--set model.loss_pad_classes=0)
       [[ $p == *+nondetconv* ]] && variant+=(--set backend.cuda.deterministic_convolutions=false)
       [[ $p == *+floatpixels* ]] && variant+=(--set data.pixels=float32)
       [[ $p == *+pageable* ]] && variant+=(--set data.pin_memory=false)
@@ -970,11 +971,6 @@ stage_profile() {
   profile_mixtrain "$P/mixtrain-gpt2-fp8" "$(share 40)" 15 "$ROOT/configs/gpt-tiny-bf16.toml" \
     fp8-delayed "${sets[@]}" || rc=1
   profile_md
-  # The LM head on padded blocks (model.loss_pad_classes): session 57's head ran align-1 GEMMs,
-  # 16.6 of 35.4 ms a step, and gemm_realign's padded copies won back only 2 %.
-  profile_mixtrain "$P/mixtrain-gpt2-padvocab" "$(share 40)" 15 "$ROOT/configs/gpt-tiny-bf16.toml" \
-    bf16-mixed "${sets[@]}" --set model.loss_pad_classes=64 || rc=1
-  profile_md
   mapfile -t sets < <(resnet50_sets)
   profile_mixtrain "$P/mixtrain-resnet50-convtune" "$(share 120)" 30 \
     "$ROOT/configs/resnet50-bf16.toml" bf16-mixed "${sets[@]}" --set backend.cuda.conv_autotune=8 || rc=1
@@ -1007,9 +1003,6 @@ profile_md() {
     [[ -f $P/mixtrain-gpt2-fp8.log ]] &&
       mixtrain_profile_section "gpt2: mixtrain fp8-delayed (where FP8's time goes: casts, transposes, GEMMs)" \
         "$P/mixtrain-gpt2-fp8.log"
-    [[ -f $P/mixtrain-gpt2-padvocab.log ]] &&
-      mixtrain_profile_section "gpt2: mixtrain bf16-mixed + loss_pad_classes = 64 (the LM head's blocks 50304 wide: aligned GEMMs)" \
-        "$P/mixtrain-gpt2-padvocab.log"
     [[ -f $P/mixtrain-resnet50-convtune.log ]] &&
       mixtrain_profile_section "resnet50: mixtrain, convolutions autotuned over 8 cuDNN engines per shape (each plan line: the default engine's time beside the fastest)" \
         "$P/mixtrain-resnet50-convtune.log"

@@ -580,7 +580,10 @@ sdk::OptionSchema model_schema() {
                               "(llm.c's padded vocabulary: 64 for GPT-2's 50257), so that GPU "
                               "GEMMs get rows 16 bytes apart; the padded classes have probability "
                               "0, so the loss and gradients are the unpadded ones; 0 or 1 = none; "
-                              "ignored with label smoothing or without loss_chunk_rows")
+                              "ignored with label smoothing, without loss_chunk_rows or when the "
+                              "head has a bias; unset: 64 on a backend whose GEMMs want rows 16 "
+                              "bytes apart (CUDA) for a class count that is not a multiple of 8, "
+                              "else 0")
               .at_least(0)
               .at_most(4096)};
 }

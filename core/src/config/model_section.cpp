@@ -15,16 +15,23 @@ namespace mixtrain::core {
 
 namespace {
 
-// The [model] section of the resolved config. loss_chunk_rows unset is left unset there: its
-// effective value depends on the class count (graph/model_spec.h), and a resumed run or an
-// evaluation reading the resolved config must chunk the loss as the run did.
+// The [model] section of the resolved config. loss_chunk_rows and loss_pad_classes unset are left
+// unset there: their effective values depend on the class count and the backend
+// (graph/model_spec.h), and a resumed run or an evaluation reading the resolved config on another
+// backend must decide them as a run there would.
 ResolvedSection model_section_of(const sdk::Options& model) {
   ResolvedSection m = section_of("model", {}, model);
-  if (!model.was_set("loss_chunk_rows")) {
-    std::erase_if(m.values, [](const auto& v) { return v.first == "loss_chunk_rows"; });
-    m.comments.push_back(
-        "loss_chunk_rows unset: 1024 rows for a model of 4096 classes or more, else 0 (whole)");
-  }
+  const auto leave_unset = [&](const std::string& key, std::string note) {
+    if (model.was_set(key)) return;
+    std::erase_if(m.values, [&](const auto& v) { return v.first == key; });
+    m.comments.push_back(std::move(note));
+  };
+  leave_unset("loss_chunk_rows",
+              "loss_chunk_rows unset: 1024 rows for a model of 4096 classes or more, else 0 "
+              "(whole)");
+  leave_unset("loss_pad_classes",
+              "loss_pad_classes unset: 64 on a backend whose GEMMs want rows 16 bytes apart (CUDA) "
+              "for a class count that is not a multiple of 8, else 0");
   return m;
 }
 
@@ -658,7 +665,8 @@ void read_model_config(const Config& config, Experiment& e) {
   e.model.fuse_epilogues = model.get_bool("fuse_epilogues");
   e.model.label_smoothing = model.get_double("label_smoothing");
   if (model.was_set("loss_chunk_rows")) e.model.loss_chunk_rows = model.get_int("loss_chunk_rows");
-  e.model.loss_pad_classes = model.get_int("loss_pad_classes");
+  if (model.was_set("loss_pad_classes"))
+    e.model.loss_pad_classes = model.get_int("loss_pad_classes");
   if (!model.get_string("from_pretrained").empty()) return read_pretrained_gpt(config, e, model);
   const ModelPreset preset = parse_choice(model, "preset", kModelPresets);
   // A preset's table under another preset is checked as an unselected plugin's table is, so a

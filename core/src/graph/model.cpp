@@ -1,11 +1,23 @@
 // Model: the graph plan, its ops and the executor, put together; see model.h for the contract.
 #include "mixtrain/core/graph/model.h"
 
+#include <algorithm>
+
 #include "graph/backend_check.h"
 #include "graph/ops/operand_scaler.h"
 #include "mixtrain/core/graph/memory_plan.h"
+#include "mixtrain/sdk/support/backend_features.h"
 
 namespace mixtrain::core {
+
+std::int64_t default_loss_pad_classes(const sdk::DeviceBackend& backend, std::int64_t classes) {
+  if (classes % 8 == 0) return 0;
+  const auto features = backend.capabilities().features;
+  return std::find(features.begin(), features.end(), sdk::kFeatureGemmWantsAlignedRows) !=
+                 features.end()
+             ? kLossPadClasses
+             : 0;
+}
 
 Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
              std::int64_t input_features, std::int32_t classes, InputSpec input)
@@ -17,7 +29,10 @@ Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
       loss_chunk_rows_(
           spec.loss_chunk_rows.value_or(classes >= kLossChunkClasses ? kLossChunkRows : 0)),
       // Padded classes would take a share of label smoothing's ε / classes.
-      loss_pad_classes_(spec.label_smoothing != 0.0 ? 0 : spec.loss_pad_classes) {}
+      loss_pad_classes_(
+          spec.label_smoothing != 0.0
+              ? 0
+              : spec.loss_pad_classes.value_or(default_loss_pad_classes(*backend_, classes))) {}
 
 void Model::check_backend() const {
   core::check_backend(plan_, ops_, *backend_);

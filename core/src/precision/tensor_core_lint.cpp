@@ -22,6 +22,11 @@ std::vector<std::string> tensor_core_warnings(const Model& model) {
         std::find(inputs.begin(), inputs.end(), TensorId::batch()) != inputs.end();
     for (const TensorCoreDim& d : l.tensor_core_dims()) {
       if (d.size % multiple == 0) continue;
+      // The chunked loss's logits node computes its blocks padded (model.loss_pad_classes): its
+      // GEMMs never see the unaligned class count.
+      if (d.size == l.out_features() && l.loss_chunk_rows() > 0 &&
+          l.loss_block_columns() % multiple == 0)
+        continue;
       std::string w = "layer '" + l.name() + "' (" + l.type() + "): " + d.what + " " +
                       std::to_string(d.size) + " is not a multiple of " + std::to_string(multiple) +
                       "; Tensor Cores run such shapes padded or not at all";

@@ -843,13 +843,20 @@ TEST(sdk_Experiment, AnUnsetLossChunkStaysUnsetInTheResolvedConfig) {
   EXPECT_EQ(parse(resolved_toml_of(set)).model.loss_chunk_rows, 64);
 }
 
-// model.loss_pad_classes: 0 unless set, carried through the resolved config; out of [0, 4096]
-// it is refused at its key.
+// model.loss_pad_classes: unset unless set, and left unset in the resolved config (its default
+// depends on the backend: a CUDA run's resolved config evaluated on the CPU must not pad there);
+// a value set, 0 too, is carried through it; out of [0, 4096] it is refused at its key.
 TEST(sdk_Experiment, LossPadClassesIsReadAndRangeChecked) {
-  EXPECT_EQ(parse(kFull).model.loss_pad_classes, 0);
-  const auto set = parse(kFull, {"model.loss_pad_classes=64"});
-  EXPECT_EQ(set.model.loss_pad_classes, 64);
-  EXPECT_EQ(parse(resolved_toml_of(set)).model.loss_pad_classes, 64);
+  const auto unset = parse(kFull);
+  EXPECT_FALSE(unset.model.loss_pad_classes.has_value());
+  const std::string text = resolved_toml_of(unset);
+  EXPECT_FALSE(contains(text, "loss_pad_classes =")) << text;
+  EXPECT_FALSE(parse(text).model.loss_pad_classes.has_value());
+  for (const std::int64_t n : {0, 64}) {
+    const auto set = parse(kFull, {"model.loss_pad_classes=" + std::to_string(n)});
+    EXPECT_EQ(set.model.loss_pad_classes, n);
+    EXPECT_EQ(parse(resolved_toml_of(set)).model.loss_pad_classes, n);
+  }
   for (const std::string bad : {"-1", "4097"}) {
     const auto e = error_of<sdk::ConfigError>(kFull, {"model.loss_pad_classes=" + bad});
     ASSERT_TRUE(e.has_value()) << bad;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "layer_gradient_check.h"
 #include "mixtrain/core/graph/diagnostics.h"
 #include "mixtrain/core/graph/model.h"
+#include "mixtrain/sdk/support/backend_features.h"
 #include "tiny_gpt.h"
 
 namespace mixtrain::core {
@@ -110,6 +112,43 @@ TEST(ChunkedLoss, PaddedClassesGiveTheUnpaddedLossCountAndGradients) {
   const auto want = read(plain->logits(kBatch)), have = read(padded->logits(kBatch));
   ASSERT_EQ(have.size(), want.size());
   EXPECT_LT(relative_gap(have, want), 1e-6);
+}
+
+// The CPU backend with sdk::kFeatureGemmWantsAlignedRows added to its features, as the CUDA
+// backend declares it.
+class AlignedRowsBackend final : public test_support::ForwardingBackend {
+ public:
+  sdk::BackendCapabilities capabilities() const override {
+    auto caps = ForwardingBackend::capabilities();
+    caps.features.emplace_back(sdk::kFeatureGemmWantsAlignedRows);
+    return caps;
+  }
+};
+
+// model.loss_pad_classes unset pads to 64 only on a backend that wants aligned GEMM rows, and only
+// a class count that is not a multiple of 8; set, 0 included, it is what it says.
+TEST(ChunkedLoss, UnsetPaddingPadsOnlyWhereTheBackendWantsAlignedRows) {
+  const auto aligned = std::make_shared<AlignedRowsBackend>();
+  EXPECT_EQ(default_loss_pad_classes(*cpu(), kVocab), 0);
+  EXPECT_EQ(default_loss_pad_classes(*aligned, kVocab), kLossPadClasses);
+  EXPECT_EQ(default_loss_pad_classes(*aligned, 40), 0);
+  EXPECT_EQ(default_loss_pad_classes(*aligned, 50257), kLossPadClasses);
+  const auto columns = [&](std::shared_ptr<sdk::DeviceBackend> backend,
+                           std::optional<std::int64_t> pad, float label_smoothing = 0.0f) {
+    ModelSpec spec = test_support::tiny_gpt_spec(1, 2, 8, kVocab);
+    spec.loss_chunk_rows = 5;
+    spec.loss_pad_classes = pad;
+    spec.label_smoothing = label_smoothing;
+    Model m(std::move(backend), spec, kTokens, kVocab, InputSpec{DType::int32, kTokens, {}});
+    for (auto& l : m.layers()) l->set_precision({});
+    m.allocate(kBatch);
+    return m.loss_chunking().columns;
+  };
+  EXPECT_EQ(columns(aligned, {}), 64);
+  EXPECT_EQ(columns(aligned, 0), kVocab);
+  EXPECT_EQ(columns(aligned, 8), 40);
+  EXPECT_EQ(columns(aligned, {}, 0.1f), kVocab);  // label smoothing: never padded
+  EXPECT_EQ(columns(cpu(), {}), kVocab);
 }
 
 TEST(ChunkedLoss, TheLogitsAndTheirGradientLeaveTheMemoryPlan) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,40 @@ TEST(TensorCoreLint, NamesTheOddVocabularyAndWhatTheBackendDoesAboutIt) {
   for (const auto& w : fp8) EXPECT_EQ(w.find("padded scratch"), std::string::npos) << w;
   // FP32 GEMMs take no 16-bit Tensor Core path: nothing to say, realigning or not.
   EXPECT_TRUE(lint(std::make_shared<RealigningBackend>(), sdk::DType::fp32).empty());
+}
+
+// The CPU backend, declaring that its GEMMs want rows 16 bytes apart (as the CUDA backend does).
+class AlignedRowsBackend final : public test_support::ForwardingBackend {
+ public:
+  sdk::BackendCapabilities capabilities() const override {
+    auto caps = in_->capabilities();
+    caps.features.emplace_back(sdk::kFeatureGemmWantsAlignedRows);
+    return caps;
+  }
+};
+
+// The chunked loss padding the vocabulary's 11 classes to 64 (model.loss_pad_classes unset on
+// such a backend) leaves the LM head's GEMMs nothing to warn about; with the padding off the
+// warning is back.
+TEST(TensorCoreLint, SaysNothingOfAVocabularyTheChunkedLossPads) {
+  const auto warnings = [](std::optional<std::int64_t> pad) {
+    ModelSpec spec = test_support::tiny_gpt_spec(1, 2, 8, 11);
+    spec.loss_chunk_rows = 2;
+    spec.loss_pad_classes = pad;
+    Model m(std::make_shared<AlignedRowsBackend>(), spec, 4, 11,
+            InputSpec{sdk::DType::int32, 4, {}});
+    sdk::OpPrecision p;
+    p.gemm_input = sdk::DType::bf16;
+    for (auto& l : m.layers()) l->set_precision(p);
+    m.allocate(2);
+    return tensor_core_warnings(m);
+  };
+  const auto padded = warnings({});
+  EXPECT_TRUE(padded.empty()) << joined(padded);
+  const auto unpadded = warnings(0);
+  ASSERT_EQ(unpadded.size(), 1u) << joined(unpadded);
+  EXPECT_NE(unpadded[0].find("GEMM dimension 11 is not a multiple of 8"), std::string::npos)
+      << unpadded[0];
 }
 
 }  // namespace

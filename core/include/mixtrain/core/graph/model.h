@@ -68,6 +68,10 @@ namespace mixtrain::core {
 
 class OperandStaging;  // graph/ops/operand_scaler.h
 
+// ModelSpec::loss_pad_classes when unset: kLossPadClasses on a backend that declares
+// sdk::kFeatureGemmWantsAlignedRows for a class count that is not a multiple of 8, else 0.
+std::int64_t default_loss_pad_classes(const sdk::DeviceBackend& backend, std::int64_t classes);
+
 class Model {
  public:
   Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
@@ -197,7 +201,8 @@ class Model {
   float label_smoothing_ = 0.0f;
   bool epilogue_fusion_ = true;  // ModelSpec::fuse_epilogues, then set_epilogue_fusion()
   std::int64_t loss_chunk_rows_ = 0;
-  std::int64_t loss_pad_classes_ = 0;  // ModelSpec::loss_pad_classes; 0 with label smoothing
+  // ModelSpec::loss_pad_classes, or default_loss_pad_classes() when unset; 0 with label smoothing.
+  std::int64_t loss_pad_classes_ = 0;
   // fp32 [3 per op with an FP8 operand scaler]: their delayed-scaling amaxes, read at once;
   // scalers_[i] holds slice i.
   Tensor operand_amaxes_;

@@ -50,6 +50,8 @@ sdk::Options layer_options(const LayerSpec& layer, const std::string& table = "m
 inline constexpr const char* kGraphInput = "input";
 
 inline constexpr std::int64_t kLossChunkRows = 1024, kLossChunkClasses = 4096;
+// llm.c's padded vocabulary: GPT-2's 50257 classes in blocks of 50304.
+inline constexpr std::int64_t kLossPadClasses = 64;
 
 struct ModelSpec {
   std::vector<LayerSpec> layers;  // the nodes, in declaration order
@@ -69,8 +71,11 @@ struct ModelSpec {
   // for an odd vocabulary (50257: cuBLASLt's align-1 kernels took GPT-2's LM head 16.6 ms a step
   // on an H200). The padded classes' logits are the dtype's lowest finite value (probability 0):
   // the loss and its gradients are the unpadded ones. Not with label smoothing (padded classes
-  // would take a share): Model drops it then.
-  std::int64_t loss_pad_classes = 0;
+  // would take a share): Model drops it then. Unset: kLossPadClasses where the backend declares
+  // kFeatureGemmWantsAlignedRows (sdk/support/backend_features.h) and the classes are not a
+  // multiple of 8, else 0 (a CPU's GEMMs run any row length at the same rate, and the padded copy
+  // of W and the padded dW scratch would cost memory for nothing).
+  std::optional<std::int64_t> loss_pad_classes;
   // [train] trainable / frozen (graph/freezing.h): the plan resolves them, since which nodes need
   // a gradient follows from what trains.
   FreezeSpec freeze;

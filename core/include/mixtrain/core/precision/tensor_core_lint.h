@@ -8,6 +8,8 @@
 // - A linear layer's dimension on a backend that declares kFeatureGemmRealignsRows
 //   (sdk/support/backend_features.h: its GEMM facet copies unaligned rows into padded scratch)
 //   is still reported, saying so: what the backend did about it, and what it costs.
+// - The chunked loss's logits node whose blocks are padded to aligned columns
+//   (model.loss_pad_classes) is not reported for its class count: its GEMMs never see it.
 // - A convolution reading the batch itself (the first layer, typically 3 RGB channels) is still
 //   reported, with a note that this is the usual exception (frameworks pad it; it is one layer).
 #pragma once
