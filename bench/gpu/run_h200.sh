@@ -154,12 +154,12 @@ export MODEL_BACKEND=${MODEL_BACKEND:-cuda} MODEL_RUN_CAP=${MODEL_RUN_CAP:-60}
 # first dropped as warm-up; a few seconds per run at most, next to its start-up's ten or more.
 export RN_BATCH=${RN_BATCH:-128} RN_IMAGE=${RN_IMAGE:-224} RN_STEPS=${RN_STEPS:-60} RN_LOG_EVERY=${RN_LOG_EVERY:-10}
 export RN_POLICIES=${RN_POLICIES:-bf16 fp32 tf32} RN_TORCH=${RN_TORCH:-bf16 fp32 tf32}
-export RN_VARIANTS=${RN_VARIANTS-bf16+convtune bf16+wgrad32 bf16+nofuse bf16+convaxpy bf16+floatpixels bf16+pageable bf16+graphs bf16+waited bf16+nondetconv bf16+tune}
+export RN_VARIANTS=${RN_VARIANTS-bf16+convtune bf16+wgrad32 bf16+nofuse bf16+convaxpy bf16+floatpixels bf16+pageable bf16+nographs bf16+waited bf16+nondetconv bf16+tune}
 export GPT_BATCH=${GPT_BATCH:-8} GPT_LAYERS=${GPT_LAYERS:-12} GPT_HEADS=${GPT_HEADS:-12} GPT_WIDTH=${GPT_WIDTH:-768}
 export GPT_TOKENS=${GPT_TOKENS:-1024} GPT_VOCAB=${GPT_VOCAB:-50257} GPT_STEPS=${GPT_STEPS:-120} GPT_LOG_EVERY=${GPT_LOG_EVERY:-20}
 export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 fp8-block} GPT_TORCH=${GPT_TORCH-bf16}
 export TORCH_WARMUP_S=${TORCH_WARMUP_S:-1} CHECK_POLICIES=${CHECK_POLICIES-bf16}
-export GPT_VARIANTS=${GPT_VARIANTS-bf16+nopad fp8+plaincast bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+graphs bf16+waited bf16+tune}
+export GPT_VARIANTS=${GPT_VARIANTS-bf16+nopad fp8+plaincast bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+nographs bf16+waited bf16+tune}
 export GPT2M_LAYERS=${GPT2M_LAYERS:-24} GPT2M_HEADS=${GPT2M_HEADS:-16} GPT2M_WIDTH=${GPT2M_WIDTH:-1024}
 export GPT2M_BATCH=${GPT2M_BATCH:-8} GPT2M_POLICIES=${GPT2M_POLICIES:-bf16 fp8 fp8+plaincast}
 export ROOT HERE
@@ -632,7 +632,8 @@ model_run() {
   shift 3
   case $job in
     mixtrain:*)
-      # <policy>[+graphs][+tune][+whole][+unfused][+nondet][+realign]: run.step_graphs = true;
+      # <policy>[+nographs][+tune][+whole][+unfused][+nondet][+realign]: run.step_graphs = false
+      # (on CUDA the static step replays as a CUDA graph by default: what that gains);
       # the cuda backend's gemm_autotune = 8; the logits computed whole (model.loss_chunk_rows =
       # 0: the chunked loss's A/B); the unfused attention (flash's A/B); cuDNN's non-deterministic
       # flash backward (deterministic_attention = false: what determinism costs); the LM head's
@@ -661,7 +662,7 @@ model_run() {
       # +wgrad32: an FP32 dw from cuDNN (= false, the backend's default: what that choice gains).
       p=${job#mixtrain:}
       local variant=() base=${p%%+*}
-      [[ $p == *+graphs* ]] && variant+=(--set run.step_graphs=true)
+      [[ $p == *+nographs* ]] && variant+=(--set run.step_graphs=false)
       [[ $p == *+tune* ]] && variant+=(--set backend.cuda.gemm_autotune=8)
       [[ $p == *+whole* ]] && variant+=(--set model.loss_chunk_rows=0)
       [[ $p == *+unfused* ]] && variant+=(--set model.gpt.fused_attention=false)
@@ -878,7 +879,7 @@ stage_gpt2v() {
   bases=$(variant_bases gpt2 "$GPT_VARIANTS")
   TABLE_STAGE=gpt2 RUN_POLICIES="$bases $GPT_VARIANTS" GPT_POLICIES="$GPT_POLICIES $bases $GPT_VARIANTS" stage_gpt2
 }
-# variant_bases TABLE VARIANTS: the base policies (bf16 of bf16+graphs, fp8 of fp8+plaincast) that
+# variant_bases TABLE VARIANTS: the base policies (bf16 of bf16+nographs, fp8 of fp8+plaincast) that
 # have not run in $STATE/TABLE (this call), first one first: a variant stage alone (STAGES="env
 # gpt2v"), or one whose base stage ran other policies (call 2's resnet50: fp32, tf32), runs its
 # bases too, or its rows would have nothing to be read against.

@@ -141,7 +141,8 @@ TEST_F(Cli, TheProfileHoldsTrainingStepsAlone) {
 }
 
 // run.step_graphs on a backend that records none (the CPU): the run says so once and trains op by
-// op, with the same losses as without the option.
+// op, with the same losses as without the option; unset (on where the backend records graphs),
+// the CPU run says nothing of them.
 TEST_F(Cli, StepGraphsOnABackendWithoutThemSaySoAndChangeNothing) {
   const std::string common = "train " + quickstart() + " --set run.steps=20 --set run.log_every=5";
   auto with = run("--log-level info " + common + " --set run.step_graphs=true --run-dir " +
@@ -151,8 +152,10 @@ TEST_F(Cli, StepGraphsOnABackendWithoutThemSaySoAndChangeNothing) {
   EXPECT_NE(all.find("run.step_graphs: off (the backend records no step graphs)"),
             std::string::npos)
       << all;
-  auto without = run(common + " --run-dir " + (dir_ / "without").string());
+  auto without = run("--log-level info " + common + " --run-dir " + (dir_ / "without").string());
   ASSERT_EQ(without.exit_code, 0) << without.err;
+  EXPECT_EQ((without.out + without.err).find("step_graphs"), std::string::npos)
+      << without.out + without.err;
   auto losses = [](const fs::path& dir) {
     std::vector<double> out;
     for (const auto& r : records(dir / "metrics.jsonl"))

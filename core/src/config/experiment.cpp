@@ -371,7 +371,7 @@ sdk::Options read_run(const Config& config, Experiment& e) {
   if (!e.run.dir.empty()) e.run.dir = config_path(config, "run.dir", e.run.dir).string();
   e.run.underflow_every = run.get_int("underflow_every");
   e.run.accumulate = run.get_int("accumulate");
-  e.run.step_graphs = run.get_bool("step_graphs");
+  if (run.was_set("step_graphs")) e.run.step_graphs = run.get_bool("step_graphs");
   e.run.gated_update = run.get_bool("gated_update");
   e.run.stretch_schedule = run.get_bool("stretch_schedule");
   e.run.early_stopping_patience = run.get_int("early_stopping_patience");
@@ -380,6 +380,14 @@ sdk::Options read_run(const Config& config, Experiment& e) {
   e.run.metrics = read_metrics_sinks(config);
   ResolvedSection run_section = section_of("run", {}, run);
   show_resolved(run_section, "dir", e.run.dir);
+  // step_graphs unset means "where the backend records them": a resume on another backend decides
+  // again, so the resolved config leaves it unset.
+  if (!run.was_set("step_graphs")) {
+    std::erase_if(run_section.values, [](const auto& v) { return v.first == "step_graphs"; });
+    run_section.comments.push_back(
+        "step_graphs unset: on where the backend records step graphs (CUDA) and the step is "
+        "static, else off");
+  }
   // metrics is a list: the resolved config writes it as one.
   std::erase_if(run_section.values, [](const auto& v) { return v.first == "metrics"; });
   std::string sinks = "[";

@@ -96,7 +96,8 @@ sdk::OptionSchema run_schema() {
       OptionSpec::boolean("step_graphs", false,
                           "record forward, loss and backward once and replay them with one launch "
                           "(CUDA graphs) where the backend offers it and the step is static: one "
-                          "micro-batch, no dropout, no FP8 scaling"),
+                          "micro-batch, no dropout, no FP8 scaling; true says why when it cannot; "
+                          "unset: on where it can (the CUDA backend), silently off elsewhere"),
       OptionSpec::boolean("gated_update", true,
                           "queue the optimizer's update before the host reads the gradient check, "
                           "skipped and clipped on the device from the check's status, where the "

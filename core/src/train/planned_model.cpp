@@ -156,9 +156,12 @@ void build_model(Trainer::State& s) {
     // The profiler offers no step_graph facet (profiling_backend.h): say why, not "no graphs".
     if (dynamic_cast<const ProfilingBackend*>(&backend) != nullptr)
       static_step = "--profile times each op, which a replayed graph would hide";
+    const StepGraphRequest request = !e.run.step_graphs.has_value() ? StepGraphRequest::automatic
+                                     : *e.run.step_graphs           ? StepGraphRequest::on
+                                                                    : StepGraphRequest::off;
     s.step_graph = std::make_unique<StepGraph>(
-        e.run.step_graphs ? sdk::facet<sdk::StepGraphFacet>(backend) : nullptr, e.run.step_graphs,
-        static_step, core_logger("step_graph"));
+        request == StepGraphRequest::off ? nullptr : sdk::facet<sdk::StepGraphFacet>(backend),
+        request, static_step, core_logger("step_graph"));
   }
   plan_gated_update(s);
 }

@@ -6,10 +6,10 @@
 
 namespace mixtrain::core {
 
-StepGraph::StepGraph(sdk::StepGraphFacet* facet, bool requested, const std::string& not_static,
-                     sdk::Logger log)
+StepGraph::StepGraph(sdk::StepGraphFacet* facet, StepGraphRequest request,
+                     const std::string& not_static, sdk::Logger log)
     : log_(std::move(log)) {
-  if (!requested) return;
+  if (request == StepGraphRequest::off) return;
   // A step that is not static says why first: it holds on any backend (and --profile's reason
   // comes this way, the profiler offering no graphs).
   if (!not_static.empty())
@@ -17,7 +17,11 @@ StepGraph::StepGraph(sdk::StepGraphFacet* facet, bool requested, const std::stri
   else if (facet == nullptr)
     disabled_ = "the backend records no step graphs";
   if (!disabled_.empty()) {
-    log_.info("run.step_graphs: off (" + disabled_ + "); steps run op by op");
+    const std::string said = "run.step_graphs: off (" + disabled_ + "); steps run op by op";
+    if (request == StepGraphRequest::on)
+      log_.info(said);
+    else
+      log_.debug(said);
     return;
   }
   facet_ = facet;

@@ -3,11 +3,14 @@
 // one launch (docs/architecture.md, "Step graphs"). Internal to the core.
 //
 // Contract
-// - Eligible (fixed at construction): run.step_graphs asks for it, the backend offers the facet,
+// - Eligible (fixed at construction): run.step_graphs asks for it (true, or unset: automatic),
+//   the backend offers the facet,
 //   the step has one micro-batch,
 //   the policy scales no operands (FP8 scales are host arguments that move every step) and no op
 //   varies per step (OpTraits::varies_per_step: dropout's mask key). Otherwise run() just calls
-//   the body.
+//   the body. Asked for (true), what is off and why is logged once (info); automatic, an off
+//   that the backend or the step's shape decides is logged at debug only (the CPU records no
+//   graphs: nothing to say on every CPU run).
 // - run(key, body): key is what the body's arguments depend on besides memory contents: the rows
 //   and the loss seed (scale / accumulate, which a dynamic scaler changes). A step with a new key
 //   runs eagerly once (its plans, scratch and workspaces then exist: recording cannot allocate),
@@ -35,11 +38,14 @@ struct StepGraphKey {
   bool operator==(const StepGraphKey&) const = default;
 };
 
+// run.step_graphs: false, true, or unset.
+enum class StepGraphRequest { off, on, automatic };
+
 class StepGraph {
  public:
-  // facet: nullptr when the backend offers none; requested: run.step_graphs; not_static: why the
-  // step is not static ("" when it is). What is off and why is logged once when requested.
-  StepGraph(sdk::StepGraphFacet* facet, bool requested, const std::string& not_static,
+  // facet: nullptr when the backend offers none; not_static: why the step is not static ("" when
+  // it is).
+  StepGraph(sdk::StepGraphFacet* facet, StepGraphRequest request, const std::string& not_static,
             sdk::Logger log);
   ~StepGraph();
   StepGraph(const StepGraph&) = delete;

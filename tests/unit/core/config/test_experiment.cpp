@@ -864,6 +864,21 @@ TEST(sdk_Experiment, LossPadClassesIsReadAndRangeChecked) {
   }
 }
 
+// run.step_graphs unset means "where the backend records them": left unset in the resolved config,
+// so a resume on another backend decides again; a value set, false too, is carried through it.
+TEST(sdk_Experiment, AnUnsetStepGraphsStaysUnsetInTheResolvedConfig) {
+  const auto unset = parse(kFull);
+  EXPECT_FALSE(unset.run.step_graphs.has_value());
+  const std::string text = resolved_toml_of(unset);
+  EXPECT_FALSE(contains(text, "step_graphs =")) << text;
+  EXPECT_FALSE(parse(text).run.step_graphs.has_value());
+  for (const bool on : {false, true}) {
+    const auto set = parse(kFull, {std::string("run.step_graphs=") + (on ? "true" : "false")});
+    EXPECT_EQ(set.run.step_graphs, on);
+    EXPECT_EQ(parse(resolved_toml_of(set)).run.step_graphs, on);
+  }
+}
+
 // A misspelt host sub-table of a component section is suggested as the host's, not only the
 // components' names ([[precision.overide]] is the override list).
 TEST(sdk_Experiment, AMisspeltOverrideTableIsSuggested) {

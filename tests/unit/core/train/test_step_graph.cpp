@@ -66,7 +66,7 @@ std::function<void()> body(FakeGraphs& g, int sum, bool recordable = true) {
 
 TEST(StepGraph, WarmsUpRecordsOnceThenReplaysAndEveryStepRunsExactlyOnce) {
   FakeGraphs g;
-  StepGraph sg(&g, /*requested=*/true, "", {});
+  StepGraph sg(&g, StepGraphRequest::on, "", {});
   ASSERT_TRUE(sg.active());
   const StepGraphKey key{32, 1.0f};
   for (int step = 0; step < 5; ++step) sg.run(key, false, body(g, 10));
@@ -76,9 +76,29 @@ TEST(StepGraph, WarmsUpRecordsOnceThenReplaysAndEveryStepRunsExactlyOnce) {
   EXPECT_EQ(sg.replays(), 4);
 }
 
+// run.step_graphs unset: on where the backend offers the facet and the step is static, off (with
+// the reason kept) where it does not or the step is not; false: off whatever the backend offers.
+TEST(StepGraph, AutomaticIsOnWhereTheBackendRecordsAndTheStepIsStatic) {
+  FakeGraphs g;
+  StepGraph automatic(&g, StepGraphRequest::automatic, "", {});
+  EXPECT_TRUE(automatic.active());
+  for (int step = 0; step < 3; ++step) automatic.run({8, 1.0f}, false, body(g, 4));
+  EXPECT_EQ(automatic.captures(), 1);  // step 1 eager, step 2 recorded and replayed, 3 replayed
+  EXPECT_EQ(automatic.replays(), 2);
+  StepGraph no_facet(nullptr, StepGraphRequest::automatic, "", {});
+  EXPECT_FALSE(no_facet.active());
+  EXPECT_EQ(no_facet.disabled_reason(), "the backend records no step graphs");
+  StepGraph not_static(&g, StepGraphRequest::automatic, "run.accumulate > 1", {});
+  EXPECT_FALSE(not_static.active());
+  EXPECT_EQ(not_static.disabled_reason(), "run.accumulate > 1");
+  StepGraph off(&g, StepGraphRequest::off, "", {});
+  EXPECT_FALSE(off.active());
+  EXPECT_TRUE(off.disabled_reason().empty());
+}
+
 TEST(StepGraph, ANewKeyRunsEagerlyOnceAndRecordsAgain) {
   FakeGraphs g;
-  StepGraph sg(&g, true, "", {});
+  StepGraph sg(&g, StepGraphRequest::on, "", {});
   sg.run({32, 1.0f}, false, body(g, 10));
   sg.run({32, 1.0f}, false, body(g, 10));  // recorded
   sg.run({32, 2.0f}, false, body(g, 20));  // the loss scale moved: eager, old graph released
@@ -92,7 +112,7 @@ TEST(StepGraph, ANewKeyRunsEagerlyOnceAndRecordsAgain) {
 
 TEST(StepGraph, EagerStepsAreNeverRecordedNorReplayed) {
   FakeGraphs g;
-  StepGraph sg(&g, true, "", {});
+  StepGraph sg(&g, StepGraphRequest::on, "", {});
   for (int i = 0; i < 3; ++i) sg.run({8, 1.0f}, /*eager=*/true, body(g, 5));
   EXPECT_EQ(g.begins, 0);
   EXPECT_EQ(g.total, 15);
@@ -100,7 +120,7 @@ TEST(StepGraph, EagerStepsAreNeverRecordedNorReplayed) {
 
 TEST(StepGraph, AnOpThatCannotBeRecordedTurnsGraphsOffAndTheStepStillRunsOnce) {
   FakeGraphs g;
-  StepGraph sg(&g, true, "", {});
+  StepGraph sg(&g, StepGraphRequest::on, "", {});
   sg.run({8, 1.0f}, false, body(g, 7, /*recordable=*/false));  // warm-up: eager, fine
   sg.run({8, 1.0f}, false, body(g, 7, false));  // recording raises: voided, rerun eagerly
   EXPECT_EQ(g.ends, 1);                          // the recording was ended
@@ -116,7 +136,7 @@ TEST(StepGraph, AnOpThatCannotBeRecordedTurnsGraphsOffAndTheStepStillRunsOnce) {
 // before the eager rerun, and only then.
 TEST(StepGraph, TheEagerRerunAfterAVoidedRecordingStartsFromRestartedHostState) {
   FakeGraphs g;
-  StepGraph sg(&g, true, "", {});
+  StepGraph sg(&g, StepGraphRequest::on, "", {});
   bool first_write = true;  // what begin_micro_batch sets and the body's first write takes
   std::vector<bool> seen;   // first_write as each body run found it
   int restarts = 0;
@@ -152,7 +172,7 @@ TEST(StepGraph, TheEagerRerunAfterAVoidedRecordingStartsFromRestartedHostState) 
 
 TEST(StepGraph, OtherErrorsEndTheRecordingAndPropagate) {
   FakeGraphs g;
-  StepGraph sg(&g, true, "", {});
+  StepGraph sg(&g, StepGraphRequest::on, "", {});
   sg.run({8, 1.0f}, false, body(g, 4));
   EXPECT_THROW(sg.run({8, 1.0f}, false, [] { throw std::runtime_error("data error"); }),
                std::runtime_error);
@@ -162,20 +182,21 @@ TEST(StepGraph, OtherErrorsEndTheRecordingAndPropagate) {
 
 TEST(StepGraph, OffWhenNotRequestedNotOfferedNotStaticOrRefused) {
   FakeGraphs g;
-  StepGraph not_asked(&g, false, "", {});
+  StepGraph not_asked(&g, StepGraphRequest::off, "", {});
   EXPECT_FALSE(not_asked.active());
-  StepGraph none(nullptr, true, "", {});
+  StepGraph none(nullptr, StepGraphRequest::on, "", {});
   EXPECT_FALSE(none.active());
   EXPECT_EQ(none.disabled_reason(), "the backend records no step graphs");
   // A step that is not static says why on any backend (--profile's reason comes this way).
-  StepGraph profiled(nullptr, true, "--profile times each op", {});
+  StepGraph profiled(nullptr, StepGraphRequest::on, "--profile times each op", {});
   EXPECT_EQ(profiled.disabled_reason(), "--profile times each op");
-  StepGraph dropout(&g, true, "node 'drop' changes its arguments every step (dropout)", {});
+  StepGraph dropout(&g, StepGraphRequest::on,
+                    "node 'drop' changes its arguments every step (dropout)", {});
   EXPECT_FALSE(dropout.active());
   EXPECT_NE(dropout.disabled_reason().find("dropout"), std::string::npos);
 
   g.refuse_begin = true;
-  StepGraph refused(&g, true, "", {});
+  StepGraph refused(&g, StepGraphRequest::on, "", {});
   refused.run({8, 1.0f}, false, body(g, 3));
   refused.run({8, 1.0f}, false, body(g, 3));  // begin_capture says no: eager, and off
   EXPECT_FALSE(refused.active());

@@ -53,8 +53,9 @@ struct RunSettings {
   std::string dir = schema_default_string(run_schema(), "dir");
   // Micro-batches (of data.batch_size) per optimizer step.
   std::int64_t accumulate = schema_default_int(run_schema(), "accumulate");
-  // Replay a recorded static step (train/step_graph.h).
-  bool step_graphs = schema_default_bool(run_schema(), "step_graphs");
+  // Replay a recorded static step (train/step_graph.h). Unset: where the backend records step
+  // graphs and the step is static, without a word where it cannot.
+  std::optional<bool> step_graphs;
   // Queue the optimizer's update before reading the gradient check (train/step.cpp).
   bool gated_update = schema_default_bool(run_schema(), "gated_update");
   // Resume with another run.steps: re-plan the lr schedule.
