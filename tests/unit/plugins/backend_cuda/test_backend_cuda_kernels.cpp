@@ -244,14 +244,18 @@ TEST_F(backend_cuda_vs_cpu, LayerNormOnePassBackwardMatchesTheColumnSums) {
 }
 
 // A warp per row below 512 classes, a block per row from 512 (cuda_loss.cu): both widths, a row
-// of GPT-2's vocabulary (odd: rows at every 2-byte offset), with and without label smoothing.
+// of GPT-2's vocabulary (odd: rows at every 2-byte offset), and rows of whole 16-byte packs, which
+// a block reads a pack at a time (512; 520, whose last round of packs is short; GPT-2's padded
+// 50304), with and without label smoothing.
 TEST_F(backend_cuda_vs_cpu, SoftmaxCrossEntropy) {
   for (auto [rows, classes] : {std::pair<std::int64_t, std::int64_t>{64, 10},
                                {5, 1000},
                                {1, 1},
                                {9, 511},
                                {7, 512},
-                               {3, 50257}}) {
+                               {4, 520},
+                               {3, 50257},
+                               {3, 50304}}) {
     const auto zv = random_values(static_cast<std::size_t>(rows * classes), 9, -6.0f, 6.0f);
     std::vector<float> labels(static_cast<std::size_t>(rows));
     for (std::size_t r = 0; r < labels.size(); ++r)
@@ -280,9 +284,9 @@ TEST_F(backend_cuda_vs_cpu, SoftmaxCrossEntropy) {
           EXPECT_EQ(run(gpu()), g) << "a second run, " << what;
         }
   }
-  // Rows in place (dlogits over the logits), a block's and a warp's (which reads z[y] before its
-  // __syncwarp): the out-of-place bits.
-  for (const std::int64_t classes : {std::int64_t{50257}, std::int64_t{511}}) {
+  // Rows in place (dlogits over the logits), a block's, a block's in packs and a warp's (which
+  // reads z[y] before its __syncwarp): the out-of-place bits.
+  for (const std::int64_t classes : {std::int64_t{50257}, std::int64_t{50304}, std::int64_t{511}}) {
     const std::int64_t rows = 4;
     const auto zv = random_values(static_cast<std::size_t>(rows * classes), 13, -6.0f, 6.0f);
     Tensor y(gpu(), DType::int32, {rows},
