@@ -14,6 +14,11 @@
 #         torch.profiler on the same PyTorch peers (top PROFILE_TOP kernels by GPU time); then
 #         mixtrain's fp8-delayed on GPT-2 small (where FP8's time goes); last ResNet-50 with its
 #         convolutions autotuned (each shape's default engine beside the fastest of 8)
+#   counters  hardware counters (Nsight Compute, ncu) of the element-wise kernels the profiles
+#         rank highest: ResNet-50's batch norm, residual, pooling and casts, GPT-2's loss, layer
+#         norm and optimizer; per kernel the duration, DRAM and L1 throughput (% of peak),
+#         achieved occupancy and registers (whether it waits on DRAM, on L1 or for warps); skipped,
+#         saying so, where ncu cannot read the counters
 #   gemm  GEMM TFLOP/s per dtype at 8192^3: bench_gemm_cuda (CudaGemm::gemm, cuBLASLt) with
 #         the default algorithm and again with gemm_autotune (bf16, fp16, fp8), and PyTorch's
 #         matmul on the same GPU for reference
@@ -58,16 +63,17 @@
 #   CALL [1]  which call of the session's plan sets the defaults of STAGES and the model policies:
 #          1  STAGES "env debs configure build test resnet50 gpt2 profile", the bf16 pairs only
 #             (RN_POLICIES, RN_TORCH, GPT_POLICIES, GPT_TORCH = bf16); the profile if time is left
-#          2  STAGES "env build resnet50 gpt2 gemm resnet50v gpt2v wide gemmsweep gpt2medium", with
+#          2  STAGES "env build resnet50 gpt2 counters gemm resnet50v gpt2v wide gemmsweep gpt2medium", with
 #             debs and configure first unless the first call's prefix and build are still there
 #             (a warm machine); RN_POLICIES = RN_TORCH = "fp32 tf32", GPT_POLICIES "bf16 fp8
 #             fp8-block" (bf16: the fp8 rows' base), GPT_TORCH none (call 1 measured it)
 #          all  every stage and policy, as one call did before (a dry run, or a longer lease)
-#   STAGES ["env debs configure build test resnet50 gpt2 profile gemm resnet50v gpt2v wide gemmsweep
+#   STAGES ["env debs configure build test resnet50 gpt2 profile counters gemm resnet50v gpt2v wide gemmsweep
 #           gpt2medium", less what CALL leaves out]  any subset (always run in this order)
 #   CHECK_POLICIES [bf16]  the policies whose `mixtrain check` (a CUDA start-up and a rehearsed
 #          step each) fills the model tables' predicted column
 #   PROFILE_STEPS [8: mixtrain's profiled steps; PyTorch profiles 3 after its warmup]  PROFILE_TOP [30]
+#   COUNTER_TARGETS [the counters stage's kernels, model:regex:launches a step; see below]
 #   DEBS [.debs]  DEBROOT [/tmp/debroot]  BUILD_DIR [build-h200]  JOBS [nproc]  CUDA_ARCHS [90]
 #   CMAKE_EXTRA_ARGS  more -D options for the configure stage (word-split)
 #   BUILD_TARGETS  [gpu_kit: mixtrain, the plugins and every test and benchmark the CMakeLists
@@ -127,7 +133,7 @@ case $CALL in
      # A warm machine still has the first call's prefix and build: the build stage (ninja, nothing
      # to do) only confirms them. A fresh one (the first went back) unpacks and configures again.
      if [[ -z ${STAGES:-} ]]; then
-       STAGES="env build resnet50 gpt2 gemm resnet50v gpt2v wide gemmsweep gpt2medium"
+       STAGES="env build resnet50 gpt2 counters gemm resnet50v gpt2v wide gemmsweep gpt2medium"
        [[ -f $BUILD/build.ninja && -x $DEBROOT/wrap/c++ ]] || STAGES="env debs configure ${STAGES#env }"
      fi
      : "${RN_POLICIES:=fp32 tf32}" "${RN_TORCH:=fp32 tf32}" "${GPT_POLICIES:=bf16 fp8 fp8-block}" "${GPT_TORCH=}" ;;
@@ -136,7 +142,7 @@ case $CALL in
 esac
 export TIMEOUT_S BUDGET_S=${BUDGET_S:-$((TIMEOUT_S - 40))} CAP_SCALE=${CAP_SCALE:-1}
 # Exported: the stages run in `bash -c` and ask whether the build stage is in this call.
-export STAGES=${STAGES:-env debs configure build test resnet50 gpt2 profile gemm resnet50v gpt2v wide gemmsweep gpt2medium}
+export STAGES=${STAGES:-env debs configure build test resnet50 gpt2 profile counters gemm resnet50v gpt2v wide gemmsweep gpt2medium}
 export JOBS=${JOBS:-$(nproc)}
 export CUDA_ARCHS=${CUDA_ARCHS:-90}
 export BUILD_TARGETS=${BUILD_TARGETS:-gpu_kit}
@@ -164,6 +170,9 @@ export GPT2M_LAYERS=${GPT2M_LAYERS:-24} GPT2M_HEADS=${GPT2M_HEADS:-16} GPT2M_WID
 export GPT2M_BATCH=${GPT2M_BATCH:-8} GPT2M_POLICIES=${GPT2M_POLICIES:-bf16 fp8 fp8+plaincast}
 export ROOT HERE
 export PROFILE_STEPS=${PROFILE_STEPS:-8} PROFILE_TOP=${PROFILE_TOP:-30}
+# model:kernel regex:launches a step (step 1's are skipped): ResNet-50's batch norm passes, the
+# residual join's backward and the max pool's, GPT-2's loss rows, layer norm and AdamW.
+export COUNTER_TARGETS=${COUNTER_TARGETS:-resnet50:bn_apply_packs:53 resnet50:bn_grad_input_packs:53 resnet50:bn_moments:53 resnet50:bn_grad_sums:53 resnet50:residual_backward:16 resnet50:pool_backward:2 gpt2:softmax_xent:8 gpt2:layernorm_add_forward:24 gpt2:adamw:2}
 export STATE=${STATE:-/tmp/mixtrain-gpu-state}
 export PARTS=$STATE/parts  # each stage's report, gathered into $OUT by collect
 # STATE is removed below, so only a folder this script made (its marker inside), an empty one or
@@ -246,7 +255,7 @@ reserve() {
 # when debs, configure or build was asked for and did not succeed. What would follow is either
 # skipped for want of the build or PyTorch's rows alone: minutes of device time for no comparison.
 stop_unless_built() {
-  local s failed="" later=(test resnet50 gpt2 profile gemm resnet50v gpt2v wide gemmsweep gpt2medium)
+  local s failed="" later=(test resnet50 gpt2 profile counters gemm resnet50v gpt2v wide gemmsweep gpt2medium)
   for s in debs configure build; do
     [[ " $STAGES " == *" $s "* && ! -f $STATE/ok-$s ]] && failed+=" $s"
   done
@@ -980,7 +989,51 @@ stage_profile() {
   return $rc
 }
 
-# profile_md: $PARTS/profile.md from the profile stage's runs so far.
+# Hardware counters of the element-wise kernels: `ncu --print-summary per-kernel` on 3 launches,
+# in step 2, of each kernel of COUNTER_TARGETS (model:kernel-name regex:launches a step, the
+# launches of step 1 skipped), each in a 3-step bf16 run of its model at the model stages' shape,
+# op by op (run.step_graphs = false: a replayed graph's kernels are not launches of their own). The
+# first launches of a step are the first layers', the largest. The sections: speed of light
+# (duration, DRAM and L1/TEX throughput as % of peak), occupancy (achieved against the registers'
+# and blocks' limits) and launch statistics (registers, grid). --clock-control none: the clocks
+# as the runs have them (the device README's method). One run per kernel: ncu can filter launches
+# by name but not sample them through a step. Without ncu, or where it cannot read the counters
+# (gVisor machines), the stage says so and passes.
+stage_counters() {
+  local C=$STATE/counters ncu target model regex per config sets rc=0 end cap
+  ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+  if [[ -z $ncu || ! -x $ncu ]]; then
+    echo "no ncu on this machine: not run" >"$STATE/counters.note"
+    return 0
+  fi
+  rm -rf "$C"; mkdir -p "$C"
+  gpt2_tokens || return 1
+  end=$(($(date +%s) + STAGE_CAP - 5))
+  for target in $COUNTER_TARGETS; do
+    IFS=: read -r model regex per <<<"$target"
+    if [[ $model == resnet50 ]]; then
+      config=$ROOT/configs/resnet50-bf16.toml; mapfile -t sets < <(resnet50_sets)
+    else
+      config=$ROOT/configs/gpt-tiny-bf16.toml; mapfile -t sets < <(gpt2_sets)
+    fi
+    cap=$((end - $(date +%s)))
+    ((cap > 40)) && cap=40
+    ((cap >= 15)) || { echo "$target: no time left" >>"$C/$model.txt"; rc=1; continue; }
+    {
+      echo "### $regex"
+      LD_LIBRARY_PATH=$MIX_LD_PATH timeout --foreground -k 5 "$cap" "$ncu" --clock-control none \
+        --kernel-name "regex:$regex" --launch-skip "$per" --launch-count 3 \
+        --section SpeedOfLight --section Occupancy --section LaunchStats --print-summary per-kernel \
+        "$MIXTRAIN_BIN" train "$config" "${sets[@]}" --set precision.policy=bf16-mixed \
+        --set run.steps=3 --set run.step_graphs=false --run-dir "$C/run" 2>&1 || { rc=1; echo "(exit $?)"; }
+    } >>"$C/$model.txt"
+    rm -rf "$C/run"
+    profile_md
+  done
+  return $rc
+}
+
+# profile_md: $PARTS/profile.md from the profile stage's runs so far, and the counters stage's.
 profile_md() {
   local P=$STATE/profile model
   {
@@ -1007,6 +1060,16 @@ profile_md() {
     [[ -f $P/mixtrain-resnet50-convtune.log ]] &&
       mixtrain_profile_section "resnet50: mixtrain, convolutions autotuned over 8 cuDNN engines per shape (each plan line: the default engine's time beside the fastest)" \
         "$P/mixtrain-resnet50-convtune.log"
+    for model in resnet50 gpt2; do
+      [[ -f $STATE/counters/$model.txt ]] || continue
+      echo
+      echo "## $model: hardware counters of the element-wise kernels (ncu, per kernel name, step 2 on)"
+      echo
+      echo '```'
+      # ncu's own lines (==PROF== ...) and the run's log are left out; the summary is what stays.
+      grep -vE '^(==PROF==|\[[0-9:.]+\] )' "$STATE/counters/$model.txt" | head -n 600
+      echo '```'
+    done
   } >"$PARTS/profile.md"
   collect_tables  # into $OUT after every profiled run
   return 0
@@ -1023,7 +1086,7 @@ collect() {
   [[ -s $STATE/gemm.all ]] && cp "$STATE/gemm.all" "$OUT/gemm.txt"
   collect_tables
   local runs=()
-  for f in wide resnet50 gpt2 gpt2medium profile; do [[ -d $STATE/$f ]] && runs+=("$f"); done
+  for f in wide resnet50 gpt2 gpt2medium profile counters; do [[ -d $STATE/$f ]] && runs+=("$f"); done
   # Checkpoints never travel: a run cut by its stage's timeout may leave GBs of them.
   ((${#runs[@]})) && tar -czf "$OUT/runs.tar.gz" -C "$STATE" --exclude '*.bin' --exclude checkpoints \
     "${runs[@]}" 2>/dev/null
@@ -1061,7 +1124,7 @@ write_summary() {
   echo "files in \$OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
 }
 export -f stage_env mixtrain_libs stage_debs stage_configure stage_build stage_gemm stage_gemmsweep stage_test stage_wide \
-  stage_resnet50 stage_gpt2 stage_resnet50v stage_gpt2v stage_gpt2medium stage_profile profile_md \
+  stage_resnet50 stage_gpt2 stage_resnet50v stage_gpt2v stage_gpt2medium stage_profile profile_md stage_counters \
   profile_mixtrain mixtrain_profile_section model_stage model_stage_table model_run policy_name \
   resnet50_sets gpt2_sets gpt2_tokens collect_tables variant_bases
 
@@ -1087,6 +1150,7 @@ run_stage test 120 "$(reserve resnet50 gpt2)"
 run_stage resnet50 200 "$(reserve gpt2)"
 run_stage gpt2 160 0
 run_stage profile 260 0
+run_stage counters 150 0
 run_stage gemm 60 0
 # gpt2v keeps 60 s back, or half of what is left when that is less: in session 57 a fixed 60
 # left resnet50v 16 s of 76, not enough for one run.
