@@ -362,9 +362,10 @@ kernels::PoolShape pool_shape(const sdk::Pool2dGeometry& g) {
           g.count_include_pad};
 }
 
+// The max pool's workspace: its argmax, an element per output (kernels::pool_argmax_in_bytes).
 std::size_t argmax_bytes(const sdk::Pool2dGeometry& g) {
   return static_cast<std::size_t>(g.batch * g.out_height() * g.out_width() * g.channels) *
-         sizeof(std::int32_t);
+         (kernels::pool_argmax_in_bytes(g.kernel_h, g.kernel_w) ? 1 : sizeof(std::int32_t));
 }
 
 }  // namespace
@@ -381,8 +382,7 @@ void CudaConvolution::pool2d_forward(const sdk::Pool2dGeometry& g, TensorView x,
                                      TensorView workspace) {
   context_.activate();
   layer_checks::pool_forward(g, x, y, workspace, argmax_bytes(g));
-  std::int32_t* argmax =
-      g.kind == sdk::PoolKind::max && !workspace.empty() ? workspace.as<std::int32_t>() : nullptr;
+  void* argmax = g.kind == sdk::PoolKind::max && !workspace.empty() ? workspace.data : nullptr;
   check_cuda(kernels::pool_forward(pool_shape(g), x.data, elem_of(x.dtype), y.data, argmax,
                                    context_.stream),
              "pool2d_forward", "kernel launch");
@@ -394,8 +394,7 @@ void CudaConvolution::pool2d_backward(const sdk::Pool2dGeometry& g, TensorView d
   (void)y;  // the argmax comes from the workspace or from x
   layer_checks::pool_backward(g, dy, x, workspace, argmax_bytes(g), dx);
   const bool max = g.kind == sdk::PoolKind::max;
-  const std::int32_t* argmax =
-      max && !workspace.empty() ? workspace.as<const std::int32_t>() : nullptr;
+  const void* argmax = max && !workspace.empty() ? workspace.data : nullptr;
   check_cuda(kernels::pool_backward(pool_shape(g), dy.data, max ? x.data : nullptr, argmax, dx.data,
                                     elem_of(dy.dtype), context_.stream),
              "pool2d_backward", "kernel launch");

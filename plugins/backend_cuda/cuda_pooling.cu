@@ -62,9 +62,11 @@ __device__ __forceinline__ int window_count(const PoolShape& p, I oh, I ow) {
   return static_cast<int>((he - hs) * (we - ws));
 }
 
-template <class S, class I>
+// A (the argmax's element, pool_argmax_in_bytes): std::uint8_t or std::int32_t; a window with no
+// element (-1) is stored as 255 in a byte, which no position of a window of at most 255 equals.
+template <class S, class I, class A>
 __global__ void __launch_bounds__(kThreads)
-    pool_forward_kernel(PoolShape p, const elem_t<S>* x, elem_t<S>* y, std::int32_t* argmax) {
+    pool_forward_kernel(PoolShape p, const elem_t<S>* x, elem_t<S>* y, A* argmax) {
   const I H = static_cast<I>(p.h), W = static_cast<I>(p.w), C = static_cast<I>(p.c);
   const I OH = static_cast<I>(p.oh), OW = static_cast<I>(p.ow);
   const std::int64_t total = p.n * p.oh * p.ow * p.c;
@@ -76,7 +78,7 @@ __global__ void __launch_bounds__(kThreads)
       float v = 0.0f;
       const int k = window_argmax<S, I>(p, x, n, oh, ow, c, &v);
       y[i] = S::store(v, false);
-      if (argmax != nullptr) argmax[i] = k;
+      if (argmax != nullptr) argmax[i] = static_cast<A>(k);
       continue;
     }
     const I h0 = oh * p.sh - p.ph, w0 = ow * p.sw - p.pw;
@@ -94,10 +96,10 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <class S, class I>
+template <class S, class I, class A>
 __global__ void __launch_bounds__(kThreads)
-    pool_backward_kernel(PoolShape p, const elem_t<S>* dy, const elem_t<S>* x,
-                         const std::int32_t* argmax, elem_t<S>* dx) {
+    pool_backward_kernel(PoolShape p, const elem_t<S>* dy, const elem_t<S>* x, const A* argmax,
+                         elem_t<S>* dx) {
   const I H = static_cast<I>(p.h), W = static_cast<I>(p.w), C = static_cast<I>(p.c);
   const I OH = static_cast<I>(p.oh), OW = static_cast<I>(p.ow);
   const std::int64_t total = p.n * p.h * p.w * p.c;
@@ -117,8 +119,8 @@ __global__ void __launch_bounds__(kThreads)
           const int here =
               static_cast<int>((h - (oh * p.sh - p.ph)) * p.kw + (w - (ow * p.sw - p.pw)));
           float unused = 0.0f;
-          const int k =
-              argmax != nullptr ? argmax[o] : window_argmax<S, I>(p, x, n, oh, ow, c, &unused);
+          const int k = argmax != nullptr ? static_cast<int>(argmax[o])
+                                          : window_argmax<S, I>(p, x, n, oh, ow, c, &unused);
           if (k == here) sum += g;
         } else {
           sum += element::pool_average(g, window_count<I>(p, oh, ow));
@@ -136,10 +138,24 @@ __global__ void __launch_bounds__(kThreads)
 // 57), PyTorch's 0.9.
 constexpr int kPoolPack = 8;
 
-template <class S, class I>
+// The argmax of 8 consecutive outputs: one 8-byte load of bytes, or two 16-byte ones of int32.
+__device__ __forceinline__ void load_argmax8(const std::uint8_t* a, int (&k)[kPoolPack]) {
+  const uint2 w = *reinterpret_cast<const uint2*>(a);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    k[j] = static_cast<int>((w.x >> (8 * j)) & 0xFFu);
+    k[j + 4] = static_cast<int>((w.y >> (8 * j)) & 0xFFu);
+  }
+}
+__device__ __forceinline__ void load_argmax8(const std::int32_t* a, int (&k)[kPoolPack]) {
+  const auto w = load_pack<kPoolPack>(a);
+#pragma unroll
+  for (int j = 0; j < kPoolPack; ++j) k[j] = w.v[j];
+}
+
+template <class S, class I, class A>
 __global__ void __launch_bounds__(kThreads)
-    pool_backward_packs_kernel(PoolShape p, const elem_t<S>* dy, const std::int32_t* argmax,
-                               elem_t<S>* dx) {
+    pool_backward_packs_kernel(PoolShape p, const elem_t<S>* dy, const A* argmax, elem_t<S>* dx) {
   const I H = static_cast<I>(p.h), W = static_cast<I>(p.w), C = static_cast<I>(p.c);
   const I OH = static_cast<I>(p.oh), OW = static_cast<I>(p.ow);
   const I packs_per_pixel = C / kPoolPack;
@@ -159,10 +175,11 @@ __global__ void __launch_bounds__(kThreads)
         if (p.max) {
           const int here =
               static_cast<int>((h - (oh * p.sh - p.ph)) * p.kw + (w - (ow * p.sw - p.pw)));
-          const auto k = load_pack<kPoolPack>(argmax + o);
+          int k[kPoolPack];
+          load_argmax8(argmax + o, k);
 #pragma unroll
           for (int j = 0; j < kPoolPack; ++j)
-            if (k.v[j] == here) sum[j] += S::load(g.v[j]);
+            if (k[j] == here) sum[j] += S::load(g.v[j]);
         } else {
           const int count = window_count<I>(p, oh, ow);
 #pragma unroll
@@ -242,48 +259,71 @@ bool pool_index_fits(const PoolShape& p) {
   return in < kLimit && out < kLimit;
 }
 
-cudaError_t pool_forward(const PoolShape& p, const void* x, Elem t, void* y, std::int32_t* argmax,
+namespace {
+
+// f(A{}) with A the argmax element of p (pool_argmax_in_bytes).
+template <class F>
+void with_argmax_type(const PoolShape& p, F&& f) {
+  if (pool_argmax_in_bytes(p.kh, p.kw))
+    f(std::uint8_t{});
+  else
+    f(std::int32_t{});
+}
+
+}  // namespace
+
+cudaError_t pool_forward(const PoolShape& p, const void* x, Elem t, void* y, void* argmax,
                          cudaStream_t stream) {
   const std::int64_t total = p.n * p.oh * p.ow * p.c;
   if (total == 0) return cudaSuccess;
   const bool ok = with_float_storage(t, [&](auto s) {
     using S = decltype(s);
-    if (pool_index_fits(p))
-      pool_forward_kernel<S, std::int32_t><<<grid_for(total), kThreads, 0, stream>>>(
-          p, static_cast<const elem_t<S>*>(x), static_cast<elem_t<S>*>(y), argmax);
-    else
-      pool_forward_kernel<S, std::int64_t><<<grid_for(total), kThreads, 0, stream>>>(
-          p, static_cast<const elem_t<S>*>(x), static_cast<elem_t<S>*>(y), argmax);
+    with_argmax_type(p, [&](auto a) {
+      using A = decltype(a);
+      auto* am = static_cast<A*>(argmax);
+      if (pool_index_fits(p))
+        pool_forward_kernel<S, std::int32_t, A><<<grid_for(total), kThreads, 0, stream>>>(
+            p, static_cast<const elem_t<S>*>(x), static_cast<elem_t<S>*>(y), am);
+      else
+        pool_forward_kernel<S, std::int64_t, A><<<grid_for(total), kThreads, 0, stream>>>(
+            p, static_cast<const elem_t<S>*>(x), static_cast<elem_t<S>*>(y), am);
+    });
   });
   return ok ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 
-cudaError_t pool_backward(const PoolShape& p, const void* dy, const void* x,
-                          const std::int32_t* argmax, void* dx, Elem t, cudaStream_t stream) {
+cudaError_t pool_backward(const PoolShape& p, const void* dy, const void* x, const void* argmax,
+                          void* dx, Elem t, cudaStream_t stream) {
   const std::int64_t total = p.n * p.h * p.w * p.c;
   if (total == 0) return cudaSuccess;
+  // The packs' argmax loads are 8 bytes (one-byte elements) or 32 (int32): 16-byte aligned covers
+  // both, the workspace's base being aligned and every pack starting at a multiple of 8 elements.
   const bool packs = p.c % kPoolPack == 0 && aligned16(dy) && aligned16(dx) &&
                      (!p.max || (argmax != nullptr && aligned16(argmax)));
   const bool ok = with_float_storage(t, [&](auto s) {
     using S = decltype(s);
-    if (packs) {
-      const unsigned grid = grid_for(total / kPoolPack);
+    with_argmax_type(p, [&](auto a) {
+      using A = decltype(a);
+      const auto* am = static_cast<const A*>(argmax);
+      if (packs) {
+        const unsigned grid = grid_for(total / kPoolPack);
+        if (pool_index_fits(p))
+          pool_backward_packs_kernel<S, std::int32_t, A><<<grid, kThreads, 0, stream>>>(
+              p, static_cast<const elem_t<S>*>(dy), am, static_cast<elem_t<S>*>(dx));
+        else
+          pool_backward_packs_kernel<S, std::int64_t, A><<<grid, kThreads, 0, stream>>>(
+              p, static_cast<const elem_t<S>*>(dy), am, static_cast<elem_t<S>*>(dx));
+        return;
+      }
       if (pool_index_fits(p))
-        pool_backward_packs_kernel<S, std::int32_t><<<grid, kThreads, 0, stream>>>(
-            p, static_cast<const elem_t<S>*>(dy), argmax, static_cast<elem_t<S>*>(dx));
+        pool_backward_kernel<S, std::int32_t, A><<<grid_for(total), kThreads, 0, stream>>>(
+            p, static_cast<const elem_t<S>*>(dy), static_cast<const elem_t<S>*>(x), am,
+            static_cast<elem_t<S>*>(dx));
       else
-        pool_backward_packs_kernel<S, std::int64_t><<<grid, kThreads, 0, stream>>>(
-            p, static_cast<const elem_t<S>*>(dy), argmax, static_cast<elem_t<S>*>(dx));
-      return;
-    }
-    if (pool_index_fits(p))
-      pool_backward_kernel<S, std::int32_t><<<grid_for(total), kThreads, 0, stream>>>(
-          p, static_cast<const elem_t<S>*>(dy), static_cast<const elem_t<S>*>(x), argmax,
-          static_cast<elem_t<S>*>(dx));
-    else
-      pool_backward_kernel<S, std::int64_t><<<grid_for(total), kThreads, 0, stream>>>(
-          p, static_cast<const elem_t<S>*>(dy), static_cast<const elem_t<S>*>(x), argmax,
-          static_cast<elem_t<S>*>(dx));
+        pool_backward_kernel<S, std::int64_t, A><<<grid_for(total), kThreads, 0, stream>>>(
+            p, static_cast<const elem_t<S>*>(dy), static_cast<const elem_t<S>*>(x), am,
+            static_cast<elem_t<S>*>(dx));
+    });
   });
   return ok ? cudaGetLastError() : cudaErrorInvalidValue;
 }

@@ -338,67 +338,74 @@ TEST(cuda_pool_index, ThirtyTwoBitIndicesOnlyWhereEveryIndexFits) {
 
 // 5 channels take the backward's one-element kernel, 16 its packs of 8 channels.
 TEST_F(backend_cuda_layers, PoolingMatchesTheCpu) {
-  for (std::int64_t channels : {5, 16})
-    for (DType dt : {DType::fp32, DType::bf16, DType::fp16})
-      for (int kind = 0; kind < 3; ++kind) {
-        sdk::Pool2dGeometry p;
-        p.kind = kind == 0 ? sdk::PoolKind::max : sdk::PoolKind::average;
-        p.count_include_pad = kind != 2;
-        p.batch = 2;
-        p.channels = channels;
-        p.height = p.width = 9;
-        p.kernel_h = p.kernel_w = 3;
-        p.stride_h = p.stride_w = 2;
-        p.pad_h = p.pad_w = 1;
-        const Shape xs{2, 9, 9, channels}, ys{2, p.out_height(), p.out_width(), channels};
-        const auto xv = random_values(xs.numel(), 7), dyv = random_values(ys.numel(), 8);
-        Tensor xg(gpu(), dt, xs, xv), xc(cpu(), dt, xs, xv);
-        Tensor dyg(gpu(), dt, ys, dyv), dyc(cpu(), dt, ys, dyv);
-        Tensor yg(gpu(), dt, ys), yc(cpu(), dt, ys), dxg(gpu(), dt, xs), dxc(cpu(), dt, xs);
-        const auto wsb_g = gpu<sdk::ConvolutionFacet>().pool2d_workspace_bytes(p, dt);
-        const auto wsb_c = sdk::facet<sdk::ConvolutionFacet>(cpu())->pool2d_workspace_bytes(p, dt);
-        Tensor wsg(gpu(), DType::int32, Shape{std::max<std::int64_t>(1, (wsb_g + 3) / 4)});
-        Tensor wsc(cpu(), DType::int32, Shape{std::max<std::int64_t>(1, (wsb_c + 3) / 4)});
-        for (bool with_ws : {true, false}) {
-          const std::string what = std::string(sdk::dtype_name(dt)) + " kind " +
-                                   std::to_string(kind) + (with_ws ? " workspace" : " recompute") +
-                                   ", " + std::to_string(channels) + " channels";
-          const TensorView wg = with_ws && wsb_g > 0 ? wsg.view() : TensorView{};
-          const TensorView wc = with_ws && wsb_c > 0 ? wsc.view() : TensorView{};
-          gpu<sdk::ConvolutionFacet>().pool2d_forward(p, xg, yg, wg);
-          sdk::facet<sdk::ConvolutionFacet>(cpu())->pool2d_forward(p, xc, yc, wc);
-          // Max is exact. An average of up to 9 inputs in [-1, 1] summed in another order (oneDNN's
-          // kernel per ISA) differs by up to 8 roundings of partial sums at most 9, over the count:
-          // under one ulp of 1 in absolute terms, which a window that cancels needs.
-          expect_close(yg.get(), yc.get(), kind == 0 ? 0.0 : ulp_rel(dt),
-                       kind == 0 ? 0.0 : ulp_rel(dt), "pool fwd " + what);
-          gpu<sdk::ConvolutionFacet>().pool2d_backward(p, dyg, xg, yg, wg, dxg);
-          sdk::facet<sdk::ConvolutionFacet>(cpu())->pool2d_backward(p, dyc, xc, yc, wc, dxc);
-          // An input element of overlapping windows sums up to four terms (dy, or dy / count). The
-          // CUDA kernel sums in fp32 in window order and rounds once into the format: bit for bit
-          // that computation. oneDNN's native bf16 backward may round after each addition: up to
-          // terms − 1 roundings of a partial sum and the final one, each within u·Σ|term| (u = 2^-8
-          // bf16, 2^-11 fp16, 2^-24 fp32) of the exact sum; where the terms cancel that is far
-          // from the exact value in relative terms, so the bound is absolute.
-          const auto ref = pool_gradient(p, xg.get(), dyg.get());
-          const auto once = decode(encode(ref.dx32, dt), dt);
-          const auto got_g = dxg.get(), got_c = dxc.get();
-          const double u = dt == DType::bf16 ? 0x1p-8 : dt == DType::fp16 ? 0x1p-11 : 0x1p-24;
-          int reported = 0;
-          for (std::size_t i = 0; i < once.size() && reported < 5; ++i) {
-            const double per_rounding = u * ref.abs_sum[i];
-            const bool gpu_ok = got_g[i] == once[i];
-            const double cpu_bound = ref.terms[i] * per_rounding;
-            const bool cpu_ok = std::fabs(got_c[i] - ref.dx[i]) <= cpu_bound;
-            if (!gpu_ok || !cpu_ok) {
-              ++reported;
-              ADD_FAILURE() << "pool bwd " << what << ": element " << i << " (" << ref.terms[i]
-                            << " windows) gpu " << got_g[i] << " cpu " << got_c[i]
-                            << " fp32 sum rounded once " << once[i] << " exact " << ref.dx[i];
+  // A 3x3 window keeps the max pool's argmax in bytes; a 16x16 one (256 positions, max only, the
+  // windows apart so each input gets one term) in int32 (kernels::pool_argmax_in_bytes).
+  for (std::int64_t kernel : {3, 16})
+    for (std::int64_t channels : {5, 16})
+      for (DType dt : {DType::fp32, DType::bf16, DType::fp16})
+        for (int kind = 0; kind < (kernel == 3 ? 3 : 1); ++kind) {
+          sdk::Pool2dGeometry p;
+          p.kind = kind == 0 ? sdk::PoolKind::max : sdk::PoolKind::average;
+          p.count_include_pad = kind != 2;
+          p.batch = 2;
+          p.channels = channels;
+          p.height = p.width = kernel == 3 ? 9 : 32;
+          p.kernel_h = p.kernel_w = kernel;
+          p.stride_h = p.stride_w = kernel == 3 ? 2 : 16;
+          p.pad_h = p.pad_w = kernel == 3 ? 1 : 0;
+          const Shape xs{2, p.height, p.width, channels},
+              ys{2, p.out_height(), p.out_width(), channels};
+          const auto xv = random_values(xs.numel(), 7), dyv = random_values(ys.numel(), 8);
+          Tensor xg(gpu(), dt, xs, xv), xc(cpu(), dt, xs, xv);
+          Tensor dyg(gpu(), dt, ys, dyv), dyc(cpu(), dt, ys, dyv);
+          Tensor yg(gpu(), dt, ys), yc(cpu(), dt, ys), dxg(gpu(), dt, xs), dxc(cpu(), dt, xs);
+          const auto wsb_g = gpu<sdk::ConvolutionFacet>().pool2d_workspace_bytes(p, dt);
+          const auto wsb_c =
+              sdk::facet<sdk::ConvolutionFacet>(cpu())->pool2d_workspace_bytes(p, dt);
+          Tensor wsg(gpu(), DType::int32, Shape{std::max<std::int64_t>(1, (wsb_g + 3) / 4)});
+          Tensor wsc(cpu(), DType::int32, Shape{std::max<std::int64_t>(1, (wsb_c + 3) / 4)});
+          for (bool with_ws : {true, false}) {
+            const std::string what = std::string(sdk::dtype_name(dt)) + " kind " +
+                                     std::to_string(kind) + ", window " + std::to_string(kernel) +
+                                     (with_ws ? " workspace" : " recompute") + ", " +
+                                     std::to_string(channels) + " channels";
+            const TensorView wg = with_ws && wsb_g > 0 ? wsg.view() : TensorView{};
+            const TensorView wc = with_ws && wsb_c > 0 ? wsc.view() : TensorView{};
+            gpu<sdk::ConvolutionFacet>().pool2d_forward(p, xg, yg, wg);
+            sdk::facet<sdk::ConvolutionFacet>(cpu())->pool2d_forward(p, xc, yc, wc);
+            // Max is exact. An average of up to 9 inputs in [-1, 1] summed in another order
+            // (oneDNN's kernel per ISA) differs by up to 8 roundings of partial sums at most 9,
+            // over the count: under one ulp of 1 in absolute terms, which a window that cancels
+            // needs.
+            expect_close(yg.get(), yc.get(), kind == 0 ? 0.0 : ulp_rel(dt),
+                         kind == 0 ? 0.0 : ulp_rel(dt), "pool fwd " + what);
+            gpu<sdk::ConvolutionFacet>().pool2d_backward(p, dyg, xg, yg, wg, dxg);
+            sdk::facet<sdk::ConvolutionFacet>(cpu())->pool2d_backward(p, dyc, xc, yc, wc, dxc);
+            // An input element of overlapping windows sums up to four terms (dy, or dy / count).
+            // The CUDA kernel sums in fp32 in window order and rounds once into the format: bit for
+            // bit that computation. oneDNN's native bf16 backward may round after each addition: up
+            // to terms − 1 roundings of a partial sum and the final one, each within u·Σ|term| (u =
+            // 2^-8 bf16, 2^-11 fp16, 2^-24 fp32) of the exact sum; where the terms cancel that is
+            // far from the exact value in relative terms, so the bound is absolute.
+            const auto ref = pool_gradient(p, xg.get(), dyg.get());
+            const auto once = decode(encode(ref.dx32, dt), dt);
+            const auto got_g = dxg.get(), got_c = dxc.get();
+            const double u = dt == DType::bf16 ? 0x1p-8 : dt == DType::fp16 ? 0x1p-11 : 0x1p-24;
+            int reported = 0;
+            for (std::size_t i = 0; i < once.size() && reported < 5; ++i) {
+              const double per_rounding = u * ref.abs_sum[i];
+              const bool gpu_ok = got_g[i] == once[i];
+              const double cpu_bound = ref.terms[i] * per_rounding;
+              const bool cpu_ok = std::fabs(got_c[i] - ref.dx[i]) <= cpu_bound;
+              if (!gpu_ok || !cpu_ok) {
+                ++reported;
+                ADD_FAILURE() << "pool bwd " << what << ": element " << i << " (" << ref.terms[i]
+                              << " windows) gpu " << got_g[i] << " cpu " << got_c[i]
+                              << " fp32 sum rounded once " << once[i] << " exact " << ref.dx[i];
+              }
             }
           }
         }
-      }
 }
 
 TEST_F(backend_cuda_layers, PermutesMatchTheCpuExactly) {
