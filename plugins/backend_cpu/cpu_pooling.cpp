@@ -213,6 +213,8 @@ void pooling_backward(CpuContext& context, const sdk::Pool2dGeometry& g, TensorV
   (void)y;  // the indices come from the workspace or from x
   context.use_threads();
   checks().pool2d_backward(g, dy, x, workspace, dx);
+  // oneDNN's pooling backward takes one dtype: the fp32-dy mix is not offered here (supports()).
+  checks().require_same_storage(op, "dy", dy, "dx", dx, "pooling keeps one dtype");
   const bool max = g.kind == sdk::PoolKind::max;
   const auto dt = pool_type(context.prims(), op, g, dy.dtype);
   PoolEntry& e = backward_entry(context.prims(), op, g, dt);

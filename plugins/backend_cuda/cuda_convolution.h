@@ -49,9 +49,10 @@ __host__ __device__ inline bool pool_argmax_in_bytes(std::int64_t kh, std::int64
 cudaError_t pool_forward(const PoolShape& p, const void* x, Elem t, void* y, void* argmax,
                          cudaStream_t stream);
 // dx (overwritten) gathers, per input element, dy of every window it belongs to (max: only where
-// it is that window's argmax, read from `argmax` or recomputed from x), in window order.
-cudaError_t pool_backward(const PoolShape& p, const void* dy, const void* x, const void* argmax,
-                          void* dx, Elem t, cudaStream_t stream);
+// it is that window's argmax, read from `argmax` or recomputed from x), in window order, summed
+// in fp32 and rounded once into t (x's and dx's). dy is t, or fp32 (dyt).
+cudaError_t pool_backward(const PoolShape& p, const void* dy, Elem dyt, const void* x,
+                          const void* argmax, void* dx, Elem t, cudaStream_t stream);
 // Each of `images` matrices [rows, cols] of src becomes [cols, rows] in dst, converted once.
 // Through 32 x 32 shared-memory tiles; a side of at most kShortSide (an RGB image's channels) by
 // one thread per element of the other side instead.

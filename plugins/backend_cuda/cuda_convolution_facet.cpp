@@ -82,6 +82,11 @@ bool CudaConvolution::supports(sdk::ConvolutionOp op, std::span<const DType> dty
     return context_.conv_dgrad_accumulate && dtypes.size() == 3 && dtypes[2] == DType::fp32 &&
            sdk::ConvolutionFacet::supports(sdk::ConvolutionOp::conv2d_backward_data, dtypes);
   }
+  // Pooling's backward also reads an fp32 dy into a 16-bit dx (backend_convolution.h): the sum
+  // of several readers' gradients, rounded once into dx instead of cast first.
+  if (op == sdk::ConvolutionOp::pool2d_backward && dtypes.size() == 2 && dtypes[0] == DType::fp32 &&
+      (dtypes[1] == DType::bf16 || dtypes[1] == DType::fp16))
+    return true;
   return sdk::ConvolutionFacet::supports(op, dtypes);
 }
 
@@ -395,9 +400,10 @@ void CudaConvolution::pool2d_backward(const sdk::Pool2dGeometry& g, TensorView d
   layer_checks::pool_backward(g, dy, x, workspace, argmax_bytes(g), dx);
   const bool max = g.kind == sdk::PoolKind::max;
   const void* argmax = max && !workspace.empty() ? workspace.data : nullptr;
-  check_cuda(kernels::pool_backward(pool_shape(g), dy.data, max ? x.data : nullptr, argmax, dx.data,
-                                    elem_of(dy.dtype), context_.stream),
-             "pool2d_backward", "kernel launch");
+  check_cuda(
+      kernels::pool_backward(pool_shape(g), dy.data, elem_of(dy.dtype), max ? x.data : nullptr,
+                             argmax, dx.data, elem_of(dx.dtype), context_.stream),
+      "pool2d_backward", "kernel launch");
 }
 
 // --- permutes ----------------------------------------------------------------------------------

@@ -96,9 +96,11 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <class S, class I, class A>
+// D: dy's storage, S: x's and dx's (D is S, or fp32: a gradient summed over several readers,
+// rounded once into dx here instead of cast first).
+template <class D, class S, class I, class A>
 __global__ void __launch_bounds__(kThreads)
-    pool_backward_kernel(PoolShape p, const elem_t<S>* dy, const elem_t<S>* x, const A* argmax,
+    pool_backward_kernel(PoolShape p, const elem_t<D>* dy, const elem_t<S>* x, const A* argmax,
                          elem_t<S>* dx) {
   const I H = static_cast<I>(p.h), W = static_cast<I>(p.w), C = static_cast<I>(p.c);
   const I OH = static_cast<I>(p.oh), OW = static_cast<I>(p.ow);
@@ -114,7 +116,7 @@ __global__ void __launch_bounds__(kThreads)
     for (I oh = oh0; oh <= oh1; ++oh)
       for (I ow = ow0; ow <= ow1; ++ow) {
         const I o = ((n * OH + oh) * OW + ow) * C + c;
-        const float g = S::load(dy[o]);
+        const float g = D::load(dy[o]);
         if (p.max) {
           const int here =
               static_cast<int>((h - (oh * p.sh - p.ph)) * p.kw + (w - (ow * p.sw - p.pw)));
@@ -153,9 +155,9 @@ __device__ __forceinline__ void load_argmax8(const std::int32_t* a, int (&k)[kPo
   for (int j = 0; j < kPoolPack; ++j) k[j] = w.v[j];
 }
 
-template <class S, class I, class A>
+template <class D, class S, class I, class A>
 __global__ void __launch_bounds__(kThreads)
-    pool_backward_packs_kernel(PoolShape p, const elem_t<S>* dy, const A* argmax, elem_t<S>* dx) {
+    pool_backward_packs_kernel(PoolShape p, const elem_t<D>* dy, const A* argmax, elem_t<S>* dx) {
   const I H = static_cast<I>(p.h), W = static_cast<I>(p.w), C = static_cast<I>(p.c);
   const I OH = static_cast<I>(p.oh), OW = static_cast<I>(p.ow);
   const I packs_per_pixel = C / kPoolPack;
@@ -179,12 +181,12 @@ __global__ void __launch_bounds__(kThreads)
           load_argmax8(argmax + o, k);
 #pragma unroll
           for (int j = 0; j < kPoolPack; ++j)
-            if (k[j] == here) sum[j] += S::load(g.v[j]);
+            if (k[j] == here) sum[j] += D::load(g.v[j]);
         } else {
           const int count = window_count<I>(p, oh, ow);
 #pragma unroll
           for (int j = 0; j < kPoolPack; ++j)
-            sum[j] += element::pool_average(S::load(g.v[j]), count);
+            sum[j] += element::pool_average(D::load(g.v[j]), count);
         }
       }
     Pack<elem_t<S>, kPoolPack> out;
@@ -292,38 +294,45 @@ cudaError_t pool_forward(const PoolShape& p, const void* x, Elem t, void* y, voi
   return ok ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 
-cudaError_t pool_backward(const PoolShape& p, const void* dy, const void* x, const void* argmax,
-                          void* dx, Elem t, cudaStream_t stream) {
+cudaError_t pool_backward(const PoolShape& p, const void* dy, Elem dyt, const void* x,
+                          const void* argmax, void* dx, Elem t, cudaStream_t stream) {
   const std::int64_t total = p.n * p.h * p.w * p.c;
   if (total == 0) return cudaSuccess;
+  if (dyt != t && dyt != Elem::f32) return cudaErrorInvalidValue;
   // The packs' argmax loads are 8 bytes (one-byte elements) or 32 (int32): 16-byte aligned covers
   // both, the workspace's base being aligned and every pack starting at a multiple of 8 elements.
   const bool packs = p.c % kPoolPack == 0 && aligned16(dy) && aligned16(dx) &&
                      (!p.max || (argmax != nullptr && aligned16(argmax)));
   const bool ok = with_float_storage(t, [&](auto s) {
     using S = decltype(s);
-    with_argmax_type(p, [&](auto a) {
-      using A = decltype(a);
-      const auto* am = static_cast<const A*>(argmax);
-      if (packs) {
-        const unsigned grid = grid_for(total / kPoolPack);
+    const auto run = [&](auto d) {
+      using D = decltype(d);
+      const auto* g = static_cast<const elem_t<D>*>(dy);
+      with_argmax_type(p, [&](auto a) {
+        using A = decltype(a);
+        const auto* am = static_cast<const A*>(argmax);
+        if (packs) {
+          const unsigned grid = grid_for(total / kPoolPack);
+          if (pool_index_fits(p))
+            pool_backward_packs_kernel<D, S, std::int32_t, A>
+                <<<grid, kThreads, 0, stream>>>(p, g, am, static_cast<elem_t<S>*>(dx));
+          else
+            pool_backward_packs_kernel<D, S, std::int64_t, A>
+                <<<grid, kThreads, 0, stream>>>(p, g, am, static_cast<elem_t<S>*>(dx));
+          return;
+        }
         if (pool_index_fits(p))
-          pool_backward_packs_kernel<S, std::int32_t, A><<<grid, kThreads, 0, stream>>>(
-              p, static_cast<const elem_t<S>*>(dy), am, static_cast<elem_t<S>*>(dx));
+          pool_backward_kernel<D, S, std::int32_t, A><<<grid_for(total), kThreads, 0, stream>>>(
+              p, g, static_cast<const elem_t<S>*>(x), am, static_cast<elem_t<S>*>(dx));
         else
-          pool_backward_packs_kernel<S, std::int64_t, A><<<grid, kThreads, 0, stream>>>(
-              p, static_cast<const elem_t<S>*>(dy), am, static_cast<elem_t<S>*>(dx));
-        return;
-      }
-      if (pool_index_fits(p))
-        pool_backward_kernel<S, std::int32_t, A><<<grid_for(total), kThreads, 0, stream>>>(
-            p, static_cast<const elem_t<S>*>(dy), static_cast<const elem_t<S>*>(x), am,
-            static_cast<elem_t<S>*>(dx));
-      else
-        pool_backward_kernel<S, std::int64_t, A><<<grid_for(total), kThreads, 0, stream>>>(
-            p, static_cast<const elem_t<S>*>(dy), static_cast<const elem_t<S>*>(x), am,
-            static_cast<elem_t<S>*>(dx));
-    });
+          pool_backward_kernel<D, S, std::int64_t, A><<<grid_for(total), kThreads, 0, stream>>>(
+              p, g, static_cast<const elem_t<S>*>(x), am, static_cast<elem_t<S>*>(dx));
+      });
+    };
+    if (dyt == t)
+      run(s);
+    else
+      run(storage::F32{});
   });
   return ok ? cudaGetLastError() : cudaErrorInvalidValue;
 }

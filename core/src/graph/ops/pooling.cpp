@@ -78,8 +78,17 @@ void Pool2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_
   const sdk::Pool2dGeometry g = at_rows(rows);
   const sdk::Shape y_shape{g.batch, g.out_height(), g.out_width(), g.channels};
   const sdk::Shape x_shape{g.batch, g.height, g.width, g.channels};
-  const DType grad = dx.dtype;  // the facet's dy and dx share a dtype: dx's
-  const TensorView dys = as_dtype({dy.data, dy.dtype, y_shape}, grad, dy_scratch_);
+  const DType grad = dx.dtype;
+  // dy in dx's dtype, or as it is where the facet reads an fp32 dy into a 16-bit dx (the sum of
+  // several readers' gradients, ResNet's max pool: no cast into a scratch of its own, 49 MiB at
+  // ResNet-50's shape, and one rounding fewer).
+  // A query, not a call: find() (no profiler entry).
+  const sdk::DType mixed[] = {dy.dtype, grad};
+  const sdk::ConvolutionFacet* conv = facets().find<sdk::ConvolutionFacet>();
+  const bool reads_dy = dy.dtype != grad && conv != nullptr &&
+                        conv->supports(sdk::ConvolutionOp::pool2d_backward, mixed);
+  const TensorView dys = reads_dy ? TensorView{dy.data, dy.dtype, y_shape}
+                                  : as_dtype({dy.data, dy.dtype, y_shape}, grad, dy_scratch_);
   const TensorView out = output(rows);
   const TensorView target = input_.grad_target(backend_, dx, g.batch);
   facets()

@@ -99,7 +99,9 @@ enum class ConvolutionOp {
   conv2d_backward_data,     // dtypes {dy, w, dx}
   conv2d_backward_weights,  // dtypes {x, dy} (dw and dbias are fp32)
   pool2d_forward,           // dtypes {x, y}: fp32, bf16, fp16, the same for both
-  pool2d_backward,          // dtypes {dy, dx}: likewise
+  pool2d_backward,          // dtypes {dy, dx}: likewise; a backend may also offer dy fp32 with a
+                            // bf16 or fp16 dx (supports()): a gradient summed over several
+                            // readers, rounded once into dx instead of cast first
   to_channels_last,         // dtypes {src, dst}: fp32, bf16, fp16, either mix (rounds once)
   to_channels_first,        // likewise
   // 1.1
@@ -137,7 +139,8 @@ class MIXTRAIN_SDK_API ConvolutionFacet : public Facet {
   virtual void pool2d_forward(const Pool2dGeometry& geometry, TensorView x, TensorView y,
                               TensorView workspace) = 0;
   // dx (overwritten) from dy; max pooling routes each dy to its window's maximum (the first one
-  // in row-major window order on ties, as PyTorch), read from `workspace` or from x and y.
+  // in row-major window order on ties, as PyTorch), read from `workspace` or from x and y. x and
+  // dx share a dtype; dy is theirs, or fp32 where supports(pool2d_backward, {fp32, dx}) says so.
   virtual void pool2d_backward(const Pool2dGeometry& geometry, TensorView dy, TensorView x,
                                TensorView y, TensorView workspace, TensorView dx) = 0;
 

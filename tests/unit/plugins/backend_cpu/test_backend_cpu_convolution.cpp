@@ -136,6 +136,14 @@ TEST(BackendCpuConvolution, BadGeometriesAndShapesNameTheOpAndTheExpectation) {
   DeviceTensor py16(be, DType::fp16, Shape{2, 4, 4, 3});
   expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->pool2d_forward(p, px, py16, {}); },
                {"pooling keeps one dtype"});
+  // The SDK lets a backend offer an fp32 dy into a 16-bit dx; oneDNN's pooling takes one dtype,
+  // so the CPU neither offers it nor runs it.
+  DeviceTensor px16(be, DType::fp16, Shape{2, 8, 8, 3});
+  EXPECT_FALSE(sdk::facet<sdk::ConvolutionFacet>(be)->supports(
+      sdk::ConvolutionOp::pool2d_backward, std::vector<DType>{DType::fp32, DType::fp16}));
+  expect_error(
+      [&] { sdk::facet<sdk::ConvolutionFacet>(be)->pool2d_backward(p, py, px16, {}, {}, px16); },
+      {"pooling keeps one dtype"});
   expect_error([&] { sdk::facet<sdk::ConvolutionFacet>(be)->pool2d_forward(p, py, px, {}); },
                {"x is fp32 [2, 4, 4, 3]", "[N, H, W, C] = [2, 8, 8, 3]"});
 

@@ -404,6 +404,16 @@ TEST_F(backend_cuda_layers, PoolingMatchesTheCpu) {
                               << " fp32 sum rounded once " << once[i] << " exact " << ref.dx[i];
               }
             }
+            // An fp32 dy into a 16-bit dx (the sum of several readers' gradients, not cast
+            // first): offered, and the fp32 terms summed in window order and rounded once, bit
+            // for bit.
+            if (dt == DType::fp32) continue;
+            ASSERT_TRUE(gpu<sdk::ConvolutionFacet>().supports(sdk::ConvolutionOp::pool2d_backward,
+                                                              std::vector<DType>{DType::fp32, dt}));
+            Tensor dy32(gpu(), DType::fp32, ys, dyv);
+            gpu<sdk::ConvolutionFacet>().pool2d_backward(p, dy32, xg, yg, wg, dxg);
+            const auto once32 = decode(encode(pool_gradient(p, xg.get(), dyv).dx32, dt), dt);
+            EXPECT_EQ(dxg.get(), once32) << "pool bwd from an fp32 dy, " << what;
           }
         }
 }
