@@ -81,8 +81,8 @@ void Pool2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_
   const DType grad = dx.dtype;
   // dy in dx's dtype, or as it is where the facet reads an fp32 dy into a 16-bit dx (the sum of
   // several readers' gradients, ResNet's max pool: no cast into a scratch of its own, 49 MiB at
-  // ResNet-50's shape, and one rounding fewer).
-  // A query, not a call: find() (no profiler entry).
+  // ResNet-50's shape, and one rounding fewer). supports() is a query, not a call: find(), so the
+  // profiler records no entry for it.
   const sdk::DType mixed[] = {dy.dtype, grad};
   const sdk::ConvolutionFacet* conv = facets().find<sdk::ConvolutionFacet>();
   const bool reads_dy = dy.dtype != grad && conv != nullptr &&
