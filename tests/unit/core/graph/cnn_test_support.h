@@ -17,6 +17,7 @@
 #include "layer_gradient_check.h"
 #include "mixtrain/core/graph/model.h"
 #include "mixtrain/sdk/backend_batch_norm.h"
+#include "mixtrain/sdk/backend_convolution.h"
 
 namespace mixtrain::core::cnn_testing {
 
@@ -45,6 +46,61 @@ inline void feed(Model& m, std::int64_t batch, unsigned seed) {
     labels[i] = static_cast<std::int32_t>((i * 7 + seed) % static_cast<unsigned>(m.classes()));
   cpu()->copy_from_host(m.labels(batch), labels.data());
 }
+
+// One training step of `rows` rows (fed already): the loss, then every parameter's gradient,
+// flattened in the model's parameter order.
+inline std::vector<float> loss_and_gradients(Model& m, std::int64_t rows) {
+  m.forward(rows);
+  std::vector<float> out{m.loss(rows, 1.0f, true).loss};
+  m.backward(rows);
+  for (auto* t : m.parameters()) {
+    const auto g = test_support::read(t->grad.view());
+    out.insert(out.end(), g.begin(), g.end());
+  }
+  return out;
+}
+
+// A convolution facet passing every op to `in` (not owned): a test's stand-in derives from it and
+// overrides what it changes.
+class ForwardingConvolution : public sdk::ConvolutionFacet {
+ public:
+  explicit ForwardingConvolution(sdk::ConvolutionFacet& in) : in_(in) {}
+  bool supports(sdk::ConvolutionOp op, std::span<const DType> d) const override {
+    return in_.supports(op, d);
+  }
+  void conv2d_forward(const sdk::Conv2dForwardArgs& a) override { in_.conv2d_forward(a); }
+  void conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& a) override {
+    in_.conv2d_backward_data(a);
+  }
+  void conv2d_backward_data_accumulate(const sdk::Conv2dBackwardDataArgs& a) override {
+    in_.conv2d_backward_data_accumulate(a);
+  }
+  void conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& a) override {
+    in_.conv2d_backward_weights(a);
+  }
+  std::size_t pool2d_workspace_bytes(const sdk::Pool2dGeometry& g, DType x) const override {
+    return in_.pool2d_workspace_bytes(g, x);
+  }
+  void pool2d_forward(const sdk::Pool2dGeometry& g, sdk::TensorView x, sdk::TensorView y,
+                      sdk::TensorView ws) override {
+    in_.pool2d_forward(g, x, y, ws);
+  }
+  void pool2d_backward(const sdk::Pool2dGeometry& g, sdk::TensorView dy, sdk::TensorView x,
+                       sdk::TensorView y, sdk::TensorView ws, sdk::TensorView dx) override {
+    in_.pool2d_backward(g, dy, x, y, ws, dx);
+  }
+  void to_channels_last(sdk::TensorView src, std::int64_t c, std::int64_t h, std::int64_t w,
+                        sdk::TensorView dst) override {
+    in_.to_channels_last(src, c, h, w, dst);
+  }
+  void to_channels_first(sdk::TensorView src, std::int64_t c, std::int64_t h, std::int64_t w,
+                         sdk::TensorView dst) override {
+    in_.to_channels_first(src, c, h, w, dst);
+  }
+
+ protected:
+  sdk::ConvolutionFacet& in_;
+};
 
 // The CPU's batch norm refusing some of its ops (what an older backend's answer looks like to the
 // plan), every other facet the CPU's.

@@ -42,13 +42,7 @@ std::vector<float> resnet_step(bool fuse, int* views) {
   m.allocate(4);
   m.init_parameters(5);
   feed(m, 4, 2);
-  m.forward(4);
-  std::vector<float> out{m.loss(4, 1.0f, true).loss};
-  m.backward(4);
-  for (auto* t : m.parameters()) {
-    const auto g = read(t->grad.view());
-    out.insert(out.end(), g.begin(), g.end());
-  }
+  const std::vector<float> out = loss_and_gradients(m, 4);
   *views = 0;
   for (auto& l : m.layers()) *views += l->type() == "relu" && l->is_view();
   return out;

@@ -32,16 +32,16 @@ using test_support::cpu;
 using test_support::read;
 
 // The CPU's convolution facet offering (or refusing) its accumulating data gradient.
-class AccumulatingConvolution final : public sdk::ConvolutionFacet {
+class AccumulatingConvolution final : public ForwardingConvolution {
  public:
-  AccumulatingConvolution(sdk::ConvolutionFacet& in, bool offer) : in_(in), offer_(offer) {}
+  AccumulatingConvolution(sdk::ConvolutionFacet& in, bool offer)
+      : ForwardingConvolution(in), offer_(offer) {}
   bool supports(sdk::ConvolutionOp op, std::span<const DType> d) const override {
     if (op == sdk::ConvolutionOp::conv2d_backward_data_accumulate)
       return offer_ && d.size() == 3 && d[2] == DType::fp32 &&
              in_.supports(sdk::ConvolutionOp::conv2d_backward_data, d);
     return in_.supports(op, d);
   }
-  void conv2d_forward(const sdk::Conv2dForwardArgs& a) override { in_.conv2d_forward(a); }
   void conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& a) override {
     ++apart_calls;
     in_.conv2d_backward_data(a);
@@ -51,32 +51,9 @@ class AccumulatingConvolution final : public sdk::ConvolutionFacet {
     ++accumulate_calls;
     in_.conv2d_backward_data_accumulate(a);
   }
-  void conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& a) override {
-    in_.conv2d_backward_weights(a);
-  }
-  std::size_t pool2d_workspace_bytes(const sdk::Pool2dGeometry& g, DType x) const override {
-    return in_.pool2d_workspace_bytes(g, x);
-  }
-  void pool2d_forward(const sdk::Pool2dGeometry& g, sdk::TensorView x, sdk::TensorView y,
-                      sdk::TensorView ws) override {
-    in_.pool2d_forward(g, x, y, ws);
-  }
-  void pool2d_backward(const sdk::Pool2dGeometry& g, sdk::TensorView dy, sdk::TensorView x,
-                       sdk::TensorView y, sdk::TensorView ws, sdk::TensorView dx) override {
-    in_.pool2d_backward(g, dy, x, y, ws, dx);
-  }
-  void to_channels_last(sdk::TensorView src, std::int64_t c, std::int64_t h, std::int64_t w,
-                        sdk::TensorView dst) override {
-    in_.to_channels_last(src, c, h, w, dst);
-  }
-  void to_channels_first(sdk::TensorView src, std::int64_t c, std::int64_t h, std::int64_t w,
-                         sdk::TensorView dst) override {
-    in_.to_channels_first(src, c, h, w, dst);
-  }
   int accumulate_calls = 0, apart_calls = 0;
 
  private:
-  sdk::ConvolutionFacet& in_;
   bool offer_;
 };
 
@@ -108,14 +85,7 @@ std::unique_ptr<Model> bottleneck(std::shared_ptr<sdk::DeviceBackend> backend, b
 
 // One training step: the loss and every parameter gradient, flattened.
 std::vector<float> step(Model& m) {
-  m.forward(4);
-  std::vector<float> out{m.loss(4, 1.0f, true).loss};
-  m.backward(4);
-  for (auto* t : m.parameters()) {
-    const auto g = read(t->grad.view());
-    out.insert(out.end(), g.begin(), g.end());
-  }
-  return out;
+  return loss_and_gradients(m, 4);
 }
 
 double relative_distance(const std::vector<float>& a, const std::vector<float>& b) {

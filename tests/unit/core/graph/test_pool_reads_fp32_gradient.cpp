@@ -23,36 +23,21 @@ namespace {
 using namespace cnn_testing;
 using sdk::DType;
 using test_support::cpu;
-using test_support::read;
 
 // The CPU's convolution facet, offering (or not) pool2d_backward from an fp32 dy into a bf16 dx:
 // it rounds dy to bf16 and runs the CPU's pooling, which is what the layer does when the mix is
 // not offered, so both give the same bits.
-class MixedPoolConvolution final : public sdk::ConvolutionFacet {
+class MixedPoolConvolution final : public ForwardingConvolution {
  public:
   MixedPoolConvolution(std::shared_ptr<sdk::DeviceBackend> backend, bool offer)
-      : backend_(std::move(backend)),
-        in_(*sdk::facet<sdk::ConvolutionFacet>(*backend_)),
+      : ForwardingConvolution(*sdk::facet<sdk::ConvolutionFacet>(*backend)),
+        backend_(std::move(backend)),
         offer_(offer) {}
   bool supports(sdk::ConvolutionOp op, std::span<const DType> d) const override {
     if (op == sdk::ConvolutionOp::pool2d_backward && d.size() == 2 && d[0] == DType::fp32 &&
         d[1] == DType::bf16)
       return offer_;
     return in_.supports(op, d);
-  }
-  void conv2d_forward(const sdk::Conv2dForwardArgs& a) override { in_.conv2d_forward(a); }
-  void conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& a) override {
-    in_.conv2d_backward_data(a);
-  }
-  void conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& a) override {
-    in_.conv2d_backward_weights(a);
-  }
-  std::size_t pool2d_workspace_bytes(const sdk::Pool2dGeometry& g, DType x) const override {
-    return in_.pool2d_workspace_bytes(g, x);
-  }
-  void pool2d_forward(const sdk::Pool2dGeometry& g, sdk::TensorView x, sdk::TensorView y,
-                      sdk::TensorView ws) override {
-    in_.pool2d_forward(g, x, y, ws);
   }
   void pool2d_backward(const sdk::Pool2dGeometry& g, sdk::TensorView dy, sdk::TensorView x,
                        sdk::TensorView y, sdk::TensorView ws, sdk::TensorView dx) override {
@@ -63,19 +48,10 @@ class MixedPoolConvolution final : public sdk::ConvolutionFacet {
     backend_->cast(dy, rounded.view());
     in_.pool2d_backward(g, rounded.view(), x, y, ws, dx);
   }
-  void to_channels_last(sdk::TensorView src, std::int64_t c, std::int64_t h, std::int64_t w,
-                        sdk::TensorView dst) override {
-    in_.to_channels_last(src, c, h, w, dst);
-  }
-  void to_channels_first(sdk::TensorView src, std::int64_t c, std::int64_t h, std::int64_t w,
-                         sdk::TensorView dst) override {
-    in_.to_channels_first(src, c, h, w, dst);
-  }
   std::vector<DType> dy_dtypes;
 
  private:
   std::shared_ptr<sdk::DeviceBackend> backend_;
-  sdk::ConvolutionFacet& in_;
   bool offer_;
 };
 
@@ -102,14 +78,7 @@ std::vector<float> bf16_step(const std::shared_ptr<sdk::DeviceBackend>& backend)
   m.allocate(4);
   m.init_parameters(5);
   feed(m, 4, 2);
-  m.forward(4);
-  std::vector<float> out{m.loss(4, 1.0f, true).loss};
-  m.backward(4);
-  for (auto* t : m.parameters()) {
-    const auto g = read(t->grad.view());
-    out.insert(out.end(), g.begin(), g.end());
-  }
-  return out;
+  return loss_and_gradients(m, 4);
 }
 
 TEST(PoolGradient, AnFp32GradientReachesAFacetThatOffersItUncastWithTheSameStep) {
