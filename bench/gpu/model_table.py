@@ -80,7 +80,8 @@ def predicted_peak(work, p):
 def mixtrain_row(work, p, per_sample):
     run = os.path.join(work, f"mixtrain-{p}")
     base, *extras = p.split("+")
-    what = {"graphs": "step graphs", "tune": "gemm_autotune 8", "whole": "whole logits"}
+    what = {"nographs": "no step graphs", "tune": "gemm_autotune 8", "whole": "whole logits",
+            "nopad": "unpadded LM head", "headbf16": "LM head in bf16"}
     name = f"mixtrain {NAMES.get(base, base)}" + "".join(f" + {what.get(x, x)}" for x in extras)
     if not os.path.isdir(run):
         return {"name": name, "error": "not run (see the stage's notes)"}

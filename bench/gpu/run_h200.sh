@@ -650,8 +650,9 @@ model_run() {
       # (model.loss_pad_classes = 0; on CUDA they are padded to 64 classes by default, 50257 ->
       # 50304: what that gains); +headbf16: an FP8 policy's LM head in bf16 (a
       # [[precision.override]], as Transformer Engine recipes keep the output layer in 16 bits), so
-      # the chunked loss computes it in padded blocks instead of whole and unpadded; +nondetconv: cuDNN's heuristic order for the
-      # convolutions, non-deterministic engines included (deterministic_convolutions = false);
+      # the chunked loss computes it in padded blocks instead of whole and unpadded; +nondetconv:
+      # cuDNN's heuristic order for the convolutions, non-deterministic engines included
+      # (deterministic_convolutions = false);
       # +floatpixels: the images decoded on the host and sent as fp32 (data.pixels = float32, the
       # A/B of sending bytes and decoding them on the device); +pageable: the batches in
       # ordinary memory, copied into the backend's pinned staging on the step's thread
