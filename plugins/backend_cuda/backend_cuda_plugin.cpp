@@ -84,6 +84,7 @@ std::unique_ptr<sdk::Component> create_cuda_backend(const sdk::Options& options,
   cuda.conv_dgrad_accumulate = options.get_bool("conv_dgrad_accumulate");
   cuda.conv_autotune = static_cast<int>(options.get_int("conv_autotune"));
   cuda.conv_wgrad_in_operand_dtype = options.get_bool("conv_wgrad_in_operand_dtype");
+  cuda.logger = context.logger;
   void* raw = runtime_entry()(&cuda, error, hint, 1024);
   if (raw == nullptr) throw sdk::BackendError(error, hint);
   std::unique_ptr<sdk::Component> backend(static_cast<sdk::DeviceBackend*>(raw));

@@ -9,6 +9,7 @@
 #include <string>
 #include <system_error>
 
+#include "mixtrain/sdk/logging.h"
 #include "mixtrain/sdk/options.h"
 
 namespace mixtrain::backend_cuda {
@@ -103,6 +104,7 @@ struct CudaOptions {
   bool conv_dgrad_accumulate = true;        // convolution facet 1.1's accumulating dgrad offered
   int conv_autotune = 0;                    // ConvPlans' candidates timed per key; 0 or 1: off
   bool conv_wgrad_in_operand_dtype = false;  // conv::conv_routes' 16-bit dw route first
+  sdk::Logger logger{};  // the plugin context's: for what the backend says once (a hint)
 };
 
 // The options set to values that let two runs of one config differ in their last bits, each as
@@ -145,7 +147,7 @@ inline std::optional<LocalRank> local_rank_from_environment() {
 // instead of being called with the wrong arguments.
 using CreateCudaBackendFn = void* (*)(const CudaOptions* options, char* error, char* hint,
                                       unsigned long size);
-inline constexpr const char* kCreateCudaBackendSymbol = "mixtrain_backend_cuda_create_v6";
+inline constexpr const char* kCreateCudaBackendSymbol = "mixtrain_backend_cuda_create_v7";
 inline constexpr const char* kCudaRuntimeLibrary = "backend_cuda/libmixtrain_backend_cuda_runtime.so";
 
 }  // namespace mixtrain::backend_cuda

@@ -55,7 +55,8 @@ CudaContext::CudaContext(const CudaOptions& options)
       fp8_cast_transpose(options.fp8_cast_transpose),
       conv_dgrad_accumulate(options.conv_dgrad_accumulate),
       conv_autotune(options.conv_autotune),
-      conv_wgrad_in_operand_dtype(options.conv_wgrad_in_operand_dtype) {
+      conv_wgrad_in_operand_dtype(options.conv_wgrad_in_operand_dtype),
+      logger_(options.logger) {
   if (device < 0)
     fail("create", "device = " + std::to_string(device) + " is negative",
          "use a device index >= 0 (0 is the first GPU)");
@@ -123,6 +124,11 @@ CudaContext::CudaContext(const CudaOptions& options)
     throw;
   }
   account_buffers();
+}
+
+void CudaContext::say_once(const std::string& key, const std::string& text) {
+  if (text.empty() || !said_.insert(key).second) return;
+  logger_.info(text);
 }
 
 CudaContext::~CudaContext() {

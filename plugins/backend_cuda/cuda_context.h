@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -123,6 +124,8 @@ class CudaContext {
   const bool conv_dgrad_accumulate;  // the convolution facet offers its accumulating dgrad (1.1)
   const int conv_autotune;           // candidates ConvPlans times per key (cuda_conv_plans.h)
   const bool conv_wgrad_in_operand_dtype;  // a 16-bit dw route first (conv::conv_routes)
+  // Logs `text` (info) the first time `key` is said in this context; "" says nothing.
+  void say_once(const std::string& key, const std::string& text);
 
   // --- shared state (declaration order is destruction order, reversed) ---------------------
   cudaStream_t stream = nullptr;  // every op is enqueued on it, in call order
@@ -164,6 +167,8 @@ class CudaContext {
   void* pinned_ = nullptr;        // host, kPinnedBytes for results read back
   std::size_t buffer_bytes_ = 0;  // own buffers already folded into the statistics
   std::vector<unsigned char> host_tables_;
+  sdk::Logger logger_;          // CudaOptions::logger
+  std::set<std::string> said_;  // say_once's keys
 };
 
 template <class Ref>

@@ -364,6 +364,7 @@ ConvPlans::Entry ConvPlans::build(const PlanKey& key, cudnnHandle_t handle, std:
       }
       plan->engine = engine + (pass.retry_only ? ", non-deterministic fallback" : "") + ", " +
                      (mode == CUDNN_HEUR_MODE_A ? "heuristics mode A" : "fallback heuristics");
+      plan->fallback_heuristics = mode != CUDNN_HEUR_MODE_A;
       if (!tuning) {
         // What the plan was built from stays alive with it (the frontend keeps the same chain).
         plan->keep = std::move(keep);

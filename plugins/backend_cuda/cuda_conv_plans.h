@@ -61,6 +61,7 @@ class ConvPlans {
     Descriptor plan;
     std::int64_t workspace = 0;
     std::string engine;  // "engine 12 (TENSOR_CORE), deterministic"
+    bool fallback_heuristics = false;  // from cuDNN's fallback list, not heuristics mode A
     std::int64_t runs = 0;
     // Autotuning's other candidates, until the key's first run times them; then empty.
     std::vector<std::unique_ptr<Plan>> untimed;

@@ -85,6 +85,13 @@ struct Route {
   bool operator==(const Route&) const = default;
 };
 std::string route_text(const Route& r);
+// What the backend says once (info) when a weight gradient from 16-bit operands into an FP32 dw
+// ran on an engine of cuDNN's fallback heuristics, the 16-bit dw route being off: cuDNN 9 has no
+// heuristics-mode-A engine for it, and its fallback took 31 of ResNet-50's 67 ms a step on an
+// H200 (session 57). "" when nothing is due: another op or route, a mode-A engine, or the option
+// already on.
+std::string wgrad_fallback_hint(ConvOp op, const Route& route, bool fallback_heuristics,
+                                bool sixteen_bit_dw_on);
 // Candidate routes for `op` on operands a, b (forward: x, w; backward data: dy, w; backward
 // weights: x, dy) with output dtype `out` (fp32 for backward weights). `extra`: a bias to add
 // (forward) or accumulate (backward data, into an fp32 dx; backward weights). The filter layout

@@ -54,6 +54,33 @@ sdk::Conv2dGeometry resnet_like() {
 // --- numerics policy
 // -------------------------------------------------------------------------------
 
+// The hint is due for the FP32-dw route of 16-bit operands on a fallback engine, the 16-bit dw
+// route off; not for another op, an fp32 route, a mode-A engine or the option on.
+TEST(cuda_conv_rules, TheFallbackWgradHintNamesTheOptionOnlyWhereItApplies) {
+  const auto first = [](DType a, bool sixteen_bit_dw) {
+    return conv::conv_routes(conv::ConvOp::backward_weights, a, a, DType::fp32, a, false,
+                             FilterLayout::krsc, sixteen_bit_dw)
+        .front();
+  };
+  const conv::Route fp32_dw = first(DType::bf16, false);
+  ASSERT_EQ(fp32_dw.out, DataType::f32);
+  const std::string hint =
+      conv::wgrad_fallback_hint(conv::ConvOp::backward_weights, fp32_dw, true, false);
+  EXPECT_NE(hint.find("backend.cuda.conv_wgrad_in_operand_dtype = true"), std::string::npos)
+      << hint;
+  EXPECT_NE(hint.find("bf16"), std::string::npos) << hint;
+  EXPECT_EQ(conv::wgrad_fallback_hint(conv::ConvOp::backward_weights, fp32_dw, false, false), "");
+  EXPECT_EQ(conv::wgrad_fallback_hint(conv::ConvOp::backward_weights, fp32_dw, true, true), "");
+  EXPECT_EQ(conv::wgrad_fallback_hint(conv::ConvOp::backward_data, fp32_dw, true, false), "");
+  EXPECT_EQ(conv::wgrad_fallback_hint(conv::ConvOp::backward_weights, first(DType::fp32, false),
+                                      true, false),
+            "");
+  const conv::Route sixteen_bit_dw = first(DType::bf16, true);
+  EXPECT_NE(sixteen_bit_dw.out, DataType::f32);
+  EXPECT_EQ(conv::wgrad_fallback_hint(conv::ConvOp::backward_weights, sixteen_bit_dw, true, true),
+            "");
+}
+
 TEST(cuda_conv_rules, Fp32ComputeOnFp32DataNeverTakesATensorCoreEngine) {
   const conv::NumericsPolicy strict{false, true, true};
   const std::vector<int> tc{n(NumericalNote::tensor_core)};
