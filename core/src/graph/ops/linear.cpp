@@ -275,21 +275,13 @@ std::string LinearLayer::row_block_refusal() const {
 void LinearLayer::forward_rows(TensorView x, TensorView y) {
   if (scaler_.active() || blocks_.active() || fused_ != nullptr)
     throw std::logic_error("forward_rows: node '" + name_ + "': " + row_block_refusal());
+  sdk::GemmArgs g = forward_args(x);
   if (padded_block(y)) {
     // y [rows, padded] = x · W_paddedᵀ + b_padded: the extra rows of W are zero, so the extra
-    // columns are exactly the bias's lowest finite value.
-    sdk::GemmArgs g;
-    g.a.view = as_dtype(x, storage_of(precision_.gemm_input), x_scratch_);
+    // columns are exactly the bias's lowest finite value (a padded head has no bias of its own).
     g.b.view = padded_w_.view();
-    g.b.transpose = true;
     g.bias = padded_bias_.view();
-    g.alpha = static_cast<float>(scale_);
-    g.compute = precision_.gemm_input;
-    g.c = y;
-    facets().call(sdk::GemmOp::gemm)->gemm(g);
-    return;
   }
-  sdk::GemmArgs g = forward_args(x);
   g.c = y;
   facets().call(sdk::GemmOp::gemm)->gemm(g);
 }
@@ -340,33 +332,12 @@ void LinearLayer::end_loss_blocks() {
     facets().call(sdk::ActivationOp::axpy)->axpy(1.0f, sum, grad);
 }
 
-void LinearLayer::backward_padded(TensorView x, TensorView dy, TensorView dx, std::int64_t rows) {
-  const DType in_storage = storage_of(precision_.gemm_input);
-  sdk::GemmOperand dy_g, w_g;
-  dy_g.view = as_dtype(dy, in_storage, dy_scratch_);
-  w_g.view = padded_w_.view();
-  if (!weight().frozen) {
-    // dW_padded[padded, in] (+)= dyᵀ[padded, rows] · x[rows, in], summed over the pass's blocks.
-    if (padded_dw_.empty())
-      padded_dw_ = Tensor(backend_, DType::fp32, sdk::Shape{padded_out_, in_});
-    sdk::GemmArgs gw;
-    gw.a = dy_g;
-    gw.a.transpose = true;
-    gw.b.view = as_dtype(x, in_storage, x_scratch_);
-    gw.c = padded_dw_.view();
-    gw.alpha = static_cast<float>(scale_);
-    gw.beta = wgrad_padded_ ? 1.0f : 0.0f;
-    gw.compute = precision_.gemm_input;
-    facets().call(sdk::GemmOp::gemm)->gemm(gw);
-    wgrad_padded_ = true;
-  }
-  if (!dx.empty()) dgrad(dy_g, w_g, dx, rows);
-}
-
 void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t rows) {
   input_gradient_done_ = false;
   if (blocks_.active()) return backward_block_scaled(dy, dx);
-  if (padded_block(dy)) return backward_padded(x, dy, dx, rows);
+  // A padded loss block (no scaler, no bias: set_loss_block_padding) reads the padded W, and its
+  // dW is summed over the pass's blocks in the padded scratch, whose prefix end_loss_blocks() adds.
+  const bool padded = padded_block(dy);
   const DType in_storage = storage_of(precision_.gemm_input);
   // The GEMMs' operands: dy_g (op = dy) and w_g (op = W) for dgrad, dyt_g (op = dyᵀ) and x_g
   // (op = x) for wgrad.
@@ -386,7 +357,7 @@ void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int6
     dyt_g = dy_g;
     dyt_g.transpose = true;
     if (!weight().frozen) x_g.view = as_dtype(x, in_storage, x_scratch_);  // dW's operand only
-    w_g.view = weight_operand();
+    w_g.view = padded ? padded_w_.view() : weight_operand();
   }
   const bool bias_grad = bias_ && !bias().frozen && !bias_grad_in_reader();
   // wgrad sums the bias gradient as its epilogue when it reads dy as stored (the same terms).
@@ -398,9 +369,17 @@ void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int6
     sdk::GemmArgs gw;
     gw.a = dyt_g;
     gw.b = x_g;
-    gw.c = weight().grad.view();
+    if (padded) {
+      if (padded_dw_.empty())
+        padded_dw_ = Tensor(backend_, DType::fp32, sdk::Shape{padded_out_, in_});
+      gw.c = padded_dw_.view();
+      gw.beta = wgrad_padded_ ? 1.0f : 0.0f;
+      wgrad_padded_ = true;
+    } else {
+      gw.c = weight().grad.view();
+      gw.beta = weight().take_grad_beta();
+    }
     gw.alpha = static_cast<float>(scale_);
-    gw.beta = weight().take_grad_beta();
     gw.compute = precision_.gemm_input;
     if (bias_in_wgrad) {
       // dbias[out] (+)= Σ_rows dy[rows, out], the row sums of op(A) = dyᵀ

@@ -155,8 +155,6 @@ class LinearLayer final : public Layer {
   bool padded_block(sdk::TensorView y) const {
     return padded_out_ > 0 && y.shape.cols() == padded_out_;
   }
-  void backward_padded(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
-                       std::int64_t rows);
 };
 
 }  // namespace mixtrain::core
