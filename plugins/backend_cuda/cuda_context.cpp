@@ -126,11 +126,6 @@ CudaContext::CudaContext(const CudaOptions& options)
   account_buffers();
 }
 
-void CudaContext::say_once(const std::string& key, const std::string& text) {
-  if (text.empty() || !said_.insert(key).second) return;
-  logger_.info(text);
-}
-
 CudaContext::~CudaContext() {
   activate_quietly();
   if (stream != nullptr) cudaStreamSynchronize(stream);

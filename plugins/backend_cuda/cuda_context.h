@@ -31,9 +31,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cuda_access.h"
@@ -124,8 +126,16 @@ class CudaContext {
   const bool conv_dgrad_accumulate;  // the convolution facet offers its accumulating dgrad (1.1)
   const int conv_autotune;           // candidates ConvPlans times per key (cuda_conv_plans.h)
   const bool conv_wgrad_in_operand_dtype;  // a 16-bit dw route first (conv::conv_routes)
-  // Logs `text` (info) the first time `key` is said in this context; "" says nothing.
-  void say_once(const std::string& key, const std::string& text);
+  // Logs text() (info) the first time `key` is said in this context; text() giving "" says nothing
+  // (and may be asked again). Once said, a key costs a lookup: text() is not called.
+  template <class Text>
+  void say_once(std::string_view key, Text&& text) {
+    if (said_.find(key) != said_.end()) return;
+    const std::string said = text();
+    if (said.empty()) return;
+    said_.emplace(key);
+    logger_.info(said);
+  }
 
   // --- shared state (declaration order is destruction order, reversed) ---------------------
   cudaStream_t stream = nullptr;  // every op is enqueued on it, in call order
@@ -168,7 +178,7 @@ class CudaContext {
   std::size_t buffer_bytes_ = 0;  // own buffers already folded into the statistics
   std::vector<unsigned char> host_tables_;
   sdk::Logger logger_;          // CudaOptions::logger
-  std::set<std::string> said_;  // say_once's keys
+  std::set<std::string, std::less<>> said_;  // say_once's keys
 };
 
 template <class Ref>

@@ -137,9 +137,10 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
                     st.plans.declined(key) + " ";
         continue;
       }
-      context.say_once("wgrad_fallback",
-                       conv::wgrad_fallback_hint(c.op, route, plan->fallback_heuristics,
-                                                 context.conv_wgrad_in_operand_dtype));
+      context.say_once("wgrad_fallback", [&] {
+        return conv::wgrad_fallback_hint(c.op, route, plan->fallback_heuristics,
+                                         context.conv_wgrad_in_operand_dtype);
+      });
       // Operands.
       void* a = c.a.data;
       if (route.decode_a) {
