@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "cpu_access.h"
+#include "cpu_activation_kernels.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -61,6 +63,23 @@ void cast_transpose(CpuContext& context, const sdk::CastTransposeArgs& args) {
       }
   }
   if (has_amax) fold_amax(args.cast.amax, amax, amax_nan != 0);
+}
+
+void cast_transpose_gradient(CpuContext& context, const sdk::CastTransposeGradientArgs& args) {
+  context.use_threads();
+  const auto shape = checks().cast_transpose_gradient_shape(args);
+  sdk::CastTransposeArgs cast = args.cast;
+  std::vector<std::byte> d;
+  if (args.has_activation_grad) {
+    // d = src · act'(z), rounded into src's dtype: what activation_backward writes.
+    d.resize(cast.src.bytes());
+    cast.src.data = d.data();
+    apply_activation_grad(context, args.activation, args.pre_activation, args.cast.src, cast.src);
+  }
+  if (!args.column_sums.empty())
+    sum_columns(context, cast.src, shape.rows, shape.cols, args.column_sums.as<float>(),
+                args.accumulate_column_sums);
+  cast_transpose(context, cast);
 }
 
 }  // namespace mixtrain::backend_cpu

@@ -401,6 +401,152 @@ TEST_P(Conformance, CastTransposeRejectsBadArguments) {
   EXPECT_THROW(tested_gemm->cast_transpose(two), sdk::BackendError) << "an amax of [2]";
 }
 
+// gemm 1.7: cast_transpose_gradient is the backend's own activation_backward (gelu), then its
+// cast_transpose, byte for byte, codes and amax; its column sums are that gradient's bias_grad
+// within FP32 rounding (summed in another order). With and without gelu, with and without sums,
+// accumulating and not, in both FP8 formats and every source dtype, around the tiles.
+TEST_P(Conformance, CastTransposeGradientIsTheGeluGradientItsBiasSumAndItsCast) {
+  MIXTRAIN_FACETS(gemm, GemmFacet);
+  MIXTRAIN_FACETS(activation, ActivationFacet);
+  auto offered = [&](DType from, DType to) {
+    return tested_gemm->version() >= sdk::FacetVersion{1, 7} &&
+           tested_gemm->supports(sdk::GemmOp::cast_transpose_gradient,
+                                 std::vector<DType>{from, to});
+  };
+  if (!offered(DType::bf16, DType::fp8_e5m2))
+    GTEST_SKIP() << "backend '" << GetParam().name << "' offers no cast_transpose_gradient";
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {{1, 1},   {4, 8},    {67, 45},
+                                                          {130, 3}, {132, 68}, {200, 1028}};
+  unsigned seed = 80;
+  for (const auto& [rows, cols] : shapes)
+    for (DType from : {DType::fp32, DType::bf16, DType::fp16})
+      for (DType to : {DType::fp8_e4m3, DType::fp8_e5m2})
+        for (bool gelu : {false, true}) {
+          if (!offered(from, to)) continue;
+          SCOPED_TRACE(std::string(sdk::dtype_name(from)) + " -> " +
+                       std::string(sdk::dtype_name(to)) + " [" + std::to_string(rows) + ", " +
+                       std::to_string(cols) + "]" + (gelu ? " with gelu" : ""));
+          const Shape shape{rows, cols};
+          const auto n = static_cast<std::size_t>(rows * cols);
+          auto dy = upload(random_values(n, seed++, -8.f, 8.f), shape, from);
+          auto z = upload(random_values(n, seed++, -4.f, 4.f), shape, from);
+          // The unfused ops on the backend under test: d, its bias sums, its codes and amax.
+          DeviceTensor d(*tested_, from, shape);
+          if (gelu)
+            tested_activation->activation_backward(sdk::Activation::gelu, z.tested->view(),
+                                                   dy.tested->view(), d.view());
+          else
+            tested_->copy(d.view(), dy.tested->view());
+          const std::vector<float> start(static_cast<std::size_t>(cols), 0.25f);
+          auto want_sums = upload(start, Shape{cols});
+          tested_activation->bias_grad(d.view(), want_sums.tested->view(), true);
+          DeviceTensor want(*tested_, to, shape);
+          auto amaxes = upload({0.0f, 0.0f}, Shape{2});
+          auto* amax = static_cast<float*>(amaxes.tested->view().data);
+          sdk::CastTransposeArgs cast;
+          cast.src = d.view();
+          cast.out = want.view();
+          cast.cast.scale = 2.0f;
+          cast.cast.saturate = true;
+          cast.cast.amax = {amax, DType::fp32, Shape{1}};
+          tested_gemm->cast_transpose(cast);
+          // The fused op, accumulating into the same start.
+          DeviceTensor out(*tested_, to, shape);
+          DeviceTensor out_t(*tested_, to, Shape{cols, rows});
+          auto sums = upload(start, Shape{cols});
+          sdk::CastTransposeGradientArgs fused;
+          fused.cast = cast;
+          fused.cast.src = dy.tested->view();
+          fused.cast.out = out.view();
+          fused.cast.out_transposed = out_t.view();
+          fused.cast.cast.amax = {amax + 1, DType::fp32, Shape{1}};
+          fused.has_activation_grad = gelu;
+          if (gelu) fused.pre_activation = z.tested->view();
+          fused.column_sums = sums.tested->view();
+          fused.accumulate_column_sums = true;
+          tested_gemm->cast_transpose_gradient(fused);
+          const auto expected = codes_of(*tested_, want.view());
+          EXPECT_EQ(codes_of(*tested_, out.view()), expected);
+          EXPECT_EQ(transpose_mismatches(codes_of(*tested_, out_t.view()), expected, rows, cols),
+                    0u);
+          const auto a = tested_values(amaxes);
+          EXPECT_EQ(a[1], a[0]) << "the amax is of d";
+          // Sums of up to 200 terms of |d| <= ~9, in FP32 in another order.
+          const auto got = tested_values(sums), ref = tested_values(want_sums);
+          std::vector<float> magnitude(static_cast<std::size_t>(cols), 0.25f);
+          const auto dv = download(*tested_, d.view());
+          for (std::size_t i = 0; i < dv.size(); ++i)
+            magnitude[i % static_cast<std::size_t>(cols)] += std::abs(dv[i]);
+          for (std::int64_t c = 0; c < cols; ++c) {
+            const auto j = static_cast<std::size_t>(c);
+            EXPECT_NEAR(got[j], ref[j], 4e-7f * static_cast<float>(rows) * magnitude[j]) << c;
+          }
+          // Overwriting instead of accumulating, and no sums at all: the same codes.
+          fused.accumulate_column_sums = false;
+          tested_gemm->cast_transpose_gradient(fused);
+          const auto overwritten = tested_values(sums);
+          for (std::int64_t c = 0; c < cols; ++c) {
+            const auto j = static_cast<std::size_t>(c);
+            EXPECT_NEAR(overwritten[j] + 0.25f, got[j],
+                        4e-7f * static_cast<float>(rows) * magnitude[j] + 1e-6f)
+                << c;
+          }
+          fused.column_sums = {};
+          tested_gemm->cast_transpose_gradient(fused);
+          EXPECT_EQ(codes_of(*tested_, out.view()), expected);
+        }
+}
+
+TEST_P(Conformance, CastTransposeGradientRejectsBadArguments) {
+  MIXTRAIN_FACETS(gemm, GemmFacet);
+  if (tested_gemm->version() < sdk::FacetVersion{1, 7} ||
+      !tested_gemm->supports(sdk::GemmOp::cast_transpose_gradient,
+                             std::vector<DType>{DType::bf16, DType::fp8_e5m2}))
+    GTEST_SKIP() << "backend '" << GetParam().name << "' offers no cast_transpose_gradient";
+  auto dy = upload(random_values(6 * 10, 90), Shape{6, 10}, DType::bf16);
+  auto z = upload(random_values(6 * 10, 91), Shape{6, 10}, DType::bf16);
+  auto z32 = upload(random_values(6 * 10, 92), Shape{6, 10});
+  DeviceTensor out_t(*tested_, DType::fp8_e5m2, Shape{10, 6});
+  auto sums = upload(std::vector<float>(10, 0.0f), Shape{10});
+  auto good = [&] {
+    sdk::CastTransposeGradientArgs a;
+    a.cast.src = dy.tested->view();
+    a.cast.out_transposed = out_t.view();
+    a.has_activation_grad = true;
+    a.pre_activation = z.tested->view();
+    a.column_sums = sums.tested->view();
+    return a;
+  };
+  EXPECT_NO_THROW(tested_gemm->cast_transpose_gradient(good()));
+  auto relu = good();
+  relu.activation = sdk::Activation::relu;
+  EXPECT_THROW(tested_gemm->cast_transpose_gradient(relu), sdk::BackendError) << "relu";
+  auto no_z = good();
+  no_z.pre_activation = {};
+  EXPECT_THROW(tested_gemm->cast_transpose_gradient(no_z), sdk::BackendError) << "no z";
+  auto other_dtype = good();
+  other_dtype.pre_activation = z32.tested->view();
+  EXPECT_THROW(tested_gemm->cast_transpose_gradient(other_dtype), sdk::BackendError) << "fp32 z";
+  auto stray_z = good();
+  stray_z.has_activation_grad = false;
+  EXPECT_THROW(tested_gemm->cast_transpose_gradient(stray_z), sdk::BackendError)
+      << "z without gelu";
+  auto short_sums = good();
+  short_sums.column_sums.shape = Shape{9};
+  EXPECT_THROW(tested_gemm->cast_transpose_gradient(short_sums), sdk::BackendError) << "[9]";
+  auto bf16_sums = good();
+  bf16_sums.column_sums = {dy.tested->view().data, DType::bf16, Shape{10}};
+  EXPECT_THROW(tested_gemm->cast_transpose_gradient(bf16_sums), sdk::BackendError) << "bf16 sums";
+  auto sums_on_z = good();
+  sums_on_z.column_sums = {z32.tested->view().data, DType::fp32, Shape{10}};
+  sums_on_z.pre_activation = {z32.tested->view().data, DType::bf16, Shape{6, 10}};
+  EXPECT_THROW(tested_gemm->cast_transpose_gradient(sums_on_z), sdk::BackendError)
+      << "sums overlapping z";
+  auto no_output = good();
+  no_output.cast.out_transposed = {};
+  EXPECT_THROW(tested_gemm->cast_transpose_gradient(no_output), sdk::BackendError) << "no output";
+}
+
 TEST_P(Conformance, GemmStridedBatchedEqualsOneGemmPerBatch) {
   MIXTRAIN_FACETS(gemm, GemmFacet);
   // Batch 3 of [m, k]·[n, k]ᵀ with a shared weight (stride_b = 0), checked against the reference

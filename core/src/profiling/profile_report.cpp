@@ -14,7 +14,7 @@ namespace {
 
 // The GEMM facet's ops, as the profiler records them (sdk::op_name): those that multiply count as
 // GEMMs wherever they run (a wgrad with its bias gradient in the epilogue is gemm_gradient), the
-// FP8 quantizations as casts.
+// FP8 quantizations as casts (an FP8 gradient's cast with its bias sum and gelu gradient too).
 bool is_gemm(std::string_view op) {
   using sdk::GemmOp;
   for (const GemmOp g : {GemmOp::gemm, GemmOp::gemm_strided_batched, GemmOp::gemm_grouped,
@@ -25,7 +25,8 @@ bool is_gemm(std::string_view op) {
 
 bool is_cast(std::string_view op) {
   return op == "cast" || op == sdk::op_name(sdk::GemmOp::quantize_block_scaled) ||
-         op == sdk::op_name(sdk::GemmOp::cast_transpose);
+         op == sdk::op_name(sdk::GemmOp::cast_transpose) ||
+         op == sdk::op_name(sdk::GemmOp::cast_transpose_gradient);
 }
 
 }  // namespace

@@ -5,8 +5,9 @@
 // (cpu_block_scaled.h); gemm_gradient as gemm() whose epilogue multiplies the FP32 product by the
 // activation's gradient before its one rounding, then the bias-gradient sums of
 // cpu_activation_kernels.h, the activation facet's own, over C and A as stored; cast_transpose by
-// the tile loop of cpu_cast_transpose.h, whose codes are cast()'s (implemented as the reference,
-// not offered: supports() answers false for it).
+// the tile loop of cpu_cast_transpose.h, whose codes are cast()'s, and cast_transpose_gradient as
+// the ops it fuses in turn (both implemented as the reference, not offered: supports() answers
+// false for them).
 #include <algorithm>
 #include <cstdint>
 
@@ -33,13 +34,16 @@ class CpuGemm final : public sdk::GemmFacet {
   // One cached 3-D oneDNN matmul (batch, m, k) x (batch, k, n), same dtype routing as gemm();
   // a loop over gemm() for what that cannot express (cpu_gemm.h).
   void gemm_strided_batched(const sdk::GemmBatchedArgs& args) override;
-  // The SDK's table and the block-scaled ops on fp32 / bf16 / fp16 (src; C); not cast_transpose.
+  // The SDK's table and the block-scaled ops on fp32 / bf16 / fp16 (src; C); not the FP8 casts.
   bool supports(sdk::GemmOp op, std::span<const sdk::DType> dtypes) const override;
   void quantize_block_scaled(const sdk::BlockQuantizeArgs& args) override;
   void gemm_block_scaled(const sdk::BlockScaledGemmArgs& args) override;
   void gemm_gradient(const sdk::GemmGradientArgs& args) override;
   void cast_transpose(const sdk::CastTransposeArgs& args) override {
     backend_cpu::cast_transpose(context_, args);
+  }
+  void cast_transpose_gradient(const sdk::CastTransposeGradientArgs& args) override {
+    backend_cpu::cast_transpose_gradient(context_, args);
   }
 
  private:
@@ -63,7 +67,7 @@ bool CpuGemm::supports(sdk::GemmOp op, std::span<const sdk::DType> dtypes) const
   // Implemented (cast_transpose below), not offered: this GEMM decodes an FP8 operand to fp32
   // and reads either layout through oneDNN's strides at the same cost, so the host's casts alone
   // keep less (no Wᵀ) at the same speed (plugins/backend_cpu/README.md).
-  if (op == sdk::GemmOp::cast_transpose) return false;
+  if (op == sdk::GemmOp::cast_transpose || op == sdk::GemmOp::cast_transpose_gradient) return false;
   if (op != sdk::GemmOp::quantize_block_scaled && op != sdk::GemmOp::gemm_block_scaled)
     return GemmFacet::supports(op, dtypes);
   if (dtypes.size() > 1) return false;

@@ -24,6 +24,8 @@ std::string_view op_name(GemmOp op) noexcept {
       return "gemm_gradient";
     case GemmOp::cast_transpose:
       return "cast_transpose";
+    case GemmOp::cast_transpose_gradient:
+      return "cast_transpose_gradient";
   }
   return "?";
 }
@@ -71,7 +73,16 @@ void GemmFacet::cast_transpose(const CastTransposeArgs&) {
                      "casts with DeviceBackend::cast where the answer is false");
 }
 
-// The block-scaled ops, gemm_gradient and cast_transpose have no row: no backend runs them unless
+// Offered only by a backend that overrides it (and supports()); the host then runs
+// activation_backward, bias_grad and cast_transpose apart.
+void GemmFacet::cast_transpose_gradient(const CastTransposeGradientArgs&) {
+  throw BackendError("this backend's gemm facet has no cast_transpose_gradient",
+                     "report this: the host asks supports(cast_transpose_gradient) before it calls "
+                     "it and runs activation_backward, bias_grad and cast_transpose where the "
+                     "answer is false");
+}
+
+// The block-scaled ops, gemm_gradient and the casts have no row: no backend runs them unless
 // it answers for them itself.
 OpSignature op_signature(GemmOp op) noexcept {
   switch (op) {
@@ -83,6 +94,7 @@ OpSignature op_signature(GemmOp op) noexcept {
     case GemmOp::gemm_block_scaled:
     case GemmOp::gemm_gradient:
     case GemmOp::cast_transpose:
+    case GemmOp::cast_transpose_gradient:
       return {};
   }
   return {};

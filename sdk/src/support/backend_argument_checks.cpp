@@ -397,7 +397,47 @@ void BackendArgumentChecks::axpy_args(const TensorView& x, const TensorView& y) 
 
 BackendArgumentChecks::RowsCols BackendArgumentChecks::cast_transpose_shape(
     const CastTransposeArgs& args) const {
-  constexpr std::string_view op = "cast_transpose";
+  return cast_layouts_shape("cast_transpose", args);
+}
+
+BackendArgumentChecks::RowsCols BackendArgumentChecks::cast_transpose_gradient_shape(
+    const CastTransposeGradientArgs& args) const {
+  constexpr std::string_view op = "cast_transpose_gradient";
+  const RowsCols rc = cast_layouts_shape(op, args.cast);
+  const TensorView* outs[2] = {&args.cast.out, &args.cast.out_transposed};
+  const char* out_names[2] = {"out", "out_transposed"};
+  if (args.has_activation_grad) {
+    if (args.activation != Activation::gelu)
+      fail(op, "the activation gradient is defined for gelu only",
+           "run activation_backward before the cast for relu");
+    require_present(op, "pre_activation", args.pre_activation);
+    if (args.pre_activation.dtype != args.cast.src.dtype ||
+        args.pre_activation.numel() != rc.rows * rc.cols ||
+        args.pre_activation.shape.cols() != rc.cols)
+      fail(op,
+           "pre_activation is " + describe(args.pre_activation) + " but src is " +
+               describe(args.cast.src),
+           "give the activation's input of the forward, of src's dtype and shape");
+    for (int i = 0; i < 2; ++i)
+      require_disjoint(op, out_names[i], *outs[i], "pre_activation", args.pre_activation);
+  } else if (!args.pre_activation.empty()) {
+    fail(op, "pre_activation " + describe(args.pre_activation) + " is given without an activation",
+         "set has_activation_grad, or leave pre_activation empty");
+  }
+  if (!args.column_sums.empty()) {
+    require_fp32(op, "column_sums", args.column_sums);
+    require_numel(op, "column_sums", args.column_sums, rc.cols);
+    require_disjoint(op, "column_sums", args.column_sums, "src", args.cast.src);
+    require_disjoint(op, "column_sums", args.column_sums, "pre_activation", args.pre_activation);
+    require_disjoint(op, "column_sums", args.column_sums, "amax", args.cast.cast.amax);
+    for (int i = 0; i < 2; ++i)
+      require_disjoint(op, "column_sums", args.column_sums, out_names[i], *outs[i]);
+  }
+  return rc;
+}
+
+BackendArgumentChecks::RowsCols BackendArgumentChecks::cast_layouts_shape(
+    std::string_view op, const CastTransposeArgs& args) const {
   require_present(op, "src", args.src);
   const DType st = args.src.dtype;
   if (st != DType::fp32 && st != DType::bf16 && st != DType::fp16)
@@ -414,7 +454,7 @@ BackendArgumentChecks::RowsCols BackendArgumentChecks::cast_transpose_shape(
     if (o.empty()) continue;
     if (!is_fp8(o.dtype))
       fail(op, std::string(names[i]) + " is " + describe(o),
-           "cast_transpose writes fp8_e4m3 or fp8_e5m2; cast other dtypes with cast");
+           "this cast writes fp8_e4m3 or fp8_e5m2; cast other dtypes with cast");
     if (o.shape.rows() != want[i][0] || o.shape.cols() != want[i][1])
       fail(op,
            std::string(names[i]) + " is " + describe(o) + " but src " + describe(args.src) +

@@ -18,7 +18,10 @@
 //   gemm_gradient, a GEMM of a backward pass with the epilogues that pass needs (an activation's
 //   gradient, bias gradients); its default refuses like the block-scaled ops'. 1.6 appended
 //   cast_transpose, an FP8 operand cast that also writes the transpose; its default refuses
-//   likewise, and the host then casts and lets the GEMM transpose what it needs.
+//   likewise, and the host then casts and lets the GEMM transpose what it needs. 1.7 appended
+//   cast_transpose_gradient, that cast for a backward pass's gradient with the bias-gradient sum
+//   and gelu's gradient folded in; its default refuses likewise, and the host then runs
+//   activation_backward, bias_grad and cast_transpose apart.
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -204,6 +207,30 @@ struct CastTransposeArgs {
   CastArgs cast;
 };
 
+// --- 1.7: an FP8 gradient's cast with its epilogues ---------------------------------------------
+// cast_transpose (`cast`, as above) of d [rows, cols] instead of src, where:
+//   d = src, or with `has_activation_grad` d = src · act'(pre_activation) in FP32, rounded once
+//     into src's dtype: activation_backward's element rule and rounding, src being the gradient of
+//     the activation's output and pre_activation [rows, cols] (src's dtype) its input of the
+//     forward. Only gelu is defined; relu raises BackendError;
+//   column_sums (fp32 [cols], optional) (+)= Σ_rows d as rounded, FP32 or wider, in an order fixed
+//     by the shape (the same sums within FP32 rounding as the activation facet's bias_grad of d);
+//     it accumulates with `accumulate_column_sums`, else overwrites.
+// The codes and cast.amax are of d: exactly what activation_backward, then cast_transpose, write.
+// Neither column_sums nor pre_activation may overlap an output, and column_sums none of src,
+// pre_activation or amax. Why: the gradient a linear's backward casts to FP8 is also the one its
+// bias gradient sums, and after a gelu it is that gelu's gradient: one read of dy (and z) instead
+// of three passes (Transformer Engine's cast_transpose_dbias_dgelu).
+// BackendArgumentChecks::cast_transpose_gradient_shape checks all of this.
+struct CastTransposeGradientArgs {
+  CastTransposeArgs cast;
+  bool has_activation_grad = false;
+  Activation activation = Activation::gelu;  // read only when has_activation_grad
+  TensorView pre_activation;
+  TensorView column_sums;
+  bool accumulate_column_sums = false;
+};
+
 enum class GemmOp {
   gemm,                  // {A, B, C}
   gemm_strided_batched,  // {A, B, C}
@@ -216,6 +243,8 @@ enum class GemmOp {
   gemm_gradient,  // {A, B, C}
   // 1.6
   cast_transpose,  // {src, FP8 output}
+  // 1.7
+  cast_transpose_gradient,  // {src, FP8 output}
 };
 MIXTRAIN_SDK_API std::string_view op_name(GemmOp op) noexcept;
 constexpr std::uint16_t introduced_in(GemmOp op) noexcept {
@@ -229,6 +258,8 @@ constexpr std::uint16_t introduced_in(GemmOp op) noexcept {
       return 5;
     case GemmOp::cast_transpose:
       return 6;
+    case GemmOp::cast_transpose_gradient:
+      return 7;
     default:
       return 0;
   }
@@ -238,7 +269,7 @@ MIXTRAIN_SDK_API OpSignature op_signature(GemmOp op) noexcept;
 class MIXTRAIN_SDK_API GemmFacet : public Facet {
  public:
   using Op = GemmOp;
-  static constexpr FacetVersion kVersion{1, 6};
+  static constexpr FacetVersion kVersion{1, 7};
   static constexpr std::string_view kName = "gemm";
   std::string_view name() const final { return kName; }
   FacetVersion version() const final { return kVersion; }
@@ -290,6 +321,12 @@ class MIXTRAIN_SDK_API GemmFacet : public Facet {
   // default raises BackendError and the default supports() answers false for it: a backend
   // offers it by overriding both, where its FP8 GEMM gains from operands stored transposed.
   virtual void cast_transpose(const CastTransposeArgs& args);
+
+  // --- 1.7 ---------------------------------------------------------------------------------------
+  // An FP8 gradient's cast with its bias-gradient sum and activation gradient
+  // (CastTransposeGradientArgs). The default raises BackendError and the default supports()
+  // answers false for it, as for cast_transpose: the host then runs the ops apart.
+  virtual void cast_transpose_gradient(const CastTransposeGradientArgs& args);
 
  protected:
   ~GemmFacet() override;  // not owned through the facet: the backend is

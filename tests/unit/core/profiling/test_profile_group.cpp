@@ -26,13 +26,15 @@ TEST(ProfileGroup, EveryGemmFacetOpIsAGemmOrACast) {
   int i = 0;
   for (; sdk::op_name(static_cast<GemmOp>(i)) != "?"; ++i) {
     const auto op = static_cast<GemmOp>(i);
-    const bool quantizes = op == GemmOp::quantize_block_scaled || op == GemmOp::cast_transpose;
+    const bool quantizes = op == GemmOp::quantize_block_scaled || op == GemmOp::cast_transpose ||
+                           op == GemmOp::cast_transpose_gradient;
     EXPECT_EQ(profile_group(entry("linear", sdk::op_name(op))), quantizes ? "casts" : "GEMMs")
         << sdk::op_name(op);
     EXPECT_EQ(profile_group(entry("conv", sdk::op_name(op))), quantizes ? "casts" : "GEMMs")
         << sdk::op_name(op);
   }
-  EXPECT_GT(i, static_cast<int>(GemmOp::cast_transpose));  // the walk reached the newest op
+  EXPECT_GT(i,
+            static_cast<int>(GemmOp::cast_transpose_gradient));  // the walk reached the newest op
   EXPECT_EQ(profile_group(entry("lora", "cast")), "casts");
 }
 

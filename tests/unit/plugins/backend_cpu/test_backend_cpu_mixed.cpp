@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "backend_test_util.h"
+#include "mixtrain/sdk/backend_activation.h"
 #include "mixtrain/sdk/backend_gemm.h"
 #include "mixtrain/sdk/error.h"
 
@@ -408,6 +409,71 @@ TEST(backend_cpu_cast_transpose, IsTheCastAndItsTransposeAndIsNotOffered) {
   wrong.src = src;
   wrong.out_transposed = unswapped;
   EXPECT_THROW(gemm->cast_transpose(wrong), sdk::BackendError);
+}
+
+// gemm 1.7's cast_transpose_gradient, implemented but not offered: the activation facet's gelu
+// gradient rounded into dy's dtype, that gradient's bias_grad (accumulated), and its cast, bit for
+// bit; bad arguments are refused by the shared checks before anything is written.
+TEST(backend_cpu_cast_transpose, GradientIsTheGeluGradientItsSumsAndItsCastAndIsNotOffered) {
+  CpuBackend be(2);
+  auto* gemm = sdk::facet<sdk::GemmFacet>(be);
+  auto* act = sdk::facet<sdk::ActivationFacet>(be);
+  ASSERT_NE(gemm, nullptr);
+  ASSERT_NE(act, nullptr);
+  EXPECT_FALSE(gemm->supports(sdk::GemmOp::cast_transpose_gradient,
+                              std::vector<DType>{DType::bf16, DType::fp8_e5m2}));
+  const std::int64_t rows = 67, cols = 45;
+  for (DType from : {DType::fp32, DType::bf16})
+    for (bool gelu : {false, true}) {
+      SCOPED_TRACE(std::string(sdk::dtype_name(from)) + (gelu ? " with gelu" : ""));
+      DeviceTensor dy(be, from, {rows, cols}, random_values(rows * cols, 21, -5.f, 5.f));
+      DeviceTensor z(be, from, {rows, cols}, random_values(rows * cols, 22, -3.f, 3.f));
+      DeviceTensor d(be, from, {rows, cols});
+      if (gelu)
+        act->activation_backward(sdk::Activation::gelu, z, dy, d);
+      else
+        be.copy(d, dy);
+      DeviceTensor want_sums(be, DType::fp32, {cols}, std::vector<float>(cols, 0.5f));
+      act->bias_grad(d, want_sums, true);
+      DeviceTensor want(be, DType::fp8_e5m2, {rows, cols});
+      DeviceTensor a1(be, DType::fp32, {1}, {0.0f}), a2(be, DType::fp32, {1}, {0.0f});
+      be.cast(d, want, {4.0f, true, a1});
+      DeviceTensor out_t(be, DType::fp8_e5m2, {cols, rows});
+      DeviceTensor sums(be, DType::fp32, {cols}, std::vector<float>(cols, 0.5f));
+      sdk::CastTransposeGradientArgs fused;
+      fused.cast.src = dy;
+      fused.cast.out_transposed = out_t;
+      fused.cast.cast = {4.0f, true, a2};
+      fused.has_activation_grad = gelu;
+      if (gelu) fused.pre_activation = z;
+      fused.column_sums = sums;
+      fused.accumulate_column_sums = true;
+      gemm->cast_transpose_gradient(fused);
+      const auto w = want.get(), t = out_t.get();
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = 0; c < cols; ++c)
+          ASSERT_EQ(bits_of(t[static_cast<std::size_t>(c * rows + r)]),
+                    bits_of(w[static_cast<std::size_t>(r * cols + c)]))
+              << r << ", " << c;
+      EXPECT_EQ(a2.get()[0], a1.get()[0]);
+      EXPECT_EQ(sums.get(), want_sums.get());
+    }
+  DeviceTensor dy(be, DType::bf16, {6, 10}, random_values(60, 3));
+  DeviceTensor z32(be, DType::fp32, {6, 10}, random_values(60, 4));
+  DeviceTensor out_t(be, DType::fp8_e5m2, {10, 6});
+  DeviceTensor sums(be, DType::fp32, {9});
+  sdk::CastTransposeGradientArgs bad;
+  bad.cast.src = dy;
+  bad.cast.out_transposed = out_t;
+  bad.has_activation_grad = true;
+  bad.pre_activation = z32;  // not dy's dtype
+  EXPECT_THROW(gemm->cast_transpose_gradient(bad), sdk::BackendError);
+  bad.pre_activation = dy;
+  bad.activation = sdk::Activation::relu;
+  EXPECT_THROW(gemm->cast_transpose_gradient(bad), sdk::BackendError);
+  bad.activation = sdk::Activation::gelu;
+  bad.column_sums = sums;  // [9] for 10 columns
+  EXPECT_THROW(gemm->cast_transpose_gradient(bad), sdk::BackendError);
 }
 
 // --- kernels with mixed storage ----------------------------------------------------------------

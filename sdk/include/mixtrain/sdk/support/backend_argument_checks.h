@@ -158,6 +158,11 @@ class BackendArgumentChecks {
   // numel), at least one present, each fp8 and of one dtype; neither overlapping src, the other
   // or the amax (fp32 [1] when given). Returns {rows, cols}.
   RowsCols cast_transpose_shape(const CastTransposeArgs& args) const;
+  // cast_transpose_gradient's (gemm facet 1.7): `cast` as cast_transpose_shape checks it; with
+  // has_activation_grad, gelu and a present pre_activation of src's dtype and shape ([rows, cols]
+  // as folded) that overlaps no output; column_sums (when given) fp32 [cols], apart from src,
+  // pre_activation, the outputs and the amax. Returns {rows, cols}.
+  RowsCols cast_transpose_gradient_shape(const CastTransposeGradientArgs& args) const;
 
   // A foreach op's lists: each of `others` as long as `self`; every tensor fp32 and present; the
   // i-th tensors of all lists of equal numel; the self tensors apart from each other (a device
@@ -339,6 +344,8 @@ class BackendArgumentChecks {
 
  private:
   std::string backend_;
+  // cast_transpose_shape's checks, its messages naming `op`.
+  RowsCols cast_layouts_shape(std::string_view op, const CastTransposeArgs& args) const;
 };
 
 }  // namespace mixtrain::sdk
