@@ -69,6 +69,13 @@ inline sdk::OptionSchema cuda_backend_option_schema() {
           "kernel each; false casts only and lets each GEMM transpose (the A/B of "
           "bench/gpu, variant +plaincast); the same bits either way"),
       sdk::OptionSpec::boolean(
+          "fp8_gradient_cast", true,
+          "an FP8 gradient's cast also sums the bias gradient and, after a gelu its linear "
+          "runs as an epilogue, computes that gelu's gradient, in the same pass (gemm facet "
+          "1.7); false runs them as passes of their own (the A/B of bench/gpu, variant "
+          "+nogradcast); the same codes, the bias gradients summed in another order; needs "
+          "fp8_cast_transpose"),
+      sdk::OptionSpec::boolean(
           "conv_dgrad_accumulate", true,
           "a convolution adds its data gradient into the FP32 sum of a tensor read several "
           "times (convolution facet 1.1; a pointwise one on 16-bit operands as one cuBLASLt "
@@ -101,6 +108,7 @@ struct CudaOptions {
   bool deterministic_convolutions = true;
   bool layernorm_backward_one_pass = true;  // cuda_layer_norm_plan.h
   bool fp8_cast_transpose = true;           // gemm facet 1.6's cast_transpose offered
+  bool fp8_gradient_cast = true;            // gemm facet 1.7's cast_transpose_gradient offered
   bool conv_dgrad_accumulate = true;        // convolution facet 1.1's accumulating dgrad offered
   int conv_autotune = 0;                    // ConvPlans' candidates timed per key; 0 or 1: off
   bool conv_wgrad_in_operand_dtype = false;  // conv::conv_routes' 16-bit dw route first
@@ -147,7 +155,7 @@ inline std::optional<LocalRank> local_rank_from_environment() {
 // instead of being called with the wrong arguments.
 using CreateCudaBackendFn = void* (*)(const CudaOptions* options, char* error, char* hint,
                                       unsigned long size);
-inline constexpr const char* kCreateCudaBackendSymbol = "mixtrain_backend_cuda_create_v7";
+inline constexpr const char* kCreateCudaBackendSymbol = "mixtrain_backend_cuda_create_v8";
 inline constexpr const char* kCudaRuntimeLibrary = "backend_cuda/libmixtrain_backend_cuda_runtime.so";
 
 }  // namespace mixtrain::backend_cuda

@@ -53,6 +53,7 @@ CudaContext::CudaContext(const CudaOptions& options)
       deterministic_convolutions(options.deterministic_convolutions),
       layernorm_backward_one_pass(options.layernorm_backward_one_pass),
       fp8_cast_transpose(options.fp8_cast_transpose),
+      fp8_gradient_cast(options.fp8_gradient_cast),
       conv_dgrad_accumulate(options.conv_dgrad_accumulate),
       conv_autotune(options.conv_autotune),
       conv_wgrad_in_operand_dtype(options.conv_wgrad_in_operand_dtype),

@@ -123,6 +123,7 @@ class CudaContext {
   const bool deterministic_convolutions;
   const bool layernorm_backward_one_pass;  // cuda_layer_norm_plan.h
   const bool fp8_cast_transpose;           // the gemm facet offers cast_transpose (1.6)
+  const bool fp8_gradient_cast;            // and cast_transpose_gradient (1.7)
   const bool conv_dgrad_accumulate;  // the convolution facet offers its accumulating dgrad (1.1)
   const int conv_autotune;           // candidates ConvPlans times per key (cuda_conv_plans.h)
   const bool conv_wgrad_in_operand_dtype;  // a 16-bit dw route first (conv::conv_routes)

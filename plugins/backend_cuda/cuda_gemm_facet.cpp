@@ -155,8 +155,31 @@ void CudaGemm::cast_transpose(const sdk::CastTransposeArgs& args) {
              "cast_transpose", "FP8 cast-transpose kernel");
 }
 
+void CudaGemm::cast_transpose_gradient(const sdk::CastTransposeGradientArgs& args) {
+  context_.activate();
+  const auto [rows, cols] = checks().cast_transpose_gradient_shape(args);
+  const sdk::CastTransposeArgs& cast = args.cast;
+  const DType to = cast.out.empty() ? cast.out_transposed.dtype : cast.out.dtype;
+  const bool sums = !args.column_sums.empty();
+  float* partial =
+      sums ? context_.partial.as<float>(
+                 std::max<std::size_t>(1, kernels::cast_transpose_sum_scratch(rows, cols)),
+                 context_.stream, "cast_transpose_gradient")
+           : nullptr;
+  context_.account_buffers();
+  check_cuda(kernels::cast_transpose_gradient(
+                 cast.src.data, args.has_activation_grad ? args.pre_activation.data : nullptr,
+                 elem_of(cast.src.dtype), cast.out.data, cast.out_transposed.data, elem_of(to),
+                 rows, cols, cast.cast.scale, cast.cast.saturate,
+                 cast.cast.amax.empty() ? nullptr : cast.cast.amax.as<float>(),
+                 sums ? args.column_sums.as<float>() : nullptr, args.accumulate_column_sums,
+                 partial, context_.stream),
+             "cast_transpose_gradient", "FP8 cast-transpose kernel");
+}
+
 bool CudaGemm::supports(sdk::GemmOp op, std::span<const DType> dtypes) const {
-  if (op == sdk::GemmOp::cast_transpose)
+  if (op == sdk::GemmOp::cast_transpose_gradient && !context_.fp8_gradient_cast) return false;
+  if (op == sdk::GemmOp::cast_transpose || op == sdk::GemmOp::cast_transpose_gradient)
     return context_.fp8_cast_transpose && context_.sm >= 89 && dtypes.size() == 2 &&
            (dtypes[0] == DType::fp32 || dtypes[0] == DType::bf16 || dtypes[0] == DType::fp16) &&
            sdk::is_fp8(dtypes[1]);

@@ -26,6 +26,12 @@
 //   read of src. supports() answers {src fp32 / bf16 / fp16, dst fp8} where the device runs FP8
 //   GEMMs natively (sm_89+: only there do they take operands transposed) and the option
 //   fp8_cast_transpose is on.
+// - cast_transpose_gradient (facet 1.7): the same tile kernel with gelu's gradient (the activation
+//   facet's element rule and rounding) and the column sums folded in; each tile writes fp32
+//   partial sums into the context's `partial`, which the column-sum finish kernel adds in double
+//   in tile order (cuda_column_sums.h). Its sums are therefore bias_grad's within FP32 rounding,
+//   not its bits (bias_grad splits the rows differently); its codes and amax are the unfused
+//   ops' exactly. supports() answers as for cast_transpose, while fp8_gradient_cast is on too.
 // - Scratch the engines grow is folded into the backend's memory statistics after each call.
 #pragma once
 
@@ -49,6 +55,7 @@ class CudaGemm final : public sdk::GemmFacet {
   void gemm_block_scaled(const sdk::BlockScaledGemmArgs& args) override;
   void gemm_gradient(const sdk::GemmGradientArgs& args) override;
   void cast_transpose(const sdk::CastTransposeArgs& args) override;
+  void cast_transpose_gradient(const sdk::CastTransposeGradientArgs& args) override;
   std::string block_layout_refusal(const sdk::BlockScaledLayout& layout) const override;
   bool quantizes_transposed() const override;
 

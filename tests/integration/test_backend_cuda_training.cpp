@@ -458,8 +458,10 @@ TEST_F(CudaGatedUpdate, TrainsTheBitsOfTheWaitedStep) {
 // FP8 operands in both layouts on the GPU (gemm facet 1.6, docs/architecture.md "FP8 operands"):
 // with the cast writing each transpose (fp8_cast_transpose = true) the GEMMs read the very codes
 // and layouts that the casts alone plus the GEMM engine's transposes give them, so the two runs
-// train the same bits; on a GPU without native FP8 GEMMs (below sm_89) the policy is refused
-// either way.
+// train the same bits (the gradient casts' folded bias sums off in both: they sum in another
+// order); on a GPU without native FP8 GEMMs (below sm_89) the policy is refused either way. With
+// the gradient casts folding the bias gradients and the gelu's gradient in (gemm facet 1.7, the
+// default), the same run within FP32 rounding of the bias sums, grown over 10 steps.
 using CudaFp8Layouts = CliTest;
 
 TEST_F(CudaFp8Layouts, TheCastTransposeTrainsTheBitsOfTheCastsAlone) {
@@ -471,16 +473,20 @@ TEST_F(CudaFp8Layouts, TheCastTransposeTrainsTheBitsOfTheCastsAlone) {
                            " --set backend.type=cuda --set run.steps=10 --set run.log_every=1"
                            " --set run.eval_every=0 --set run.underflow_every=0"
                            " --set checkpoint.every=0 --run-dir ";
-  std::vector<double> losses[2];
-  for (int fused = 0; fused < 2; ++fused) {
-    const auto folder = dir_ / (fused ? "cast_transpose" : "casts");
+  std::vector<double> losses[3];
+  for (int fused = 0; fused < 3; ++fused) {
+    const auto folder = dir_ / (fused == 2 ? "gradient_cast" : fused ? "cast_transpose" : "casts");
     auto r = run(args + folder.string() +
-                 " --set backend.cuda.fp8_cast_transpose=" + (fused ? "true" : "false"));
+                 " --set backend.cuda.fp8_cast_transpose=" + (fused ? "true" : "false") +
+                 " --set backend.cuda.fp8_gradient_cast=" + (fused == 2 ? "true" : "false"));
     ASSERT_EQ(r.exit_code, 0) << folder << ": " << r.err;
     losses[fused] = step_losses(folder);
   }
   ASSERT_EQ(losses[0].size(), 10u);
   EXPECT_EQ(losses[1], losses[0]);
+  ASSERT_EQ(losses[2].size(), 10u);
+  for (std::size_t i = 0; i < 10; ++i)
+    EXPECT_NEAR(losses[2][i], losses[1][i], 2e-3 * std::abs(losses[1][i])) << "step " << i + 1;
 }
 
 }  // namespace
