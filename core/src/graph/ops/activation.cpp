@@ -34,11 +34,25 @@ bool ActivationLayer::gradient_in_reader() const {
   return grad_reader_ != nullptr && grad_reader_->input_gradient_done_;
 }
 
+void ActivationLayer::set_gradient_through(bool for_reader, bool for_producer) {
+  through_for_reader_ = for_reader;
+  through_for_producer_ = for_producer;
+  traits_.passes_gradient_through = through_for_reader_ || through_for_producer_;
+}
+
 void ActivationLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t rows) {
+  gradient_in_producer_ = false;
   if (dx.empty()) return;
   if (gradient_in_reader()) {
     // The reader's dgrad wrote dz where dy lies: the plan usually made that dx's memory too.
     ops::copy_as(*backend_, dy, dx);
+    return;
+  }
+  if (fused_ && producer_ != nullptr && dx.dtype == dy.dtype &&
+      producer_->casts_gelu_gradient(dy.dtype)) {
+    // The producer's cast computes dz from dy where dx lies (the plan usually made it dy's memory).
+    gradient_in_producer_ = true;
+    if (dx.data != dy.data) backend_->copy(dx, dy);
     return;
   }
   // Fused relu: z was not stored; relu'(z) = [z > 0] = [relu(z) > 0], so the output serves.

@@ -9,6 +9,11 @@
 //   plan gave dx other memory. It then declares passes_gradient_through, so that the plan gives its
 //   input's gradient the memory of its output's and nothing moves. Unfused (the non-finite
 //   replay), its backward computes dz from dy in place, as activation_backward allows.
+// - A gelu that an FP8 linear runs as its epilogue may instead have its gradient computed by that
+//   producer's cast of its output gradient (LinearLayer::casts_gelu_gradient, gemm facet 1.7's
+//   cast_transpose_gradient): this op's backward then only moves dy to dx where the plan gave dx
+//   other memory (passes_gradient_through again), and the producer's backward reads dy there
+//   with z and casts dz = dy·gelu'(z), rounded into dy's dtype as this op would have.
 #pragma once
 
 #include <memory>
@@ -38,6 +43,11 @@ class ActivationLayer final : public Layer {
   LinearLayer* grad_reader_ = nullptr;  // the linear whose dgrad computes this gradient
   // Whether grad_reader_'s dgrad computes this op's gradient in the backward that comes next.
   bool gradient_in_reader() const;
+  // Whether producer_'s backward computes this op's gradient in its cast: set by the last backward.
+  bool gradient_in_producer_ = false;
+  // passes_gradient_through, asked by the reader's fusion or the producer's.
+  bool through_for_reader_ = false, through_for_producer_ = false;
+  void set_gradient_through(bool for_reader, bool for_producer);
 };
 
 }  // namespace mixtrain::core

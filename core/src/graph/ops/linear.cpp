@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 
 #include "graph/ops/activation.h"
 #include "graph/ops/op_registry.h"
@@ -128,12 +129,35 @@ void LinearLayer::choose_kernels(sdk::DeviceBackend& backend) {
   gradient_gemm_ =
       !unmet(backend, {sdk::GemmOp::gemm_gradient, {g, g, DType::fp32}}) &&
       !unmet(backend, {sdk::GemmOp::gemm_gradient, {g, g, storage_of(precision_.activation_grad)}});
-  if (!gradient_gemm_ && fusion_on_ && (bias_ || grad_input_ != nullptr))
+  if (!gradient_gemm_ && fusion_on_ && (bias_ || grad_input_ != nullptr) && !scaler_.active())
     ops::log_once("linear", "gemm_gradient",
                   "the backend has no gemm_gradient (gemm facet 1.5) for node '" + name_ +
                       "' and the linears like it: their backward runs the bias gradients and "
                       "gelu's gradient as separate passes");
+  // FP8: dy's cast with its epilogues, for whichever FP8 dtype the policy gives the gradient.
+  gradient_cast_dtype_ = storage_of(precision_.activation_grad);
+  gradient_cast_ = scaler_.active();
+  for (const DType to : {DType::fp8_e4m3, DType::fp8_e5m2})
+    for (const auto op : {sdk::GemmOp::cast_transpose, sdk::GemmOp::cast_transpose_gradient})
+      gradient_cast_ = gradient_cast_ && !unmet(backend, {op, {gradient_cast_dtype_, to}});
+  if (scaler_.active() && !gradient_cast_ && fusion_on_ && (bias_ || fused_ != nullptr))
+    ops::log_once("linear", "cast_transpose_gradient",
+                  "the backend's gemm facet has no cast_transpose_gradient (1.7) for " +
+                      std::string(sdk::dtype_name(gradient_cast_dtype_)) + " gradients (node '" +
+                      name_ +
+                      "' and the FP8 linears like it): their backward runs the bias gradients and "
+                      "gelu's gradient as passes of their own before the cast");
   update_fusion();
+}
+
+bool LinearLayer::folds_gradient_cast(DType grad) const {
+  return gradient_cast_ && fusion_on_ && !collect_stats_ && grad == gradient_cast_dtype_ &&
+         scaler_.delayed();
+}
+
+bool LinearLayer::casts_gelu_gradient(DType grad) const {
+  return epilogue_fused_ && fused_->activation() == sdk::Activation::gelu &&
+         folds_gradient_cast(grad) && storage_of(precision_.activation) == grad;
 }
 
 bool LinearLayer::input_gradient_fusable() const {
@@ -166,7 +190,14 @@ void LinearLayer::update_fusion() {
   // The gelu whose gradient this dgrad writes where the gelu's output gradient lies asks the plan
   // for one buffer for both (activation.h).
   if (grad_input_ != nullptr)
-    grad_input_->traits_.passes_gradient_through = fusion_on_ && gradient_gemm_;
+    grad_input_->set_gradient_through(fusion_on_ && gradient_gemm_,
+                                      grad_input_->through_for_producer_);
+  // So does a gelu whose gradient this linear's FP8 cast computes, which then reads z in this
+  // backward: z lives until then (planned once, so whether or not fusion is on at the time).
+  const bool gelu_cast =
+      fused_ != nullptr && fused_->activation() == sdk::Activation::gelu && gradient_cast_;
+  traits_.backward_reads_output = gelu_cast;
+  if (fused_ != nullptr) fused_->set_gradient_through(fused_->through_for_reader_, gelu_cast);
 }
 
 bool LinearLayer::set_block_scaling(const sdk::BlockScalingFacet* facet) {
@@ -342,12 +373,27 @@ void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int6
   // The GEMMs' operands: dy_g (op = dy) and w_g (op = W) for dgrad, dyt_g (op = dyᵀ) and x_g
   // (op = x) for wgrad.
   sdk::GemmOperand dy_g, dyt_g, x_g, w_g;
+  const bool bias_grad = bias_ && !bias().frozen && !bias_grad_in_reader();
+  // FP8: dy's cast may sum the bias gradient, and compute the gradient of the gelu this linear
+  // runs as its epilogue, whose backward then left dy as it was (gemm facet 1.7).
+  const bool gelu_in_cast = fused_ != nullptr && fused_->gradient_in_producer_;
+  bool bias_in_cast = false;
   if (scaler_.active()) {
+    GradientCast fold;
+    const bool folding = folds_gradient_cast(dy.dtype);
+    if (gelu_in_cast && !folding)
+      throw std::logic_error("linear '" + name_ + "': its gelu left its gradient to this cast");
+    if (folding && bias_grad) {
+      fold.column_sums = bias().grad.view();
+      fold.accumulate_column_sums = bias().take_grad_beta() != 0.0f;
+      bias_in_cast = true;
+    }
+    if (gelu_in_cast) fold.gelu_input = output(rows);
     // x and W were cast (and scaled) by the forward of this step; dy is cast here, into the
     // staging (read by the two GEMMs below alone), with its transpose where the backend writes it.
-    const ScaledLayouts dys =
-        scaler_.scale_layouts(backend_, facets(), dy, sdk::OperandRole::grad_output,
-                              Keep::transient, Keep::transient, collect_stats_ ? &stats_ : nullptr);
+    const ScaledLayouts dys = scaler_.scale_layouts(
+        backend_, facets(), dy, sdk::OperandRole::grad_output, Keep::transient, Keep::transient,
+        collect_stats_ ? &stats_ : nullptr, bias_in_cast || gelu_in_cast ? &fold : nullptr);
     dy_g = dys.operand(false, false);
     dyt_g = dys.operand(true, false);
     x_g = scaler_.kept(sdk::OperandRole::input, x.shape).operand(false, true);
@@ -359,7 +405,6 @@ void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int6
     if (!weight().frozen) x_g.view = as_dtype(x, in_storage, x_scratch_);  // dW's operand only
     w_g.view = padded ? padded_w_.view() : weight_operand();
   }
-  const bool bias_grad = bias_ && !bias().frozen && !bias_grad_in_reader();
   // wgrad sums the bias gradient as its epilogue when it reads dy as stored (the same terms).
   const bool bias_in_wgrad = bias_grad && !weight().frozen && gradient_gemm_ && fusion_on_ &&
                              !scaler_.active() && dy_g.view.data == dy.data &&
@@ -392,7 +437,7 @@ void LinearLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int6
       facets().call(sdk::GemmOp::gemm)->gemm(gw);
     }
   }
-  if (bias_grad && !bias_in_wgrad)
+  if (bias_grad && !bias_in_wgrad && !bias_in_cast)
     facets()
         .call(sdk::ActivationOp::bias_grad)
         ->bias_grad(dy, bias().grad.view(), bias().take_grad_beta() != 0.0f);

@@ -24,7 +24,13 @@
 //   and keeps xᵀ for the wgrad (x itself where the backend's gemm facet has no cast_transpose;
 //   nothing in evaluation or under a frozen weight), keeps W and Wᵀ once per optimizer step; the
 //   backward stages dy and dyᵀ for its two GEMMs. Each GEMM reads its FP8 operands in the layout
-//   that keeps the reduction dim contiguous where both exist.
+//   that keeps the reduction dim contiguous where both exist. Where the backend's gemm facet
+//   offers cast_transpose_gradient (1.7) for the gradient's dtype into both FP8 dtypes, under
+//   delayed scaling and with fusion on, dy's cast also sums the bias gradient, and for a gelu this
+//   linear runs as its epilogue, computes that gelu's gradient (casts_gelu_gradient; the gelu's
+//   backward then leaves dy as it is, activation.h), reading z, which the plan then keeps alive
+//   until this backward (backward_reads_output). The codes and amax are the unfused ops' exactly;
+//   the bias gradient is their sum within FP32 rounding.
 // - An input read by other ops as well (LoRA's A and its base read one x): the dgrad adds its
 //   contribution into the FP32 sum as the GEMM's beta = 1 (layer.h), when fusion is on and the
 //   operands are 16/32-bit.
@@ -142,6 +148,14 @@ class LinearLayer final : public Layer {
   bool input_gradient_done_ = false;
   bool input_gradient_fusable() const;
   bool bias_grad_in_reader() const;  // the reader's dgrad summed this bias's gradient
+  // FP8 gradients: gradient_cast_, the backend runs cast_transpose_gradient (1.7) for this
+  // layer's gradient dtype (choose_kernels); folds_gradient_cast(), this backward may use it.
+  bool gradient_cast_ = false;
+  sdk::DType gradient_cast_dtype_ = sdk::DType::fp32;  // the gradient dtype it was asked for
+  bool folds_gradient_cast(sdk::DType grad) const;
+  // Whether this backward computes fused_'s gelu gradient in dy's cast, for an output gradient of
+  // dtype `grad` (the gelu asks in its backward, which runs just before this one).
+  bool casts_gelu_gradient(sdk::DType grad) const;
   void dgrad(const sdk::GemmOperand& dy, const sdk::GemmOperand& w, sdk::TensorView dx,
              std::int64_t rows);
   // Padded classes: padded_out_ is 0 when off; wgrad_padded_ is set once a block of the pass has

@@ -108,10 +108,15 @@ TensorView OperandScaler::place(const std::shared_ptr<sdk::DeviceBackend>& backe
   return {static_cast<std::byte*>(staging.data) + at, dtype, shape};
 }
 
+bool OperandScaler::delayed() const {
+  return policy_ != nullptr && !policy_->wants_current_amax();
+}
+
 ScaledLayouts OperandScaler::scale_layouts(const std::shared_ptr<sdk::DeviceBackend>& backend,
                                            const BoundFacets& facets, TensorView src,
                                            sdk::OperandRole role, Keep stored, Keep transposed,
-                                           std::vector<Layer::ScaledOperandStats>* stats) {
+                                           std::vector<Layer::ScaledOperandStats>* stats,
+                                           const GradientCast* gradient) {
   if (amax_view_.data == nullptr)
     throw std::logic_error("OperandScaler::scale: no amax table bound (Model::allocate binds it)");
   if (stored == Keep::no && transposed == Keep::no)
@@ -160,6 +165,10 @@ ScaledLayouts OperandScaler::scale_layouts(const std::shared_ptr<sdk::DeviceBack
     out.transposed =
         place(backend, transposed, dst.transposed, dtype, flipped(src.shape), staging, &staged);
   const bool current = policy_->wants_current_amax();
+  if (gradient != nullptr && (transposed == Keep::no || current || stats != nullptr))
+    throw std::logic_error("OperandScaler: slot '" + operand.name() +
+                           "' was asked to fold work into a cast that cannot (scale_layouts' "
+                           "contract)");
   float measured = 0.0f;
   if (current) {
     // Current scaling: the scale comes from this very tensor, so its amax is measured (a cast at
@@ -192,13 +201,24 @@ ScaledLayouts OperandScaler::scale_layouts(const std::shared_ptr<sdk::DeviceBack
     amax_pending_[slot] = true;
   }
   if (transposed != Keep::no) {
-    // One read of src for both layouts (gemm facet 1.6).
+    // One read of src for both layouts (gemm facet 1.6), and for what it folds in (1.7).
     sdk::CastTransposeArgs both;
     both.src = src;
     both.out = out.stored;
     both.out_transposed = out.transposed;
     both.cast = args;
-    facets.call(sdk::GemmOp::cast_transpose)->cast_transpose(both);
+    if (gradient != nullptr) {
+      sdk::CastTransposeGradientArgs folded;
+      folded.cast = both;
+      folded.column_sums = gradient->column_sums;
+      folded.accumulate_column_sums = gradient->accumulate_column_sums;
+      folded.has_activation_grad = !gradient->gelu_input.empty();
+      folded.activation = sdk::Activation::gelu;
+      folded.pre_activation = gradient->gelu_input;
+      facets.call(sdk::GemmOp::cast_transpose_gradient)->cast_transpose_gradient(folded);
+    } else {
+      facets.call(sdk::GemmOp::cast_transpose)->cast_transpose(both);
+    }
   } else {
     backend->cast(src, out.stored, args);
   }

@@ -23,6 +23,12 @@
 //   keeps only xᵀ for its wgrad and stages x for its forward GEMM, as Transformer Engine does, and
 //   stages both of dy's layouts; it keeps W and Wᵀ (1 byte per FP8 weight element more than one
 //   layout, against rows·out bytes per linear no longer kept for dy).
+// - A gradient's cast may fold in work that reads the same tensor (GradientCast: its column sums,
+//   a linear's bias gradient; gelu's gradient, so that what is cast is dz = dy·gelu'(z)), through
+//   the gemm facet's cast_transpose_gradient (1.7). The caller asks only where that op runs for
+//   the gradient's dtype, the transpose is asked for, scaling is delayed (delayed(): a current
+//   amax would have to be measured on dz) and no statistics are collected; elsewhere it is a
+//   logic error.
 // - scale() and last() are the stored layout alone, kept (a convolution's operands).
 // - A weight is cast once per optimizer step: the micro-batches after the first (index > 0 since
 //   begin_micro_batch(0)) reuse the kept layouts of the same source tensor as they are, scale and
@@ -61,6 +67,15 @@ class OperandStaging {
   Tensor buffer_;
 };
 
+// What a gradient's cast folds in (see the contract above): the column sums of what it casts into
+// column_sums (fp32 [cols]; accumulated or overwritten), and with gelu_input (gelu's input z,
+// [rows, cols] of the gradient's dtype) the gelu's gradient first.
+struct GradientCast {
+  sdk::TensorView column_sums;
+  bool accumulate_column_sums = false;
+  sdk::TensorView gelu_input;
+};
+
 // Where OperandScaler::scale_layouts writes one layout of a cast (see the contract above).
 enum class Keep : std::uint8_t { no, transient, kept };
 
@@ -81,6 +96,8 @@ class OperandScaler {
   OperandScaler(const std::string& node, const std::string& gemm);
   void set_policy(sdk::PrecisionPolicy* policy) { policy_ = policy; }
   bool active() const { return policy_ != nullptr; }
+  // Delayed scaling: a cast's amax feeds later steps' scales only (see the contract above).
+  bool delayed() const;
   void begin_micro_batch(std::int64_t index) {
     micro_batch_ = index;
     if (index == 0) weight_source_ = nullptr;  // a new step: the weights may have changed
@@ -95,10 +112,12 @@ class OperandScaler {
 
   // Casts src (its leading dims folded into rows) into the layouts asked for (at least one), the
   // transposed one through `facets`' cast_transpose where it runs (see the contract above).
+  // `gradient` (nullable): what the cast folds in, under the conditions above.
   ScaledLayouts scale_layouts(const std::shared_ptr<sdk::DeviceBackend>& backend,
                               const BoundFacets& facets, sdk::TensorView src, sdk::OperandRole role,
                               Keep stored, Keep transposed,
-                              std::vector<Layer::ScaledOperandStats>* stats = nullptr);
+                              std::vector<Layer::ScaledOperandStats>* stats = nullptr,
+                              const GradientCast* gradient = nullptr);
   // The kept layouts of role's last cast, the stored one seen as `shape` ([rows, cols]) and the
   // transposed one as [cols, rows]; a layout that cast did not keep has a view without data.
   ScaledLayouts kept(sdk::OperandRole role, sdk::Shape shape) const;

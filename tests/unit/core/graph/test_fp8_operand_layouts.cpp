@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -55,13 +56,17 @@ class Fp8Policy final : public sdk::PrecisionPolicy {
 
 // The CPU backend's gemm facet offering its cast_transpose, which the CPU implements but does not
 // offer (a GPU's FP8 GEMM wants the layouts, the CPU's reads either), counting its calls; or
-// refusing it (a gemm 1.5 backend, a device whose FP8 GEMM does not want it).
+// refusing it (a gemm 1.5 backend, a device whose FP8 GEMM does not want it). With
+// `offer_gradient`, its cast_transpose_gradient (1.7) too, which the CPU implements as the
+// unfused ops in turn.
 class CastTransposeGemm final : public sdk::GemmFacet {
  public:
-  CastTransposeGemm(sdk::GemmFacet& in, bool offer) : in_(in), offer_(offer) {}
+  CastTransposeGemm(sdk::GemmFacet& in, bool offer, bool offer_gradient = false)
+      : in_(in), offer_(offer), offer_gradient_(offer_gradient) {}
   bool supports(sdk::GemmOp op, std::span<const DType> d) const override {
-    if (op == sdk::GemmOp::cast_transpose)
-      return offer_ && d.size() == 2 && !sdk::is_fp8(d[0]) && sdk::is_fp8(d[1]);
+    const bool fp8_cast = d.size() == 2 && !sdk::is_fp8(d[0]) && sdk::is_fp8(d[1]);
+    if (op == sdk::GemmOp::cast_transpose) return offer_ && fp8_cast;
+    if (op == sdk::GemmOp::cast_transpose_gradient) return offer_gradient_ && fp8_cast;
     return in_.supports(op, d);
   }
   void gemm(const sdk::GemmArgs& a) override {
@@ -76,16 +81,24 @@ class CastTransposeGemm final : public sdk::GemmFacet {
     ++cast_transpose_calls;
     in_.cast_transpose(a);
   }
+  void cast_transpose_gradient(const sdk::CastTransposeGradientArgs& a) override {
+    ++gradient_casts;
+    if (a.has_activation_grad) ++gelu_casts;
+    if (!a.column_sums.empty()) ++summing_casts;
+    in_.cast_transpose_gradient(a);
+  }
   int cast_transpose_calls = 0, contiguous_gemms = 0;
+  int gradient_casts = 0, gelu_casts = 0, summing_casts = 0;
 
  private:
   sdk::GemmFacet& in_;
-  bool offer_;
+  bool offer_, offer_gradient_;
 };
 
 class LayoutBackend final : public test_support::ForwardingBackend {
  public:
-  explicit LayoutBackend(bool offer) : gemm(*sdk::facet<sdk::GemmFacet>(*in_), offer) {}
+  explicit LayoutBackend(bool offer, bool offer_gradient = false)
+      : gemm(*sdk::facet<sdk::GemmFacet>(*in_), offer, offer_gradient) {}
   sdk::Facet* find_facet(std::string_view name) override {
     if (name == sdk::GemmFacet::kName) return &gemm;
     return in_->find_facet(name);
@@ -126,12 +139,15 @@ struct Run {
   Fp8Policy policy;
 };
 
-// One optimizer step of two micro-batches (the second accumulates).
-std::unique_ptr<Run> step(bool offer) {
+// One optimizer step of two micro-batches (the second accumulates). `prepare` runs on the model
+// before the step.
+std::unique_ptr<Run> step(bool offer, bool offer_gradient = false,
+                          const std::function<void(Model&)>& prepare = {}) {
   auto r = std::make_unique<Run>();
-  r->backend = std::make_shared<LayoutBackend>(offer);
+  r->backend = std::make_shared<LayoutBackend>(offer, offer_gradient);
   r->model = model(r->backend, r->policy);
   Model& m = *r->model;
+  if (prepare) prepare(m);
   for (int micro = 0; micro < 2; ++micro) {
     std::vector<float> x(kRows * 12);
     for (std::size_t i = 0; i < x.size(); ++i)
@@ -243,6 +259,45 @@ TEST(Fp8OperandLayouts, AnEvaluationForwardKeepsNoLayoutOfX) {
   const ScaledLayouts x = scaler(m, "proj").kept(OperandRole::input, sdk::Shape{kRows, 24});
   EXPECT_EQ(x.stored.data, nullptr);
   EXPECT_EQ(x.transposed.data, nullptr);
+}
+
+// gemm 1.7: each linear's dy cast sums its bias gradient, and fc's computes the gradient of the
+// gelu it runs as its epilogue, whose backward leaves dy as it is. The CPU's reference is the
+// unfused ops in turn, so the step is the unfused one bit for bit: losses, every gradient (the
+// bias sums included) and the amaxes the policy gets (dz's, not dy's).
+TEST(Fp8OperandLayouts, TheGradientCastFoldsTheBiasGradientAndTheGeluGradient) {
+  const auto folded = step(true, true);
+  const auto apart = step(true, false);
+  ASSERT_EQ(folded->values.size(), apart->values.size());
+  for (std::size_t i = 0; i < folded->values.size(); ++i)
+    EXPECT_EQ(folded->values[i], apart->values[i]) << i;
+  EXPECT_EQ(folded->policy.amaxes, apart->policy.amaxes);
+  // Per micro-batch: fc's dy with gelu and its bias, proj's and head's with their biases.
+  EXPECT_EQ(folded->backend->gemm.gradient_casts, 2 * 3);
+  EXPECT_EQ(folded->backend->gemm.gelu_casts, 2);
+  EXPECT_EQ(folded->backend->gemm.summing_casts, 2 * 3);
+  // x and W stay plain casts: 3 linears, x per micro-batch, W once.
+  EXPECT_EQ(folded->backend->gemm.cast_transpose_calls, 3 * (2 + 1));
+  EXPECT_EQ(apart->backend->gemm.gradient_casts, 0);
+  // fc reads z in its backward, after the gelu's: the plan keeps it alive until then.
+  for (auto& l : folded->model->layers())
+    EXPECT_EQ(l->backward_reads_output(), l->name() == "fc") << l->name();
+  for (auto& l : apart->model->layers())
+    EXPECT_FALSE(l->name() == "fc" && l->backward_reads_output());
+}
+
+// Fusion off (the non-finite replay, model.fuse_epilogues = false) and statistics (a diagnostic
+// that reads what each cast saturated from its source) both cast dy alone.
+TEST(Fp8OperandLayouts, TheGradientCastFoldsNothingUnfusedOrWhileCollectingStatistics) {
+  const auto unfused = step(true, true, [](Model& m) { m.set_epilogue_fusion(false); });
+  EXPECT_EQ(unfused->backend->gemm.gradient_casts, 0);
+  const auto apart = step(true, false, [](Model& m) { m.set_epilogue_fusion(false); });
+  for (std::size_t i = 0; i < unfused->values.size(); ++i)
+    EXPECT_EQ(unfused->values[i], apart->values[i]) << i;
+  const auto stats = step(true, true, [](Model& m) {
+    for (auto& l : m.layers()) l->collect_operand_stats(true);
+  });
+  EXPECT_EQ(stats->backend->gemm.gradient_casts, 0);
 }
 
 // The staging is one buffer grown to the largest transient request: by fc's backward, its dy and
