@@ -73,7 +73,7 @@
 #   CHECK_POLICIES [bf16]  the policies whose `mixtrain check` (a CUDA start-up and a rehearsed
 #          step each) fills the model tables' predicted column
 #   PROFILE_STEPS [8: mixtrain's profiled steps; PyTorch profiles 3 after its warmup]  PROFILE_TOP [30]
-#   COUNTER_TARGETS [the counters stage's kernels, model:regex:launches a step; see below]
+#   COUNTER_TARGETS [the counters stage's kernels, model:regex:launches a step[:policy]; see below]
 #   DEBS [.debs]  DEBROOT [/tmp/debroot]  BUILD_DIR [build-h200]  JOBS [nproc]  CUDA_ARCHS [90]
 #   CMAKE_EXTRA_ARGS  more -D options for the configure stage (word-split)
 #   BUILD_TARGETS  [gpu_kit: mixtrain, the plugins and every test and benchmark the CMakeLists
@@ -165,14 +165,14 @@ export GPT_BATCH=${GPT_BATCH:-8} GPT_LAYERS=${GPT_LAYERS:-12} GPT_HEADS=${GPT_HE
 export GPT_TOKENS=${GPT_TOKENS:-1024} GPT_VOCAB=${GPT_VOCAB:-50257} GPT_STEPS=${GPT_STEPS:-120} GPT_LOG_EVERY=${GPT_LOG_EVERY:-20}
 export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 fp8-block} GPT_TORCH=${GPT_TORCH-bf16}
 export TORCH_WARMUP_S=${TORCH_WARMUP_S:-1} CHECK_POLICIES=${CHECK_POLICIES-bf16}
-export GPT_VARIANTS=${GPT_VARIANTS-bf16+nopad fp8+headbf16 fp8+plaincast bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+nographs bf16+waited bf16+tune}
+export GPT_VARIANTS=${GPT_VARIANTS-bf16+nopad fp8+headbf16 fp8+nogradcast fp8+plaincast bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+nographs bf16+waited bf16+tune}
 export GPT2M_LAYERS=${GPT2M_LAYERS:-24} GPT2M_HEADS=${GPT2M_HEADS:-16} GPT2M_WIDTH=${GPT2M_WIDTH:-1024}
 export GPT2M_BATCH=${GPT2M_BATCH:-8} GPT2M_POLICIES=${GPT2M_POLICIES:-bf16 fp8 fp8+plaincast}
 export ROOT HERE
 export PROFILE_STEPS=${PROFILE_STEPS:-8} PROFILE_TOP=${PROFILE_TOP:-30}
 # model:kernel regex:launches a step (step 1's are skipped): ResNet-50's batch norm passes, the
 # residual join's backward and the max pool's, GPT-2's loss rows, layer norm and AdamW.
-export COUNTER_TARGETS=${COUNTER_TARGETS:-resnet50:bn_apply_packs:53 resnet50:bn_grad_input_packs:53 resnet50:bn_moments:53 resnet50:bn_grad_sums:53 resnet50:residual_backward:16 resnet50:pool_backward:2 gpt2:softmax_xent:8 gpt2:layernorm_add_forward:24 gpt2:adamw:2}
+export COUNTER_TARGETS=${COUNTER_TARGETS:-resnet50:bn_apply_packs:53 resnet50:bn_grad_input_packs:53 resnet50:bn_moments:53 resnet50:bn_grad_sums:53 resnet50:residual_backward:16 resnet50:pool_backward:2 gpt2:softmax_xent:8 gpt2:layernorm_add_forward:24 gpt2:adamw:2 gpt2:cast_transpose_kernel:144:fp8-delayed}
 export STATE=${STATE:-/tmp/mixtrain-gpu-state}
 export PARTS=$STATE/parts  # each stage's report, gathered into $OUT by collect
 # STATE is removed below, so only a folder this script made (its marker inside), an empty one or
@@ -664,7 +664,9 @@ model_run() {
       # host waits for the gradient check before it queues the update (run.gated_update = false:
       # what the gated update gains); +plaincast: FP8 operands cast alone, each GEMM transposing
       # what it reads transposed (backend.cuda.fp8_cast_transpose = false: what the fused
-      # cast + transpose gains, and its memory); +convaxpy: a block's first convolution writes
+      # cast + transpose gains, and its memory); +nogradcast: an FP8 linear's bias gradient and its
+      # gelu's gradient as passes of their own before dy's cast (backend.cuda.fp8_gradient_cast =
+      # false: what folding them into the cast gains); +convaxpy: a block's first convolution writes
       # its input gradient apart and an axpy adds it into the sum (conv_dgrad_accumulate = false:
       # what the accumulating dgrad gains); +convtune: each convolution shape's fastest of the
       # search's first 8 cuDNN engines (backend.cuda.conv_autotune = 8: what the engine choice
@@ -692,6 +694,7 @@ model_run() {
       [[ $p == *+ln2pass* ]] && variant+=(--set backend.cuda.layernorm_backward_one_pass=false)
       [[ $p == *+waited* ]] && variant+=(--set run.gated_update=false)
       [[ $p == *+plaincast* ]] && variant+=(--set backend.cuda.fp8_cast_transpose=false)
+      [[ $p == *+nogradcast* ]] && variant+=(--set backend.cuda.fp8_gradient_cast=false)
       [[ $p == *+convaxpy* ]] && variant+=(--set backend.cuda.conv_dgrad_accumulate=false)
       [[ $p == *+convtune* ]] && variant+=(--set backend.cuda.conv_autotune=8)
       [[ $p == *+wgrad16* ]] && variant+=(--set backend.cuda.conv_wgrad_in_operand_dtype=true)
@@ -996,7 +999,9 @@ stage_profile() {
 
 # Hardware counters of the element-wise kernels: `ncu --print-summary per-kernel` on 3 launches,
 # in step 2, of each kernel of COUNTER_TARGETS (model:kernel-name regex:launches a step, the
-# launches of step 1 skipped), each in a 3-step bf16 run of its model at the model stages' shape,
+# launches of step 1 skipped, and optionally :policy, bf16-mixed by default: the FP8 casts' kernel
+# runs under fp8-delayed, 144 launches a step on GPT-2 small, x, W and dy of 48 linears), each in a
+# 3-step run of its model at the model stages' shape,
 # op by op (run.step_graphs = false: a replayed graph's kernels are not launches of their own). The
 # first launches of a step are the first layers', the largest. The sections: speed of light
 # (duration, DRAM and L1/TEX throughput as % of peak), occupancy (achieved against the registers'
@@ -1015,7 +1020,7 @@ stage_counters() {
   gpt2_tokens || return 1
   end=$(($(date +%s) + STAGE_CAP - 5))
   for target in $COUNTER_TARGETS; do
-    IFS=: read -r model regex per <<<"$target"
+    IFS=: read -r model regex per policy <<<"$target"
     if [[ $model == resnet50 ]]; then
       config=$ROOT/configs/resnet50-bf16.toml; mapfile -t sets < <(resnet50_sets)
     else
@@ -1025,11 +1030,11 @@ stage_counters() {
     ((cap > 40)) && cap=40
     ((cap >= 15)) || { echo "$target: no time left" >>"$C/$model.txt"; rc=1; continue; }
     {
-      echo "### $regex"
+      echo "### $regex${policy:+ ($policy)}"
       LD_LIBRARY_PATH=$MIX_LD_PATH timeout --foreground -k 5 "$cap" "$ncu" --clock-control none \
         --kernel-name "regex:$regex" --launch-skip "$per" --launch-count 3 \
         --section SpeedOfLight --section Occupancy --section LaunchStats --print-summary per-kernel \
-        "$MIXTRAIN_BIN" train "$config" "${sets[@]}" --set precision.policy=bf16-mixed \
+        "$MIXTRAIN_BIN" train "$config" "${sets[@]}" --set "precision.policy=${policy:-bf16-mixed}" \
         --set run.steps=3 --set run.step_graphs=false --run-dir "$C/run" 2>&1 || { rc=1; echo "(exit $?)"; }
     } >>"$C/$model.txt"
     rm -rf "$C/run"
