@@ -134,13 +134,15 @@ void LinearLayer::choose_kernels(sdk::DeviceBackend& backend) {
                   "the backend has no gemm_gradient (gemm facet 1.5) for node '" + name_ +
                       "' and the linears like it: their backward runs the bias gradients and "
                       "gelu's gradient as separate passes");
-  // FP8: dy's cast with its epilogues, for whichever FP8 dtype the policy gives the gradient.
+  // FP8: dy's cast with its epilogues, for whichever FP8 dtype the policy gives the gradient, under
+  // delayed scaling (current scaling would measure dy's amax, not dz's).
   gradient_cast_dtype_ = storage_of(precision_.activation_grad);
-  gradient_cast_ = scaler_.active();
+  gradient_cast_ = scaler_.active() && scaler_.delayed();
   for (const DType to : {DType::fp8_e4m3, DType::fp8_e5m2})
     for (const auto op : {sdk::GemmOp::cast_transpose, sdk::GemmOp::cast_transpose_gradient})
       gradient_cast_ = gradient_cast_ && !unmet(backend, {op, {gradient_cast_dtype_, to}});
-  if (scaler_.active() && !gradient_cast_ && fusion_on_ && (bias_ || fused_ != nullptr))
+  if (scaler_.active() && scaler_.delayed() && !gradient_cast_ && fusion_on_ &&
+      (bias_ || fused_ != nullptr))
     ops::log_once("linear", "cast_transpose_gradient",
                   "the backend's gemm facet has no cast_transpose_gradient (1.7) for " +
                       std::string(sdk::dtype_name(gradient_cast_dtype_)) + " gradients (node '" +
@@ -151,8 +153,7 @@ void LinearLayer::choose_kernels(sdk::DeviceBackend& backend) {
 }
 
 bool LinearLayer::folds_gradient_cast(DType grad) const {
-  return gradient_cast_ && fusion_on_ && !collect_stats_ && grad == gradient_cast_dtype_ &&
-         scaler_.delayed();
+  return gradient_cast_ && fusion_on_ && !collect_stats_ && grad == gradient_cast_dtype_;
 }
 
 bool LinearLayer::casts_gelu_gradient(DType grad) const {
@@ -197,7 +198,10 @@ void LinearLayer::update_fusion() {
   const bool gelu_cast =
       fused_ != nullptr && fused_->activation() == sdk::Activation::gelu && gradient_cast_;
   traits_.backward_reads_output = gelu_cast;
-  if (fused_ != nullptr) fused_->set_gradient_through(fused_->through_for_reader_, gelu_cast);
+  // The gelu's gradient shares its output gradient's memory only while fusion is on, as the
+  // reader's fusion asks (the replay's unfused gelu then works in place in the planned buffer).
+  if (fused_ != nullptr)
+    fused_->set_gradient_through(fused_->through_for_reader_, gelu_cast && fusion_on_);
 }
 
 bool LinearLayer::set_block_scaling(const sdk::BlockScalingFacet* facet) {
