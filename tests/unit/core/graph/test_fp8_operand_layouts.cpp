@@ -36,6 +36,8 @@ class Fp8Policy final : public sdk::PrecisionPolicy {
   }
   bool needs_loss_scaling() const override { return false; }
   bool uses_scaled_operands() const override { return true; }
+  bool wants_current_amax() const override { return current; }
+  bool current = false;  // current scaling: the host measures each amax before its cast
   sdk::OperandScaling operand_scaling(const sdk::OperandSlot& slot) override {
     ++asks[slot.name()];
     switch (slot.role()) {
@@ -142,8 +144,9 @@ struct Run {
 // One optimizer step of two micro-batches (the second accumulates). `prepare` runs on the model
 // before the step.
 std::unique_ptr<Run> step(bool offer, bool offer_gradient = false,
-                          const std::function<void(Model&)>& prepare = {}) {
+                          const std::function<void(Model&)>& prepare = {}, bool current = false) {
   auto r = std::make_unique<Run>();
+  r->policy.current = current;
   r->backend = std::make_shared<LayoutBackend>(offer, offer_gradient);
   r->model = model(r->backend, r->policy);
   Model& m = *r->model;
@@ -286,8 +289,9 @@ TEST(Fp8OperandLayouts, TheGradientCastFoldsTheBiasGradientAndTheGeluGradient) {
     EXPECT_FALSE(l->name() == "fc" && l->backward_reads_output());
 }
 
-// Fusion off (the non-finite replay, model.fuse_epilogues = false) and statistics (a diagnostic
-// that reads what each cast saturated from its source) both cast dy alone.
+// Fusion off (the non-finite replay, model.fuse_epilogues = false), statistics (a diagnostic
+// that reads what each cast saturated from its source) and current scaling (which measures the
+// amax of the very tensor it casts, and dz does not exist apart) all cast dy alone.
 TEST(Fp8OperandLayouts, TheGradientCastFoldsNothingUnfusedOrWhileCollectingStatistics) {
   const auto unfused = step(true, true, [](Model& m) { m.set_epilogue_fusion(false); });
   EXPECT_EQ(unfused->backend->gemm.gradient_casts, 0);
@@ -298,6 +302,10 @@ TEST(Fp8OperandLayouts, TheGradientCastFoldsNothingUnfusedOrWhileCollectingStati
     for (auto& l : m.layers()) l->collect_operand_stats(true);
   });
   EXPECT_EQ(stats->backend->gemm.gradient_casts, 0);
+  const auto current = step(true, true, {}, true);
+  EXPECT_EQ(current->backend->gemm.gradient_casts, 0);
+  EXPECT_GT(current->backend->gemm.cast_transpose_calls, 0);
+  for (auto& l : current->model->layers()) EXPECT_FALSE(l->backward_reads_output()) << l->name();
 }
 
 // The staging is one buffer grown to the largest transient request: by fc's backward, its dy and
