@@ -165,7 +165,7 @@ export GPT_BATCH=${GPT_BATCH:-8} GPT_LAYERS=${GPT_LAYERS:-12} GPT_HEADS=${GPT_HE
 export GPT_TOKENS=${GPT_TOKENS:-1024} GPT_VOCAB=${GPT_VOCAB:-50257} GPT_STEPS=${GPT_STEPS:-120} GPT_LOG_EVERY=${GPT_LOG_EVERY:-20}
 export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 fp8-block} GPT_TORCH=${GPT_TORCH-bf16}
 export TORCH_WARMUP_S=${TORCH_WARMUP_S:-1} CHECK_POLICIES=${CHECK_POLICIES-bf16}
-export GPT_VARIANTS=${GPT_VARIANTS-bf16+nopad fp8+headbf16 fp8+nogradcast fp8+plaincast bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+nographs bf16+waited bf16+tune}
+export GPT_VARIANTS=${GPT_VARIANTS-bf16+nopad fp8+headfp8 fp8+nogradcast fp8+plaincast bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+nographs bf16+waited bf16+tune}
 export GPT2M_LAYERS=${GPT2M_LAYERS:-24} GPT2M_HEADS=${GPT2M_HEADS:-16} GPT2M_WIDTH=${GPT2M_WIDTH:-1024}
 export GPT2M_BATCH=${GPT2M_BATCH:-8} GPT2M_POLICIES=${GPT2M_POLICIES:-bf16 fp8 fp8+plaincast}
 export ROOT HERE
@@ -648,9 +648,10 @@ model_run() {
       # flash backward (deterministic_attention = false: what determinism costs); the LM head's
       # GEMMs on padded rows (gemm_realign = true); +nopad: the LM head's blocks unpadded
       # (model.loss_pad_classes = 0; on CUDA they are padded to 64 classes by default, 50257 ->
-      # 50304: what that gains); +headbf16: an FP8 policy's LM head in bf16 (a
-      # [[precision.override]], as Transformer Engine recipes keep the output layer in 16 bits), so
-      # the chunked loss computes it in padded blocks instead of whole and unpadded; +nondetconv:
+      # 50304: what that gains); +headfp8: an FP8 policy's LM head in FP8 (a [[precision.override]];
+      # since session 59 the logits node computes in 16 bits by default, as Transformer Engine
+      # recipes keep the output layer, in the chunked loss's padded blocks: what that gains);
+      # +nondetconv:
       # cuDNN's heuristic order for the convolutions, non-deterministic engines included
       # (deterministic_convolutions = false);
       # +floatpixels: the images decoded on the host and sent as fp32 (data.pixels = float32, the
@@ -685,8 +686,8 @@ model_run() {
         variant+=(--set backend.cuda.deterministic_attention=false)
       [[ $p == *+realign* ]] && variant+=(--set backend.cuda.gemm_realign=true)
       [[ $p == *+nopad* ]] && variant+=(--set model.loss_pad_classes=0)
-      [[ $p == *+headbf16* ]] &&
-        variant+=(--set 'precision.override=[{layers = "lm_head", compute = "bf16"}]')
+      [[ $p == *+headfp8* ]] &&
+        variant+=(--set 'precision.override=[{layers = "lm_head", gemm_input = "fp8_e4m3"}]')
       [[ $p == *+nondetconv* ]] && variant+=(--set backend.cuda.deterministic_convolutions=false)
       [[ $p == *+floatpixels* ]] && variant+=(--set data.pixels=float32)
       [[ $p == *+pageable* ]] && variant+=(--set data.pin_memory=false)

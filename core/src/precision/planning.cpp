@@ -186,6 +186,24 @@ void store_outputs_for_gemm_readers(Model& model, const std::vector<PrecisionOve
   }
 }
 
+// Per-tensor FP8's logits node in the policy's 16-bit activations (planning.h says why).
+void keep_logits_in_16_bits(Model& model, const sdk::Logger& log) {
+  const TensorId logits = model.plan().root(model.plan().logits());
+  if (!logits.is_node()) return;
+  Layer& head = *model.layers()[logits.position()];
+  sdk::OpPrecision p = head.precision();
+  if (!head.has_gemm() || !sdk::is_fp8(p.gemm_input) || sdk::is_fp8(p.activation)) return;
+  p.gemm_input = p.activation;
+  head.set_precision(p);
+  log.info("the logits node '" + head.name() + "' computes its GEMMs in " +
+           std::string(sdk::dtype_name(p.activation)) +
+           ", not FP8, as Transformer Engine keeps the output layer (one amax over the batch "
+           "would make its logits whole, and an FP8 GEMM needs classes in multiples of 16); a "
+           "[[precision.override]] layers = " +
+           sdk::option_value_to_string(exact_pattern(head.name())) +
+           ", gemm_input = \"fp8_e4m3\" keeps it in FP8");
+}
+
 }  // namespace
 
 std::string exact_pattern(const std::string& name) {
@@ -227,6 +245,7 @@ void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
     }
     layer->set_precision(p);
   }
+  if (policy.uses_scaled_operands()) keep_logits_in_16_bits(model, log);
   for (const auto& o : overrides) {
     bool matched = false;
     std::string sensitive_skipped;

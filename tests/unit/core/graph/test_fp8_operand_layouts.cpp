@@ -120,7 +120,7 @@ class LayoutBackend final : public test_support::ForwardingBackend {
 
 constexpr std::int64_t kRows = 12;  // not a multiple of the kernels' tiles
 
-// fc (+gelu) -> proj -> head, every linear in FP8.
+// fc (+gelu) -> proj -> head, every linear in FP8 (head by an override).
 std::unique_ptr<Model> model(const std::shared_ptr<LayoutBackend>& backend, Fp8Policy& policy) {
   ModelSpec spec;
   spec.graph = true;
@@ -128,7 +128,11 @@ std::unique_ptr<Model> model(const std::shared_ptr<LayoutBackend>& backend, Fp8P
                  op("linear", "proj", {{"out", 20}}, {"gelu"}),
                  op("linear", "head", {{"out", 5}}, {"proj"})};
   auto m = std::make_unique<Model>(backend, spec, 12, 5);
-  plan_precision(*m, policy, backend->capabilities(), {});
+  // head is the logits node, which per-tensor FP8 keeps in 16 bits unless an override names it.
+  PrecisionOverride fp8_head;
+  fp8_head.pattern = "head";
+  fp8_head.gemm_input = DType::fp8_e4m3;
+  plan_precision(*m, policy, backend->capabilities(), {fp8_head});
   m->allocate(kRows);
   m->init_parameters(3);
   return m;

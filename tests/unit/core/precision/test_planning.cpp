@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cpu_test_backend.h"
+#include "graph/ops/operand_scaler.h"
 #include "mixtrain/core/graph/model.h"
 #include "mixtrain/core/precision/planning.h"
 #include "mixtrain/sdk/policy_block_scaling.h"
@@ -271,10 +272,56 @@ TEST(PrecisionPlanning, AGlobMatchingOnlySensitiveOpsIsAnErrorThatSaysHowToNameO
   }
 }
 
+// The logits node of a per-tensor FP8 plan computes in the policy's 16-bit activations (planning.h
+// says why), logged; an override naming it puts it back in FP8, and a plan without FP8 is left
+// alone.
+TEST(PrecisionPlanning, PerTensorFp8KeepsTheLogitsNodeIn16BitsUnlessAnOverrideNamesIt) {
+  {
+    auto m = small_model();
+    RecordingPolicy policy(/*fp8=*/true);
+    test::CapturingSink sink;
+    plan_precision(*m, policy, cpu()->capabilities(), {}, sdk::Logger(&sink, "test"));
+    EXPECT_EQ(layer(*m, "fc1").precision().gemm_input, DType::fp8_e4m3);
+    EXPECT_EQ(layer(*m, "head").precision().gemm_input, DType::bf16);
+    EXPECT_EQ(layer(*m, "head").precision().weight, DType::bf16);
+    EXPECT_FALSE(layer(*m, "head").operand_scaler()->active());
+    EXPECT_TRUE(sink.contains(sdk::LogLevel::info,
+                              "the logits node 'head' computes its GEMMs in bf16, not FP8"));
+    EXPECT_TRUE(sink.contains(sdk::LogLevel::info, "gemm_input = \"fp8_e4m3\" keeps it in FP8"));
+  }
+  {
+    auto m = small_model();
+    RecordingPolicy policy(/*fp8=*/true);
+    PrecisionOverride fp8_head;
+    fp8_head.pattern = "head";
+    fp8_head.gemm_input = DType::fp8_e4m3;
+    plan_precision(*m, policy, cpu()->capabilities(), {fp8_head});
+    EXPECT_EQ(layer(*m, "head").precision().gemm_input, DType::fp8_e4m3);
+    EXPECT_TRUE(layer(*m, "head").operand_scaler()->active());
+  }
+  {
+    auto m = small_model();
+    RecordingPolicy policy;
+    test::CapturingSink sink;
+    plan_precision(*m, policy, cpu()->capabilities(), {}, sdk::Logger(&sink, "test"));
+    EXPECT_EQ(layer(*m, "head").precision().gemm_input, DType::bf16);
+    EXPECT_FALSE(sink.contains(sdk::LogLevel::info, "the logits node"));
+  }
+}
+
+// The FP8 model of the slot tests: the logits node back in FP8 by an override, so that both
+// linears scale their operands.
+std::vector<PrecisionOverride> fp8_head() {
+  PrecisionOverride o;
+  o.pattern = "head";
+  o.gemm_input = DType::fp8_e4m3;
+  return {o};
+}
+
 TEST(PrecisionPlanning, Fp8OperandSlotsAreNamedPerGemm) {
   auto m = small_model();
   RecordingPolicy policy(/*fp8=*/true);
-  plan_precision(*m, policy, cpu()->capabilities(), {});
+  plan_precision(*m, policy, cpu()->capabilities(), fp8_head());
   m->allocate(4);
   m->init_parameters(7);
   m->refresh_working_copies();
@@ -307,8 +354,8 @@ TEST(PrecisionPlanning, Fp8OperandSlotsAreNamedPerGemm) {
 TEST(PrecisionPlanning, AWeightIsCastToFp8OncePerStepAcrossItsMicroBatches) {
   auto accumulated = small_model(), single = small_model();
   RecordingPolicy policy(/*fp8=*/true), single_policy(/*fp8=*/true);
-  plan_precision(*accumulated, policy, cpu()->capabilities(), {});
-  plan_precision(*single, single_policy, cpu()->capabilities(), {});
+  plan_precision(*accumulated, policy, cpu()->capabilities(), fp8_head());
+  plan_precision(*single, single_policy, cpu()->capabilities(), fp8_head());
   std::vector<float> x(4 * 8);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
   const std::vector<std::int32_t> y = {0, 1, 2, 0};

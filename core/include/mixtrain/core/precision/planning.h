@@ -6,6 +6,15 @@
 // - Precision-sensitive ops (Layer::precision_sensitive(): layernorm's statistics; softmax and
 //   attention later) are pinned here, and only here: every dtype fp32, whatever the policy
 //   planned (logged at debug level when the plan differed). No policy keeps a deny-list.
+// - Under a per-tensor FP8 policy (uses_scaled_operands()), the logits node, the linear whose
+//   output the loss reads (a classifier, an LM head), computes its GEMMs in the policy's 16-bit
+//   activation dtype instead of FP8, as Transformer Engine's recipes keep the output layer
+//   (logged at info level). Why: its operands are scaled by one amax over the whole batch, so the
+//   chunked loss cannot compute it in blocks and the [rows, classes] logits exist whole; and a
+//   class count that is not a multiple of 16 has no FP8 GEMM at all (cuBLASLt answered
+//   NOT_SUPPORTED for GPT-2's 50257 on an H200, session 58: the head ran as a 16-bit fallback
+//   after FP8 casts that only cost, 19.3 of 43.7 ms a step, at 1.8x bf16's memory). An override
+//   naming the node (gemm_input = "fp8_e4m3") puts it back in FP8.
 // - Then the user's [[precision.override]] entries apply in config order: each pattern is a
 //   layer name or an fnmatch glob, and every field it sets replaces the plan's. A glob ("*",
 //   "fc*") skips precision-sensitive ops, so they stay fp32; a pattern without wildcards that
