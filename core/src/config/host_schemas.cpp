@@ -569,6 +569,11 @@ sdk::OptionSchema model_schema() {
                               "run each relu/gelu that follows a linear layer as that GEMM's "
                               "epilogue, and each batch norm read only by an add inside the "
                               "add (one rounding, one pass less)"),
+          OptionSpec::boolean("fp32_gradient_sums", true,
+                              "a tensor read by several ops (a residual block's input) sums its "
+                              "gradient in FP32; false sums it in its readers' gradient dtype "
+                              "when they share one (bf16 under bf16-mixed), as PyTorch AMP's "
+                              "autograd does: half the bytes of the sum, rounded at each add"),
           OptionSpec::integer("loss_chunk_rows", 1024,
                               "compute the classifier (a language model's LM head) and the loss "
                               "this many rows at a time, so the whole [rows, classes] logits and "

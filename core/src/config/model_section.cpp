@@ -663,6 +663,7 @@ void read_model_config(const Config& config, Experiment& e) {
   auto model = sdk::Options::resolve("model", model_schema(), raw, e.model.where, {});
   e.model.loss = model.get_string("loss");
   e.model.fuse_epilogues = model.get_bool("fuse_epilogues");
+  e.model.fp32_gradient_sums = model.get_bool("fp32_gradient_sums");
   e.model.label_smoothing = model.get_double("label_smoothing");
   if (model.was_set("loss_chunk_rows")) e.model.loss_chunk_rows = model.get_int("loss_chunk_rows");
   if (model.was_set("loss_pad_classes"))

@@ -8,6 +8,7 @@
 #include "graph/allocation_error.h"
 #include "graph/ops/op_support.h"
 #include "mixtrain/core/graph/backend_needs.h"
+#include "mixtrain/sdk/backend_residual.h"
 #include "profiling/profile_scope.h"
 
 namespace mixtrain::core {
@@ -573,14 +574,19 @@ void Executor::backward(Extent e, const GradientBuffers& buffers, bool last_micr
     op.backward_inputs(xs, dy, dxs, plan_.rows(TensorId::node(i), e));
     if (accumulates) op.set_input_gradient_accumulation({});
     for (const Pending& p : pending) {
-      // Several readers: the gradient is FP32; the first contribution overwrites, later ones add.
+      // Several readers: the first contribution overwrites, later ones add, into an FP32 sum by
+      // axpy, into a 16-bit one (model.fp32_gradient_sums = false) by the residual add in place.
       auto& w = written[p.root];
       const TensorView c = dxs[p.slot];
-      if (w == 0)
+      if (w == 0) {
         backend_->cast(c, p.target);
-      else
+      } else if (p.target.dtype == DType::fp32) {
         facets_.call(sdk::ActivationOp::axpy)
             ->axpy(1.0f, c, p.target);  // any storage dtype into FP32
+      } else {
+        const TensorView terms[2] = {p.target, c};
+        facets_.call(sdk::ResidualOp::add)->add(terms, false, p.target);
+      }
       ++w;
     }
     if (grad_ready_ && last_micro_batch)

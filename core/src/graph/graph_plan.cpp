@@ -467,6 +467,7 @@ GraphPlan GraphPlan::build(const ModelSpec& spec, std::int64_t input_features, s
   const std::vector<std::string> frozen = apply_freezing(spec.freeze, ops);
   propagate_gradient_needs(plan.nodes_, plan.ties_, frozen, ops);
   fuse_epilogues(spec, topo, plan.nodes_, ops);
+  plan.fp32_gradient_sums_ = spec.fp32_gradient_sums;
   return plan;
 }
 

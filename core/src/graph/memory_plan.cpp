@@ -195,6 +195,38 @@ struct GradientLives {
   std::vector<std::size_t> life_of;
 };
 
+// model.fp32_gradient_sums = false: a slot read several times takes the one dtype all its
+// contributions come in, FP32 where they differ. A pass-through reader (an add) contributes its
+// own output gradient's dtype (what the executor hands on), so the slots are settled from the
+// last node back: every reader of node p comes after p.
+void sums_in_readers_dtype(const GraphPlan& plan, const Ops& ops, const ChunkedLogits& chunked,
+                           std::vector<GradientSlot>& slots) {
+  const std::size_t n = ops.size();
+  std::vector<int> seen(n, 0);
+  std::vector<bool> mixed(n, false);
+  std::vector<DType> common(n, DType::fp32);
+  auto see = [&](TensorId tensor, DType dtype) {
+    const TensorId root = plan.root(tensor);
+    if (!plan.needs_grad(root)) return;
+    const std::size_t r = root.position();
+    if (seen[r]++ == 0)
+      common[r] = dtype;
+    else if (common[r] != dtype)
+      mixed[r] = true;
+  };
+  auto settle = [&](std::size_t r) {
+    if (slots[r].reads > 1) slots[r].dtype = mixed[r] ? DType::fp32 : common[r];
+  };
+  if (chunked.rows == 0) see(plan.logits(), logits_grad_dtype(plan, ops));
+  for (std::size_t p = n; p-- > 0;) {
+    settle(p);
+    if (ops[p]->is_view()) continue;
+    const DType contribution =
+        ops[p]->passes_gradient_through() ? slots[p].dtype : contribution_dtype(ops, p);
+    for (TensorId t : plan.node(p).inputs) see(t, contribution);
+  }
+}
+
 GradientLives gradient_lives(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows) {
   const std::size_t n = ops.size();
   GradientLives out;
@@ -219,8 +251,12 @@ GradientLives gradient_lives(const GraphPlan& plan, const Ops& ops, std::int64_t
     for (TensorId t : plan.node(p).inputs)
       contribute(t, contribution_dtype(ops, p), in_loss ? 0 : static_cast<int>(n - p));
   }
-  for (auto& g : slots)
-    if (g.reads > 1) g.dtype = DType::fp32;
+  if (plan.fp32_gradient_sums()) {
+    for (auto& g : slots)
+      if (g.reads > 1) g.dtype = DType::fp32;
+  } else {
+    sums_in_readers_dtype(plan, ops, chunked, slots);
+  }
   // An op whose inputs' gradients are its output's (add) lends that buffer to one input read by
   // it alone, in the same dtype: the input's gradient is then written by the op's readers, and
   // the op copies nothing. The input's life starts when the output's ends (at the op's backward),

@@ -5,10 +5,26 @@
 
 #include "graph/backend_check.h"
 #include "graph/ops/operand_scaler.h"
+#include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/core/graph/memory_plan.h"
+#include "mixtrain/sdk/backend_residual.h"
 #include "mixtrain/sdk/support/backend_features.h"
 
 namespace mixtrain::core {
+
+namespace {
+// A 16-bit gradient sum adds its later contributions with the residual facet's add in place
+// (Executor::backward): a backend without it keeps FP32 sums.
+bool adds_in_16_bits(sdk::DeviceBackend& backend) {
+  const auto* residual = sdk::facet<sdk::ResidualFacet>(backend);
+  if (residual == nullptr) return false;
+  for (const sdk::DType d : {sdk::DType::bf16, sdk::DType::fp16}) {
+    const sdk::DType pair[2] = {d, d};
+    if (!residual->supports(sdk::ResidualOp::add, pair)) return false;
+  }
+  return true;
+}
+}  // namespace
 
 std::int64_t default_loss_pad_classes(const sdk::DeviceBackend& backend, std::int64_t classes) {
   if (classes % 8 == 0) return 0;
@@ -32,7 +48,14 @@ Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
       loss_pad_classes_(
           spec.label_smoothing != 0.0
               ? 0
-              : spec.loss_pad_classes.value_or(default_loss_pad_classes(*backend_, classes))) {}
+              : spec.loss_pad_classes.value_or(default_loss_pad_classes(*backend_, classes))) {
+  if (!plan_.fp32_gradient_sums() && !adds_in_16_bits(*backend_)) {
+    plan_.keep_fp32_gradient_sums();
+    core_logger("model").info(
+        "model.fp32_gradient_sums = false: the backend's residual facet cannot add 16-bit "
+        "gradients in place, so tensors read several times keep FP32 gradient sums");
+  }
+}
 
 void Model::check_backend() const {
   core::check_backend(plan_, ops_, *backend_);

@@ -66,6 +66,11 @@ class GraphPlan {
   TensorId root(TensorId t) const { return t.is_batch() ? t : nodes_[t.position()].root; }
   bool needs_grad(TensorId t) const { return t.is_node() && nodes_[t.position()].needs_grad; }
 
+  // Whether a tensor read several times sums its gradient in FP32 (ModelSpec::fp32_gradient_sums;
+  // keep_fp32_gradient_sums() when the backend cannot add in 16 bits).
+  bool fp32_gradient_sums() const { return fp32_gradient_sums_; }
+  void keep_fp32_gradient_sums() { fp32_gradient_sums_ = true; }
+
   std::int64_t input_features() const { return input_features_; }
   std::int32_t classes() const { return classes_; }
   const InputSpec& input() const { return input_; }
@@ -77,6 +82,7 @@ class GraphPlan {
  private:
   std::vector<PlannedNode> nodes_;
   std::vector<WeightTie> ties_;
+  bool fp32_gradient_sums_ = true;
   std::int64_t input_features_ = 0;
   std::int32_t classes_ = 0;
   InputSpec input_;

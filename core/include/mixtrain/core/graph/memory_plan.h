@@ -9,8 +9,11 @@
 //   logits). Views and deferred outputs take no activation bytes.
 // - Gradients: one buffer per root tensor that needs one, written first at the backward of its
 //   last reader and read last at its producer's backward. A tensor read once gets its reader's
-//   activation_grad dtype; one read several times keeps an FP32 gradient. A pass-through op (add)
-//   lends its output gradient's buffer to one input read by it alone in the same dtype, so a
+//   activation_grad dtype; one read several times keeps an FP32 gradient, or, with
+//   GraphPlan::fp32_gradient_sums() false (model.fp32_gradient_sums), the one dtype all its
+//   contributions come in (a pass-through op contributes its output gradient's dtype), FP32 where
+//   they differ: PyTorch AMP's bf16 sums, half the bytes, rounded at each add. A pass-through op
+//   (add) lends its output gradient's buffer to one input read by it alone in the same dtype, so a
 //   chain of adds shares one buffer. The same lives are also planned all in FP32 (the underflow
 //   measurement's pass).
 // - Deferred outputs: an op that writes no output while it runs fused (a linear whose relu is its
@@ -150,13 +153,13 @@ struct StepMemoryPlan {
 };
 
 // Whether a backward writes a gradient contribution straight into the tensor's gradient buffer:
-// its only contribution, or the first of several when it and the buffer are both FP32. Otherwise
-// it is written apart, then cast (the first) or added (the rest) into the FP32 sum; the executor
-// and the plan decide it here, alike.
+// its only contribution, or the first of several when it comes in the buffer's dtype. Otherwise
+// it is written apart, then cast (the first) or added (the rest) into the sum (an FP32 sum by
+// axpy, a 16-bit one by the residual facet's add in place); the executor and the plan decide it
+// here, alike.
 constexpr bool contribution_goes_straight(int reads, int written_before, sdk::DType contribution,
                                           sdk::DType buffer) {
-  return reads == 1 ||
-         (written_before == 0 && contribution == sdk::DType::fp32 && buffer == sdk::DType::fp32);
+  return reads == 1 || (written_before == 0 && contribution == buffer);
 }
 
 StepMemoryPlan plan_step_memory(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows,

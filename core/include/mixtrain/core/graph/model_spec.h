@@ -61,6 +61,10 @@ struct ModelSpec {
   // (1 - ε)·onehot + ε / classes. Evaluation reports plain cross-entropy whatever ε is.
   double label_smoothing = 0.0;
   bool fuse_epilogues = true;  // Linear + relu/gelu as one GEMM with an activation epilogue
+  // [model] fp32_gradient_sums: a tensor read by several ops sums its gradient in FP32 (true), or
+  // in its readers' gradient dtype when they all contribute in one (false: PyTorch AMP's bf16
+  // sums; graph/memory_plan.h).
+  bool fp32_gradient_sums = true;
   // [model] loss_chunk_rows: the logits node and the loss run this many rows at a time (graph/
   // chunked_loss.h); 0 computes the logits whole. Unset: kLossChunkRows for a model of at least
   // kLossChunkClasses classes (a language model's vocabulary), else 0: the logits of a few
