@@ -628,19 +628,26 @@ TEST_F(DataParallelTest, RanksWithDifferentConfigsExitTwoNamingTheKey) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_TRUE(has(r.err, "rank 1's differs from rank 0's at run.seed: `3` against `4`")) << r.err;
   // Each rank prints it, rank 1's prefixed "rank 1: " (README: "prefixed `rank N`"), in one write
-  // each: the unprefixed line is rank 0's alone. (mpirun may end rank 1 before it prints.)
-  const auto unprefixed = [](const std::string& err, const std::string& what) {
-    std::size_t count = 0;
-    for (auto at = err.find("error: " + what); at != std::string::npos;
-         at = err.find("error: " + what, at + 1))
-      ++count;
-    return count;
+  // each: an unprefixed line is rank 0's alone. mpirun ends the other rank when the first exits,
+  // so either rank may be ended before it prints (rank 0 was, once in about ten runs on 2 busy
+  // cores): at most one unprefixed line, and at least one of the two.
+  const auto count = [](const std::string& err, const std::string& what) {
+    std::size_t n = 0;
+    for (auto at = err.find(what); at != std::string::npos; at = err.find(what, at + 1)) ++n;
+    return n;
   };
-  EXPECT_EQ(unprefixed(r.err, "the ranks run different configs"), 1u) << r.err;
+  const auto one_write_each = [&](const std::string& err, const std::string& what) {
+    const std::size_t unprefixed = count(err, "error: " + what);
+    const std::size_t prefixed = count(err, "error: rank 1: " + what);
+    EXPECT_LE(unprefixed, 1u) << err;
+    EXPECT_LE(prefixed, 1u) << err;
+    EXPECT_GE(unprefixed + prefixed, 1u) << err;
+  };
+  one_write_each(r.err, "the ranks run different configs");
   // So does an error each rank finds alone before the ranks meet (an unknown key).
   r = run_ranks(2, common + " --set run.stepz=3");
   EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_EQ(unprefixed(r.err, "--set run.stepz=3"), 1u) << r.err;
+  one_write_each(r.err, "--set run.stepz=3");
 }
 
 // Ranks that resume different checkpoints (a stale copy on one node) would issue different
