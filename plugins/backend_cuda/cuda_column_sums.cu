@@ -1,7 +1,12 @@
 // Column reductions with a fixed partition and order, so results are reproducible run to run:
 // block (32 columns) x (8 row lanes) per split of the rows, the lanes folded in order, then each
 // column's splits added in order in double (split_sums, cuda_device.cuh: a block per 32 columns
-// stages the partials in shared memory and one lane per column adds them).
+// stages the partials in shared memory and one lane per column adds them). Plain sums (mode 0)
+// of a 16-byte-aligned dy whose columns come in whole packs run in packs: a thread takes the
+// columns of one 16-byte load per row (8 of bf16, 4 of fp32) with the rows, lanes and order of
+// those columns' threads above, so the partials are the same bits in fewer, wider loads (a warp
+// moved 64 bytes of a bf16 row a load; the bias gradients of GPT-2 small took 0.84 ms a step on
+// an H200, about 1.6 TB/s).
 #include "cuda_column_sums.h"
 #include "cuda_device.cuh"
 
@@ -54,6 +59,59 @@ __global__ void column_partial_kernel(const void* dy, Elem dyt, const void* x, E
   }
 }
 
+// Mode 0 in packs of V = 16 bytes of columns (see the top): thread (x, y) of block (b, s) sums
+// columns [(b * 32 + x) * V, +V) over rows s * rps + y, +8, ... of its split. n % V == 0.
+template <class S>
+__global__ void __launch_bounds__(32 * kColRows)
+    column_partial_packs_kernel(const elem_t<S>* __restrict__ dy, std::int64_t rows, std::int64_t n,
+                                std::int64_t rps, float* __restrict__ partial) {
+  constexpr int V = pack_width<elem_t<S>>();
+  __shared__ float s[kColRows][V][33];
+  const std::int64_t j0 = (static_cast<std::int64_t>(blockIdx.x) * 32 + threadIdx.x) * V;
+  const std::int64_t r_begin = static_cast<std::int64_t>(blockIdx.y) * rps;
+  const std::int64_t r_end = min(rows, r_begin + rps);
+  float a[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v) a[v] = 0.0f;
+  if (j0 < n) {
+#pragma unroll 4
+    for (std::int64_t r = r_begin + threadIdx.y; r < r_end; r += kColRows) {
+      const Pack<elem_t<S>, V> p = load_pack<V>(dy + r * n + j0);
+#pragma unroll
+      for (int v = 0; v < V; ++v) a[v] += S::load(p.v[v]);
+    }
+  }
+#pragma unroll
+  for (int v = 0; v < V; ++v) s[threadIdx.y][v][threadIdx.x] = a[v];
+  __syncthreads();
+  if (threadIdx.y == 0 && j0 < n) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      float t = 0.0f;
+      for (int k = 0; k < kColRows; ++k) t += s[k][v][threadIdx.x];
+      partial[static_cast<std::int64_t>(blockIdx.y) * n + j0 + v] = t;
+    }
+  }
+}
+
+// Launches column_partial_packs_kernel where dy's dtype, alignment and n allow; false otherwise.
+bool launch_partial_packs(const void* dy, Elem dyt, std::int64_t rows, std::int64_t n,
+                          std::int64_t rps, std::int64_t splits, float* partial,
+                          cudaStream_t stream) {
+  if (!aligned16(dy)) return false;
+  bool launched = false;
+  with_float_storage(dyt, [&](auto tag) {
+    using S = decltype(tag);
+    constexpr int V = pack_width<elem_t<S>>();
+    if (n % V != 0) return;
+    const dim3 grid(static_cast<unsigned>((n / V + 31) / 32), static_cast<unsigned>(splits));
+    column_partial_packs_kernel<S><<<grid, dim3(32, kColRows), 0, stream>>>(
+        static_cast<const elem_t<S>*>(dy), rows, n, rps, partial);
+    launched = true;
+  });
+  return launched;
+}
+
 // The finishing partials and outputs of one launch: out[k] (+)= the in-order total of partial[k].
 template <int kOutputs>
 struct FinishColumns {
@@ -91,7 +149,7 @@ void launch_column_sums(const void* dy, Elem dyt, const void* x, Elem xt, const 
   const std::int64_t splits = rows == 0 ? 0 : (rows + rps - 1) / rps;
   const dim3 grid(static_cast<unsigned>((n + 31) / 32), static_cast<unsigned>(splits));
   if (x == nullptr) {
-    if (splits > 0)
+    if (splits > 0 && !launch_partial_packs(dy, dyt, rows, n, rps, splits, partial, stream))
       column_partial_kernel<0><<<grid, dim3(32, kColRows), 0, stream>>>(
           dy, dyt, nullptr, Elem::f32, nullptr, nullptr, rows, n, rps, partial, nullptr);
     launch_column_finish(partial, nullptr, splits, n, out1, nullptr, accumulate, stream);
