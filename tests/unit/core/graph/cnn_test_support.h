@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -58,6 +59,16 @@ inline std::vector<float> loss_and_gradients(Model& m, std::int64_t rows) {
     out.insert(out.end(), g.begin(), g.end());
   }
   return out;
+}
+
+// ‖a − b‖ / ‖b‖ of two steps' loss and gradients (0 when b is all zeros).
+inline double relative_distance(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff += (a[i] - b[i]) * (a[i] - b[i]);
+    norm += b[i] * b[i];
+  }
+  return norm > 0 ? std::sqrt(diff / norm) : 0.0;
 }
 
 // A convolution facet passing every op to `in` (not owned): a test's stand-in derives from it and

@@ -88,15 +88,6 @@ std::vector<float> step(Model& m) {
   return loss_and_gradients(m, 4);
 }
 
-double relative_distance(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    diff += (a[i] - b[i]) * (a[i] - b[i]);
-    norm += b[i] * b[i];
-  }
-  return norm > 0 ? std::sqrt(diff / norm) : 0.0;
-}
-
 // Readers of a block input: the first convolution and the shortcut (a projection convolution, or
 // the add). The backward reaches the shortcut first, so each block's first convolution adds the
 // later contribution: one call per block, 3 here.

@@ -64,15 +64,6 @@ std::vector<DType> sum_dtypes(const Model& m) {
   return out;
 }
 
-double relative_distance(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    diff += (a[i] - b[i]) * (a[i] - b[i]);
-    norm += b[i] * b[i];
-  }
-  return norm > 0 ? std::sqrt(diff / norm) : 0.0;
-}
-
 TEST(GradientSumDtype, InBf16TheBlockInputsSumInBf16AndTheStepTracksTheFp32SumsOne) {
   auto sums16 = bottleneck(cpu(), false, DType::bf16);
   auto sums32 = bottleneck(cpu(), true, DType::bf16);
