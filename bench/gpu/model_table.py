@@ -83,7 +83,7 @@ def mixtrain_row(work, p, per_sample):
     what = {"nographs": "no step graphs", "tune": "gemm_autotune 8", "whole": "whole logits",
             "nopad": "unpadded LM head", "headfp8": "LM head in FP8",
             "nogradcast": "bias and gelu gradients apart from the FP8 cast",
-            "bf16sums": "bf16 gradient sums"}
+            "bf16sums": "bf16 gradient sums", "chunk2048": "LM head in blocks of 2048 rows"}
     name = f"mixtrain {NAMES.get(base, base)}" + "".join(f" + {what.get(x, x)}" for x in extras)
     if not os.path.isdir(run):
         return {"name": name, "error": "not run (see the stage's notes)"}

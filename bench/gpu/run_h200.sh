@@ -165,7 +165,7 @@ export GPT_BATCH=${GPT_BATCH:-8} GPT_LAYERS=${GPT_LAYERS:-12} GPT_HEADS=${GPT_HE
 export GPT_TOKENS=${GPT_TOKENS:-1024} GPT_VOCAB=${GPT_VOCAB:-50257} GPT_STEPS=${GPT_STEPS:-120} GPT_LOG_EVERY=${GPT_LOG_EVERY:-20}
 export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 fp8-block} GPT_TORCH=${GPT_TORCH-bf16}
 export TORCH_WARMUP_S=${TORCH_WARMUP_S:-1} CHECK_POLICIES=${CHECK_POLICIES-bf16}
-export GPT_VARIANTS=${GPT_VARIANTS-bf16+nopad fp8+headfp8 fp8+nogradcast fp8+plaincast bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+nographs bf16+waited bf16+tune}
+export GPT_VARIANTS=${GPT_VARIANTS-bf16+nopad fp8+headfp8 fp8+nogradcast bf16+chunk2048 fp8+plaincast bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+nographs bf16+waited bf16+tune}
 export GPT2M_LAYERS=${GPT2M_LAYERS:-24} GPT2M_HEADS=${GPT2M_HEADS:-16} GPT2M_WIDTH=${GPT2M_WIDTH:-1024}
 export GPT2M_BATCH=${GPT2M_BATCH:-8} GPT2M_POLICIES=${GPT2M_POLICIES:-bf16 fp8 fp8+plaincast}
 export ROOT HERE
@@ -644,7 +644,8 @@ model_run() {
       # <policy>[+nographs][+tune][+whole][+unfused][+nondet][+realign]: run.step_graphs = false
       # (on CUDA the static step replays as a CUDA graph by default: what that gains);
       # the cuda backend's gemm_autotune = 8; the logits computed whole (model.loss_chunk_rows =
-      # 0: the chunked loss's A/B); the unfused attention (flash's A/B); cuDNN's non-deterministic
+      # 0: the chunked loss's A/B); +chunk2048: the LM head's blocks of 2048 rows, not 1024 (its
+      # GEMMs twice as deep, at 2x the blocks' memory: toward 80 % of the square GEMM's rate); the unfused attention (flash's A/B); cuDNN's non-deterministic
       # flash backward (deterministic_attention = false: what determinism costs); the LM head's
       # GEMMs on padded rows (gemm_realign = true); +nopad: the LM head's blocks unpadded
       # (model.loss_pad_classes = 0; on CUDA they are padded to 64 classes by default, 50257 ->
@@ -682,6 +683,7 @@ model_run() {
       [[ $p == *+nographs* ]] && variant+=(--set run.step_graphs=false)
       [[ $p == *+tune* ]] && variant+=(--set backend.cuda.gemm_autotune=8)
       [[ $p == *+whole* ]] && variant+=(--set model.loss_chunk_rows=0)
+      [[ $p == *+chunk2048* ]] && variant+=(--set model.loss_chunk_rows=2048)
       [[ $p == *+unfused* ]] && variant+=(--set model.gpt.fused_attention=false)
       # +nondet alone, not the +nondet of +nondetconv.
       [[ $p == *+nondet || $p == *+nondet+* ]] &&
