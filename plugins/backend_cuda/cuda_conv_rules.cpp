@@ -100,11 +100,18 @@ void place_output(Route& r, ConvOp op, DType out, bool extra, FilterLayout layou
   }
   const bool bias = op == ConvOp::forward && extra;
   if (op == ConvOp::backward_data && extra) {
-    // dx fp32 += the gradient: cuDNN adds into dx itself (beta = 1); conv_routes adds the
-    // scratch placement after it.
-    r.out = DataType::f32;
-    r.out_direct = true;
     r.accumulate = true;
+    if (sdk::is_fp32_storage(out)) {
+      // dx fp32 += the gradient: cuDNN adds into dx itself (beta = 1); conv_routes adds the
+      // scratch placement after it.
+      r.out = DataType::f32;
+      r.out_direct = true;
+    } else {
+      // A 16-bit sum: the gradient into scratch of the operands' dtype, then one add that rounds
+      // the sum once into dx.
+      r.out = r.io;
+      r.out_direct = false;
+    }
     return;
   }
   if (sdk::is_fp32_storage(out)) {
@@ -130,7 +137,7 @@ std::vector<Route> conv_routes(ConvOp op, DType a, DType b, DType out, DType com
   auto add = [&](Route r) {
     place_output(r, op, out, extra, layout);
     routes.push_back(r);
-    if (r.accumulate) {
+    if (r.accumulate && r.out_direct) {
       // Where no engine takes beta = 1: the gradient into scratch, then one add into dx. 16-bit
       // operands write their own dtype there, the plan and the bits of the overwriting dgrad that
       // the host's axpy used to add (never more bytes than that path); fp32 ones write fp32.

@@ -32,6 +32,7 @@
 #include "cuda_gemm.h"
 #include "cuda_gemm_kernels.h"
 #include "cuda_layer_checks.h"
+#include "cuda_residual.h"
 #include "mixtrain/sdk/support/facet_registry.h"
 
 namespace mixtrain::backend_cuda {
@@ -77,10 +78,15 @@ bool CudaConvolution::supports(sdk::ConvolutionOp op, std::span<const DType> dty
   for (DType t : dtypes)
     if (sdk::is_fp8(t)) return false;  // not offered: the cpu backend emulates fp8 exactly
   if (op == sdk::ConvolutionOp::conv2d_backward_data_accumulate) {
-    // conv2d_backward_data's dtypes with dx fp32 (the sum it adds into); every operand route has
-    // a placement without beta = 1, so the answer needs no engine.
-    return context_.conv_dgrad_accumulate && dtypes.size() == 3 && dtypes[2] == DType::fp32 &&
-           sdk::ConvolutionFacet::supports(sdk::ConvolutionOp::conv2d_backward_data, dtypes);
+    // conv2d_backward_data's dtypes with dx fp32 (the sum it adds into), or dy's 16-bit dtype (a
+    // 16-bit sum, backend_convolution.h); every operand route has a placement without beta = 1,
+    // so the answer needs no engine.
+    if (!context_.conv_dgrad_accumulate || dtypes.size() != 3) return false;
+    const bool sixteen_sum =
+        (dtypes[2] == DType::bf16 || dtypes[2] == DType::fp16) && dtypes[2] == dtypes[0];
+    if (dtypes[2] != DType::fp32 && !sixteen_sum) return false;
+    const DType as_written[3] = {dtypes[0], dtypes[1], sixteen_sum ? dtypes[2] : DType::fp32};
+    return sdk::ConvolutionFacet::supports(sdk::ConvolutionOp::conv2d_backward_data, as_written);
   }
   // Pooling's backward also reads an fp32 dy into a 16-bit dx (backend_convolution.h): the sum
   // of several readers' gradients, rounded once into dx instead of cast first.
@@ -228,11 +234,23 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
         return true;
       }
       if (route.accumulate) {
-        // dx fp32 += the gradient: added by cuDNN (beta = 1), or here from its scratch.
-        if (!route.out_direct)
+        // dx fp32 += the gradient: added by cuDNN (beta = 1), or here from its scratch; a 16-bit
+        // dx (a 16-bit sum) from the scratch alone, rounded once.
+        if (!route.out_direct && c.out.dtype == DType::fp32) {
           check_cuda(kernels::axpy(1.0f, out, elem_of_io(route.out), c.out.as<float>(),
                                    c.out.numel(), stream),
                      op, "data gradient add");
+        } else if (!route.out_direct) {
+          kernels::ResidualInputs terms{};
+          terms.data[0] = c.out.data;
+          terms.type[0] = elem_of(c.out.dtype);
+          terms.data[1] = out;
+          terms.type[1] = elem_of_io(route.out);
+          terms.count = 2;
+          check_cuda(kernels::residual_add(terms, false, c.out.data, elem_of(c.out.dtype),
+                                           c.out.numel(), stream),
+                     op, "data gradient add");
+        }
         return true;
       }
       const std::int64_t cols = c.op == ConvOp::forward ? g.out_channels : g.in_channels;

@@ -360,11 +360,43 @@ TEST_P(Conformance, Conv2dBackwardDataAccumulateAddsTheGradientIntoAnFp32Sum) {
   }
   if (offered == 0)
     GTEST_SKIP() << "backend '" << GetParam().name << "' offers no conv2d_backward_data_accumulate";
-  EXPECT_FALSE(
-      tested_convolution->supports(C::conv2d_backward_data_accumulate,
-                                   std::vector<DType>{DType::bf16, DType::bf16, DType::bf16}))
-      << "a 16-bit dx is not a sum to add into";
-  // dx must be fp32 and apart from dy and w.
+  // A 16-bit sum of the operands' dtype (model.fp32_gradient_sums = false), where offered (a
+  // dtype pair added through supports()): dx = round(dx + the gradient), within the sum's one
+  // rounding plus the gradient's, against the double reference and the reference backend (the
+  // CPU implements it, unoffered).
+  for (const DType d : {DType::bf16, DType::fp16}) {
+    if (!tested_convolution->supports(C::conv2d_backward_data_accumulate,
+                                      std::vector<DType>{d, d, d}))
+      continue;
+    for (const auto& g : geometries) {
+      const Shape xs{g.batch, g.height, g.width, g.in_channels};
+      const Shape ys{g.batch, g.out_height(), g.out_width(), g.out_channels};
+      const Shape ws{g.out_channels, g.in_channels / g.groups, g.kernel_h, g.kernel_w};
+      const std::string what = dtypes_text({d, d, d}) + ", " + std::to_string(g.in_channels) +
+                               " -> " + std::to_string(g.out_channels) + " channels";
+      auto dy = upload(random_values(static_cast<std::size_t>(ys.numel()), 75), ys, d);
+      auto w = upload(random_values(static_cast<std::size_t>(ws.numel()), 76), ws, d);
+      auto dx = upload(random_values(static_cast<std::size_t>(xs.numel()), 77), xs, d);
+      const auto dx0 = tested_values(dx);  // as the 16-bit sum holds it
+      for (int which : {0, 1}) {
+        sdk::Conv2dBackwardDataArgs b;
+        b.geometry = g;
+        b.dy.view = which == 0 ? dy.ref->view() : dy.tested->view();
+        b.w.view = which == 0 ? w.ref->view() : w.tested->view();
+        b.dx = which == 0 ? dx.ref->view() : dx.tested->view();
+        b.compute = DType::fp32;
+        (which == 0 ? ref_convolution : tested_convolution)->conv2d_backward_data_accumulate(b);
+      }
+      std::vector<double> want = naive_conv(g, {}, real_operand(tested_values(w), 1.0f, false),
+                                            real_operand(tested_values(dy), 1.0f, false), nullptr)
+                                     .dx;
+      for (std::size_t i = 0; i < want.size(); ++i) want[i] += dx0[i];
+      const double unit = d == DType::bf16 ? 0x1p-8 : 0x1p-11;  // the sum's rounding, and the
+      EXPECT_LE(relative_to(tested_values(dx), want), 2 * unit) << what;  // gradient's at most
+      expect_close(dx, 2 * unit, "conv2d_backward_data_accumulate into a 16-bit sum, " + what);
+    }
+  }
+  // dx must be fp32 (or dy's 16-bit dtype) and apart from dy and w.
   const auto g = geometries[0];
   const Shape xs{g.batch, g.height, g.width, g.in_channels};
   const Shape ys{g.batch, g.out_height(), g.out_width(), g.out_channels};
@@ -378,7 +410,7 @@ TEST_P(Conformance, Conv2dBackwardDataAccumulateAddsTheGradientIntoAnFp32Sum) {
   b.w.view = w.tested->view();
   b.dx = dx16.tested->view();
   EXPECT_THROW(tested_convolution->conv2d_backward_data_accumulate(b), sdk::BackendError)
-      << "a bf16 dx";
+      << "a bf16 dx of fp32 operands";
   b.dx = {dy.tested->view().data, DType::fp32, xs};  // ys and xs hold as many elements here
   EXPECT_THROW(tested_convolution->conv2d_backward_data_accumulate(b), sdk::BackendError)
       << "dx on dy";

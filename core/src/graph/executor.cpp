@@ -555,8 +555,9 @@ void Executor::backward(Extent e, const GradientBuffers& buffers, bool last_micr
                                      g.dtype)) {
         dxs.push_back(g);  // the only contribution, or the first in FP32: straight into the buffer
         ++written[r];
-      } else if (written[r] > 0 && g.dtype == DType::fp32 && !visit && !buffers.all_fp32 &&
-                 op.can_accumulate_input_gradient(k)) {
+      } else if (written[r] > 0 && !visit && !buffers.all_fp32 &&
+                 (g.dtype == DType::fp32 ? op.can_accumulate_input_gradient(k)
+                                         : op.can_accumulate_input_gradient_in(k, g.dtype))) {
         // A later contribution that the op adds into the FP32 sum itself (layer.h). A backward
         // with a visitor (the non-finite replay) writes it apart, in the buffer planned for it.
         dxs.push_back(g);

@@ -46,6 +46,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cpu_access.h"
 #include "cpu_context.h"
@@ -176,6 +177,19 @@ void finish_output(const float* acc, const TensorView& out, std::int64_t cols, f
 void scale_into(const float* src, float* dst, std::int64_t n, float scale, bool accumulate) {
 #pragma omp parallel for schedule(static) if (parallel_worth(n))
   for (std::int64_t i = 0; i < n; ++i) dst[i] = src[i] * scale + (accumulate ? dst[i] : 0.0f);
+}
+
+// A 16-bit sum's accumulate (backend_convolution.h): dx = round(dx + src·scale), the sum in fp32
+// rounded once into dx's dtype, in chunks.
+void scale_into_16(const float* src, const sdk::TensorView& dx, float scale) {
+  const std::int64_t n = dx.numel();
+  std::vector<float> buf(static_cast<std::size_t>(std::min(n, kDecodeChunk)));
+  for (std::int64_t c0 = 0; c0 < n; c0 += kDecodeChunk) {
+    const std::int64_t len = std::min(kDecodeChunk, n - c0);
+    decode_into(dx, c0, len, buf.data());
+    for (std::int64_t i = 0; i < len; ++i) buf[static_cast<std::size_t>(i)] += src[c0 + i] * scale;
+    commit_chunk(dx, c0, len, buf.data());
+  }
 }
 
 // How a convolution runs (cpu_conv_algorithm.h): Winograd where it is on, the operands are fp32
@@ -350,7 +364,9 @@ void CpuConvolution::backward_data(const sdk::Conv2dBackwardDataArgs& args, bool
        {DNNL_ARG_DIFF_SRC, context_.prims().wrap(e->diff_src.primitive_md, written)}});
   from_primitive(context_.prims(), e->diff_src, written, diff_src);
   context_.record_conv_implementation(e->implementation);
-  if (accumulate)
+  if (accumulate && args.dx.dtype != DType::fp32)
+    scale_into_16(static_cast<const float*>(diff_src), args.dx, scale);
+  else if (accumulate)
     scale_into(static_cast<const float*>(diff_src), args.dx.as<float>(), args.dx.numel(), scale,
                true);
   else if (!direct)

@@ -156,7 +156,10 @@ void BackendArgumentChecks::conv2d_backward_data(const Conv2dBackwardDataArgs& a
 
 void BackendArgumentChecks::conv2d_backward_data_accumulate(const Conv2dBackwardDataArgs& a) const {
   constexpr std::string_view op = "conv2d_backward_data_accumulate";
-  require_fp32(op, "dx", a.dx);
+  // An fp32 sum, or a 16-bit one of dy's dtype (backend_convolution.h).
+  const bool sixteen =
+      (a.dx.dtype == DType::bf16 || a.dx.dtype == DType::fp16) && a.dx.dtype == a.dy.view.dtype;
+  if (!sixteen) require_fp32(op, "dx", a.dx);
   backward_data_args(*this, op, a);
 }
 

@@ -103,6 +103,10 @@ void Conv2dLayer::choose_kernels(sdk::DeviceBackend& backend) {
   const std::optional<std::string> why =
       unmet(backend, {sdk::ConvolutionOp::conv2d_backward_data_accumulate, {g, g, DType::fp32}});
   accumulate_offered_ = !why.has_value();
+  // Into a 16-bit sum of the operands' dtype (model.fp32_gradient_sums = false).
+  accumulate16_offered_ =
+      (g == DType::bf16 || g == DType::fp16) &&
+      !unmet(backend, {sdk::ConvolutionOp::conv2d_backward_data_accumulate, {g, g, g}});
   if (why && fusion_on_ && !input_.plain() && !sdk::is_fp8(g))
     ops::log_once("conv2d", "conv2d_backward_data_accumulate",
                   "the backend does not add a convolution's input gradient into the FP32 sum "
@@ -112,6 +116,11 @@ void Conv2dLayer::choose_kernels(sdk::DeviceBackend& backend) {
 
 bool Conv2dLayer::can_accumulate_input_gradient(std::size_t k) const {
   return k == 0 && fusion_on_ && accumulate_offered_ && !input_.plain() && !scaler_.active();
+}
+
+bool Conv2dLayer::can_accumulate_input_gradient_in(std::size_t k, DType dtype) const {
+  return k == 0 && fusion_on_ && accumulate16_offered_ && !input_.plain() && !scaler_.active() &&
+         dtype == storage_of(precision_.gemm_input);
 }
 
 void Conv2dLayer::forward(TensorView x, std::int64_t rows) {
@@ -184,7 +193,8 @@ void Conv2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_
   bd.dx = input_.grad_target(backend_, dx, geo.batch);
   bd.compute = compute();
   if (accumulate_input_gradient(0)) {
-    // dx is the FP32 sum of the input's gradient (channels-last: grad_target is dx itself).
+    // dx is the sum of the input's gradient, FP32 or 16-bit (channels-last: grad_target is dx
+    // itself).
     facets()
         .call(sdk::ConvolutionOp::conv2d_backward_data_accumulate)
         ->conv2d_backward_data_accumulate(bd);

@@ -17,7 +17,9 @@
 //   convolution itself (convolution facet 1.1, conv2d_backward_data_accumulate): no contribution
 //   written apart, no axpy. Only for a channels-last input, operands not FP8-scaled, fusion on
 //   (set_fusion) and a backend that offers the op (choose_kernels, logged once otherwise); the
-//   sum differs from the unfused one only by the contribution's rounding, which it skips.
+//   sum differs from the unfused one only by the contribution's rounding, which it skips. Into a
+//   16-bit sum (model.fp32_gradient_sums = false) likewise, where the backend offers the op with a
+//   dx of the operands' 16-bit dtype (can_accumulate_input_gradient_in): the sum rounded once.
 #pragma once
 
 #include <memory>
@@ -49,6 +51,7 @@ class Conv2dLayer final : public Layer {
   void choose_kernels(sdk::DeviceBackend& backend) override;
   void set_fusion(bool on) override { fusion_on_ = on; }
   bool can_accumulate_input_gradient(std::size_t k) const override;
+  bool can_accumulate_input_gradient_in(std::size_t k, sdk::DType dtype) const override;
 
  private:
   sdk::Conv2dGeometry at_batch(std::int64_t rows) const;
@@ -65,6 +68,7 @@ class Conv2dLayer final : public Layer {
   OperandScaler scaler_;
   bool fusion_on_ = true;
   bool accumulate_offered_ = false;  // conv2d_backward_data_accumulate (choose_kernels)
+  bool accumulate16_offered_ = false;  // the same into a 16-bit sum of the operands' dtype
 };
 
 }  // namespace mixtrain::core

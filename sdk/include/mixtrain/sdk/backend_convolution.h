@@ -105,7 +105,7 @@ enum class ConvolutionOp {
   to_channels_last,         // dtypes {src, dst}: fp32, bf16, fp16, either mix (rounds once)
   to_channels_first,        // likewise
   // 1.1
-  conv2d_backward_data_accumulate,  // dtypes {dy, w, dx}: dx fp32
+  conv2d_backward_data_accumulate,  // dtypes {dy, w, dx}: dx fp32, or dy's 16-bit dtype (below)
 };
 MIXTRAIN_SDK_API std::string_view op_name(ConvolutionOp op) noexcept;
 constexpr std::uint16_t introduced_in(ConvolutionOp op) noexcept {
@@ -160,8 +160,13 @@ class MIXTRAIN_SDK_API ConvolutionFacet : public Facet {
   // Why: a tensor read by several ops has one FP32 gradient (a ResNet block's input, read by its
   // first convolution and by the shortcut); without this the convolution writes its contribution
   // apart and the host adds it in a separate pass over the whole tensor.
-  // dy, w, the geometry and compute are conv2d_backward_data's; dx must be fp32 and overlap
-  // neither dy nor w (BackendArgumentChecks::conv2d_backward_data_accumulate). Default:
+  // A 16-bit dx of dy's dtype (a 16-bit sum: the host's model.fp32_gradient_sums = false) is a
+  // dtype pair a backend may add through supports(), no declaration changed: dx = round(dx + the
+  // gradient), the sum in FP32 rounded once into dx (from the gradient rounded once into that
+  // dtype first, where the library cannot add it unrounded).
+  // dy, w, the geometry and compute are conv2d_backward_data's; dx must be fp32 (or dy's 16-bit
+  // dtype) and overlap neither dy nor w (BackendArgumentChecks::conv2d_backward_data_accumulate).
+  // Default:
   // BackendError, and supports() false; a backend offers it by overriding both (a facet that
   // forwards supports() to another one forwards this call too).
   virtual void conv2d_backward_data_accumulate(const Conv2dBackwardDataArgs& args);

@@ -124,6 +124,52 @@ TEST(GradientSumDtype, EachBf16SumAddsItsSecondContributionInPlace) {
   EXPECT_EQ(b32->residual.in_place, 0);
 }
 
+// The CPU's convolution facet offering its accumulating data gradient into a 16-bit sum, which
+// the CPU implements but does not offer (convolution facet 1.1, a dtype pair added through
+// supports()), counting its calls.
+class Accumulating16Convolution final : public ForwardingConvolution {
+ public:
+  explicit Accumulating16Convolution(sdk::ConvolutionFacet& in) : ForwardingConvolution(in) {}
+  bool supports(sdk::ConvolutionOp op, std::span<const DType> d) const override {
+    if (op == sdk::ConvolutionOp::conv2d_backward_data_accumulate)
+      return d.size() == 3 && d[2] == d[0] && (d[0] == DType::bf16 || d[0] == DType::fp16);
+    return in_.supports(op, d);
+  }
+  void conv2d_backward_data_accumulate(const sdk::Conv2dBackwardDataArgs& a) override {
+    ++calls;
+    in_.conv2d_backward_data_accumulate(a);
+  }
+  int calls = 0;
+};
+
+class Accumulating16Backend final : public test_support::ForwardingBackend {
+ public:
+  Accumulating16Backend() : conv(*sdk::facet<sdk::ConvolutionFacet>(*in_)) {}
+  sdk::Facet* find_facet(std::string_view name) override {
+    return name == sdk::ConvolutionFacet::kName ? &conv : in_->find_facet(name);
+  }
+  Accumulating16Convolution conv;
+};
+
+// Where the backend adds a convolution's contribution into a 16-bit sum itself, each block's first
+// convolution does (one call per sum, no residual add): the sum rounded once, from the unrounded
+// contribution, so the step is within bf16 rounding of the residual add's.
+TEST(GradientSumDtype, AConvolutionAddsItsContributionIntoTheBf16SumWhereOffered) {
+  auto offering = std::make_shared<Accumulating16Backend>();
+  const std::vector<float> a = loss_and_gradients(*bottleneck(offering, false, DType::bf16), 4);
+  EXPECT_EQ(offering->conv.calls, 4);
+  auto counting = std::make_shared<CountingBackend>();
+  const std::vector<float> b = loss_and_gradients(*bottleneck(counting, false, DType::bf16), 4);
+  EXPECT_EQ(counting->residual.in_place, 4);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(a[0], b[0]);
+  EXPECT_LT(relative_distance(a, b), 2e-2);
+  // FP32 sums keep their own route: the 16-bit op is never asked for them.
+  auto fp32_sums = std::make_shared<Accumulating16Backend>();
+  loss_and_gradients(*bottleneck(fp32_sums, true, DType::bf16), 4);
+  EXPECT_EQ(fp32_sums->conv.calls, 0);
+}
+
 TEST(GradientSumDtype, InFp32TheSumsAreFp32EitherWayAndTheStepIsTheSameBits) {
   auto a = bottleneck(cpu(), false, DType::fp32);
   auto b = bottleneck(cpu(), true, DType::fp32);

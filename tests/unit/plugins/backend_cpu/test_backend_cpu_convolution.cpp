@@ -873,7 +873,8 @@ TEST(BackendCpuConvolution, ConvBackwardIsTheGradientOfTheForward) {
 // convolution 1.1's accumulating data gradient, implemented but not offered (cpu_convolution.cpp):
 // dx + what conv2d_backward_data writes into an fp32 dx, bit for bit (the same primitive into
 // FP32, one fp32 addition), for fp32 operands and for bf16 ones on the native or emulated route;
-// a dx that is not fp32 is refused, and supports() says no.
+// a bf16 sum of bf16 operands rounded once; any other dx that is not fp32 is refused, and
+// supports() says no.
 TEST(BackendCpuConvolution, AccumulatingDataGradientAddsWhatTheOverwritingOneWrites) {
   CpuBackend be(2);
   auto* conv = sdk::facet<sdk::ConvolutionFacet>(be);
@@ -898,14 +899,27 @@ TEST(BackendCpuConvolution, AccumulatingDataGradientAddsWhatTheOverwritingOneWri
       for (std::size_t i = 0; i < got.size(); ++i)
         ASSERT_EQ(got[i], dx0[i] + a[i]) << sdk::dtype_name(t) << " element " << i;
     }
+  // A 16-bit sum of the operands' dtype (model.fp32_gradient_sums = false): dx = round(dx + the
+  // fp32 gradient), rounded once; any other 16-bit dx is refused.
   const auto g = geometry(2, 4, 6, 6, 4, 3, 3, 1, 1);
-  DeviceTensor dy(be, DType::bf16, y_shape(g)), w(be, DType::bf16, w_shape(g));
-  DeviceTensor dx16(be, DType::bf16, x_shape(g));
+  DeviceTensor dy(be, DType::bf16, y_shape(g), random_values(y_shape(g).numel(), 34));
+  DeviceTensor w(be, DType::bf16, w_shape(g), random_values(w_shape(g).numel(), 35));
+  DeviceTensor dx16(be, DType::bf16, x_shape(g), random_values(x_shape(g).numel(), 36));
+  DeviceTensor apart(be, DType::fp32, x_shape(g));
+  const auto dx0 = dx16.get();
   sdk::Conv2dBackwardDataArgs bd;
   bd.geometry = g;
   bd.dy.view = dy;
   bd.w.view = w;
+  bd.dx = apart;
+  conv->conv2d_backward_data(bd);
   bd.dx = dx16;
+  conv->conv2d_backward_data_accumulate(bd);
+  const auto a = apart.get(), got = dx16.get();
+  for (std::size_t i = 0; i < got.size(); ++i)
+    ASSERT_EQ(got[i], bf16_to_float(float_to_bf16(dx0[i] + a[i]))) << "element " << i;
+  DeviceTensor dx_fp16(be, DType::fp16, x_shape(g));
+  bd.dx = dx_fp16;
   expect_error([&] { conv->conv2d_backward_data_accumulate(bd); },
                {"conv2d_backward_data_accumulate", "dx", "fp32"});
 }

@@ -423,6 +423,19 @@ TEST(cuda_conv_rules, AccumulatingDataGradientTriesBetaOneThenScratchAndAddPerOp
   EXPECT_FALSE(usual[0].accumulate);
   // Decoded to fp32, the scratch is fp32.
   EXPECT_EQ(r[3].out, DataType::f32);
+  // A 16-bit sum (dx bf16): never beta 1 (cuDNN would add into bf16 storage); each operand route
+  // writes its scratch in its own dtype and one add rounds the sum once into dx.
+  const auto sum16 = conv::conv_routes(conv::ConvOp::backward_data, DType::bf16, DType::bf16,
+                                       DType::bf16, DType::fp32, true, FilterLayout::krsc);
+  ASSERT_EQ(sum16.size(), 2u);
+  for (std::size_t i = 0; i < sum16.size(); ++i) {
+    EXPECT_TRUE(sum16[i].accumulate) << i;
+    EXPECT_FALSE(sum16[i].out_direct) << i;
+    EXPECT_EQ(sum16[i].out, sum16[i].io) << i;
+    EXPECT_FALSE(
+        conv::plan_key(conv::ConvOp::backward_data, g, sum16[i], FilterLayout::krsc, 16).beta_one)
+        << i;
+  }
   // fp32 operands: as stored, beta 1 then scratch.
   const auto f32 = conv::conv_routes(conv::ConvOp::backward_data, DType::fp32, DType::fp32,
                                      DType::fp32, DType::fp32, true, FilterLayout::kcrs);
@@ -579,7 +592,9 @@ TEST(cuda_layer_checks, ConvRefusesFp8AndBadGeometryBeforeLaunching) {
   EXPECT_NE(e.find("compute = bf16"), std::string::npos) << e;
 }
 
-TEST(cuda_layer_checks, AccumulatingDataGradientAddsIntoAnFp32Dx) {
+// An FP32 sum, or a 16-bit sum of dy's dtype (model.fp32_gradient_sums = false); any other dx is
+// refused, naming it.
+TEST(cuda_layer_checks, AccumulatingDataGradientAddsIntoAnFp32DxOrA16BitSumOfDysDtype) {
   const auto g = resnet_like();
   sdk::Conv2dBackwardDataArgs a;
   a.geometry = g;
@@ -588,6 +603,8 @@ TEST(cuda_layer_checks, AccumulatingDataGradientAddsIntoAnFp32Dx) {
   a.dx = fake(DType::fp32, {8, 16, 12, 64}, 0x300000);
   EXPECT_NO_THROW(checks::conv_backward_data_accumulate(a));
   a.dx.dtype = DType::bf16;
+  EXPECT_NO_THROW(checks::conv_backward_data_accumulate(a));
+  a.dx.dtype = DType::fp16;
   std::string e = backend_error_of([&] { checks::conv_backward_data_accumulate(a); });
   EXPECT_NE(e.find("conv2d_backward_data_accumulate"), std::string::npos) << e;
   EXPECT_NE(e.find("dx"), std::string::npos) << e;

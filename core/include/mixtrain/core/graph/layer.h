@@ -300,6 +300,11 @@ class Layer {
   // backward call (never in a backward with a visitor, which reads each contribution apart: the
   // non-finite replay, the underflow measurement, a step observer).
   virtual bool can_accumulate_input_gradient(std::size_t /*k*/) const { return false; }
+  // The same into a 16-bit sum of `dtype` (model.fp32_gradient_sums = false): the op adds its
+  // contribution and rounds the sum once into dtype.
+  virtual bool can_accumulate_input_gradient_in(std::size_t /*k*/, sdk::DType /*dtype*/) const {
+    return false;
+  }
   bool accumulate_input_gradient(std::size_t k) const {
     return k < accumulate_dx_.size() && accumulate_dx_[k];
   }

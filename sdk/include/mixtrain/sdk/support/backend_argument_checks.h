@@ -251,7 +251,8 @@ class BackendArgumentChecks {
   void conv2d_forward(const Conv2dForwardArgs& args) const;
   // The geometry, dy, w (not transposed), dx of its shapes, dx disjoint from dy and w.
   void conv2d_backward_data(const Conv2dBackwardDataArgs& args) const;
-  // conv2d_backward_data_accumulate's (convolution facet 1.1): conv2d_backward_data's, and dx fp32.
+  // conv2d_backward_data_accumulate's (convolution facet 1.1): conv2d_backward_data's, and dx fp32
+  // or of dy's 16-bit dtype.
   void conv2d_backward_data_accumulate(const Conv2dBackwardDataArgs& args) const;
   // The geometry, x, dy (not transposed) of its shapes, dw fp32 [O, C/groups, KH, KW], dbias
   // (optional) fp32 [O], dw disjoint from x and dy.
