@@ -364,11 +364,14 @@ TEST_P(Conformance, Conv2dBackwardDataAccumulateAddsTheGradientIntoAnFp32Sum) {
   // dtype pair added through supports()): dx = round(dx + the gradient), within the sum's one
   // rounding plus the gradient's, against the double reference and the reference backend (the
   // CPU implements it, unoffered).
+  // A pointwise convolution too (stride 1: the CUDA backend's one-GEMM route, beta = 1 into dx).
+  std::vector<sdk::Conv2dGeometry> sum16_geometries = geometries;
+  sum16_geometries.push_back(conv_geometry(2, 16, 8, 8, 8, 1, 1, 1, 1, 0, 0, 1, 1, 1));
   for (const DType d : {DType::bf16, DType::fp16}) {
     if (!tested_convolution->supports(C::conv2d_backward_data_accumulate,
                                       std::vector<DType>{d, d, d}))
       continue;
-    for (const auto& g : geometries) {
+    for (const auto& g : sum16_geometries) {
       const Shape xs{g.batch, g.height, g.width, g.in_channels};
       const Shape ys{g.batch, g.out_height(), g.out_width(), g.out_channels};
       const Shape ws{g.out_channels, g.in_channels / g.groups, g.kernel_h, g.kernel_w};
