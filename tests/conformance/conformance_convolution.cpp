@@ -298,6 +298,20 @@ TEST_P(Conformance, Conv2dBackwardDataAccumulateAddsTheGradientIntoAnFp32Sum) {
   struct Route {
     DType a, b, compute;
   };
+  // The accumulating data gradient on the reference backend and on the tested one, each on its
+  // copy of the tensors.
+  auto accumulate_on_both = [&](const sdk::Conv2dGeometry& g, const Pair& dy, const Pair& w,
+                                const Pair& dx, DType compute) {
+    for (int which : {0, 1}) {
+      sdk::Conv2dBackwardDataArgs b;
+      b.geometry = g;
+      b.dy.view = which == 0 ? dy.ref->view() : dy.tested->view();
+      b.w.view = which == 0 ? w.ref->view() : w.tested->view();
+      b.dx = which == 0 ? dx.ref->view() : dx.tested->view();
+      b.compute = compute;
+      (which == 0 ? ref_convolution : tested_convolution)->conv2d_backward_data_accumulate(b);
+    }
+  };
   const std::vector<Route> routes = {{DType::fp32, DType::fp32, DType::fp32},
                                      {DType::fp32, DType::fp32, DType::tf32},
                                      {DType::bf16, DType::bf16, DType::fp32},
@@ -324,15 +338,7 @@ TEST_P(Conformance, Conv2dBackwardDataAccumulateAddsTheGradientIntoAnFp32Sum) {
       auto w = upload(random_values(static_cast<std::size_t>(ws.numel()), 71), ws, rt.b);
       const auto dx0 = random_values(static_cast<std::size_t>(xs.numel()), 72);
       auto dx = upload(dx0, xs);  // the other reader's contribution, already in the sum
-      for (int which : {0, 1}) {
-        sdk::Conv2dBackwardDataArgs b;
-        b.geometry = g;
-        b.dy.view = which == 0 ? dy.ref->view() : dy.tested->view();
-        b.w.view = which == 0 ? w.ref->view() : w.tested->view();
-        b.dx = which == 0 ? dx.ref->view() : dx.tested->view();
-        b.compute = rt.compute;
-        (which == 0 ? ref_convolution : tested_convolution)->conv2d_backward_data_accumulate(b);
-      }
+      accumulate_on_both(g, dy, w, dx, rt.compute);
       const auto wr = real_operand(tested_values(w), 1.0f, tf32);
       const auto dyr = real_operand(tested_values(dy), 1.0f, tf32);
       const std::vector<double> gradient = naive_conv(g, {}, wr, dyr, nullptr).dx;
@@ -381,15 +387,7 @@ TEST_P(Conformance, Conv2dBackwardDataAccumulateAddsTheGradientIntoAnFp32Sum) {
       auto w = upload(random_values(static_cast<std::size_t>(ws.numel()), 76), ws, d);
       auto dx = upload(random_values(static_cast<std::size_t>(xs.numel()), 77), xs, d);
       const auto dx0 = tested_values(dx);  // as the 16-bit sum holds it
-      for (int which : {0, 1}) {
-        sdk::Conv2dBackwardDataArgs b;
-        b.geometry = g;
-        b.dy.view = which == 0 ? dy.ref->view() : dy.tested->view();
-        b.w.view = which == 0 ? w.ref->view() : w.tested->view();
-        b.dx = which == 0 ? dx.ref->view() : dx.tested->view();
-        b.compute = DType::fp32;
-        (which == 0 ? ref_convolution : tested_convolution)->conv2d_backward_data_accumulate(b);
-      }
+      accumulate_on_both(g, dy, w, dx, DType::fp32);
       std::vector<double> want = naive_conv(g, {}, real_operand(tested_values(w), 1.0f, false),
                                             real_operand(tested_values(dy), 1.0f, false), nullptr)
                                      .dx;

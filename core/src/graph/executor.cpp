@@ -558,8 +558,9 @@ void Executor::backward(Extent e, const GradientBuffers& buffers, bool last_micr
       } else if (written[r] > 0 && !visit && !buffers.all_fp32 &&
                  (g.dtype == DType::fp32 ? op.can_accumulate_input_gradient(k)
                                          : op.can_accumulate_input_gradient_in(k, g.dtype))) {
-        // A later contribution that the op adds into the FP32 sum itself (layer.h). A backward
-        // with a visitor (the non-finite replay) writes it apart, in the buffer planned for it.
+        // A later contribution that the op adds into the sum itself, FP32 or 16-bit (layer.h). A
+        // backward with a visitor (the non-finite replay) writes it apart, in the buffer planned
+        // for it.
         dxs.push_back(g);
         accumulate[k] = true;
         ++written[r];
