@@ -98,10 +98,30 @@ bool CudaConvolution::supports(sdk::ConvolutionOp op, std::span<const DType> dty
 
 namespace {
 
+std::size_t round256(std::size_t bytes) {
+  return (bytes + 255) / 256 * 256;
+}
+
+// The scratch one route of a call takes: cuDNN's workspace (every autotuning candidate's until
+// the key's first run has timed them), the first operand decoded, the second decoded or the
+// channels-last weights, the FP32 output before its finish. In a caller's workspace (convolution
+// facet 1.2) each part starts at a 256-byte boundary, the first rounded up from the workspace's
+// start: hence the 255 bytes of slack.
+struct RouteScratch {
+  std::size_t workspace = 0, a = 0, b = 0, out = 0;
+  std::size_t caller_bytes() const {
+    const std::size_t parts = round256(workspace) + round256(a) + round256(b) + round256(out);
+    return parts == 0 ? 0 : parts + 255;
+  }
+};
+
 // Runs `call` on the first route and layout cuDNN has a plan for; false (with the reasons
-// appended to `declined`) when none.
+// appended to `declined`) when none. Its scratch comes from `given` (the caller's workspace) when
+// that holds all of it, else from the backend's own. With `measure`, nothing runs: the first
+// route with a plan (for operands at 16-byte-aligned addresses: null data counts as aligned) sets
+// *measure to what it would take of a caller's workspace.
 bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const ConvCall& c,
-              std::string& declined) {
+              TensorView given, std::string& declined, std::size_t* measure = nullptr) {
   const sdk::Conv2dGeometry& g = *c.g;
   const char* op = c.op == ConvOp::forward         ? "conv2d_forward"
                    : c.op == ConvOp::backward_data ? "conv2d_backward_data"
@@ -147,28 +167,52 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
         return conv::wgrad_fallback_hint(c.op, route, plan->fallback_heuristics,
                                          context.conv_wgrad_in_operand_dtype);
       });
+      RouteScratch need;
+      need.workspace = static_cast<std::size_t>(plan->untimed.empty() ? plan->workspace
+                                                                      : plan->tuning_workspace());
+      need.a = route.decode_a ? static_cast<std::size_t>(c.a.numel()) * 4 : 0;
+      need.b = filter_copy      ? static_cast<std::size_t>(c.b.numel()) * io_bytes(route.io)
+               : route.decode_b ? static_cast<std::size_t>(c.b.numel()) * 4
+                                : 0;
+      need.out = out_direct ? 0 : static_cast<std::size_t>(c.out.numel()) * 4;
+      if (measure != nullptr) {
+        *measure = need.caller_bytes();
+        return true;
+      }
+      // The caller's workspace, carved from its first 256-byte boundary, when it holds all.
+      const bool in_given = need.caller_bytes() > 0 && given.bytes() >= need.caller_bytes();
+      auto* carve =
+          reinterpret_cast<std::byte*>(round256(reinterpret_cast<std::uintptr_t>(given.data)));
+      const auto take = [&](std::size_t bytes) {
+        void* p = carve;
+        carve += round256(bytes);
+        return p;
+      };
+      void* const given_ws = in_given ? take(need.workspace) : nullptr;
+      void* const given_a = in_given ? take(need.a) : nullptr;
+      void* const given_b = in_given ? take(need.b) : nullptr;
+      void* const given_out = in_given ? take(need.out) : nullptr;
       // Operands.
       void* a = c.a.data;
       if (route.decode_a) {
-        a = st.a.get(static_cast<std::size_t>(c.a.numel()) * 4, stream, op);
+        a = in_given ? given_a : st.a.get(need.a, stream, op);
         check_cuda(kernels::cast(c.a.data, elem_of(c.a.dtype), a, Elem::f32, false, c.a.numel(),
                                  1.0f, false, nullptr, stream),
                    op, "operand decode");
       }
       void* b = c.b.data;
       if (filter_copy) {
-        b = st.b.get(static_cast<std::size_t>(c.b.numel()) * io_bytes(route.io), stream, op);
+        b = in_given ? given_b : st.b.get(need.b, stream, op);
         check_cuda(kernels::filter_to_krsc(c.b.data, elem_of(c.b.dtype), b, elem_of_io(route.io), k,
                                            cg, r, s, stream),
                    op, "channels-last weights");
       } else if (route.decode_b) {
-        b = st.b.get(static_cast<std::size_t>(c.b.numel()) * 4, stream, op);
+        b = in_given ? given_b : st.b.get(need.b, stream, op);
         check_cuda(kernels::cast(c.b.data, elem_of(c.b.dtype), b, Elem::f32, false, c.b.numel(),
                                  1.0f, false, nullptr, stream),
                    op, "operand decode");
       }
-      void* out = out_direct ? c.out.data
-                             : st.out.get(static_cast<std::size_t>(c.out.numel()) * 4, stream, op);
+      void* out = out_direct ? c.out.data : in_given ? given_out : st.out.get(need.out, stream, op);
       // uid 1 = x / dx, 2 = w / dw, 3 = y / dy.
       const std::size_t out_uid = c.op == ConvOp::forward         ? 2
                                   : c.op == ConvOp::backward_data ? 0
@@ -190,9 +234,9 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
                 static_cast<std::size_t>(std::max<std::int64_t>(1, plan->tuning_workspace())),
                 stream, op);
           };
-          void* tune_ws = nullptr;
+          void* tune_ws = given_ws;  // the caller's holds every candidate's
           try {
-            tune_ws = tuning_workspace();
+            if (tune_ws == nullptr) tune_ws = tuning_workspace();
           } catch (const sdk::BackendError&) {
             ConvPlans::drop_candidates_over(*plan, plan->workspace);
             if (plan->untimed.empty())
@@ -214,9 +258,10 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
         st.tune_workspace.release(stream);
         context.account_buffers();
       }
-      void* ws = plan->workspace > 0
-                     ? st.workspace.get(static_cast<std::size_t>(plan->workspace), stream, op)
-                     : nullptr;
+      void* ws = plan->workspace <= 0 ? nullptr
+                 : in_given
+                     ? given_ws
+                     : st.workspace.get(static_cast<std::size_t>(plan->workspace), stream, op);
       context.account_buffers();
       if (!st.plans.run_or_decline(key, handle, uids[0], uids[1], uids[2], ws, op)) {
         // Nothing was written: the next route or layout computes the whole op.
@@ -283,9 +328,15 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
 }  // namespace
 
 void CudaConvolution::conv2d_forward(const sdk::Conv2dForwardArgs& args) {
+  conv2d_forward_with_workspace(args, {});
+}
+
+void CudaConvolution::conv2d_forward_with_workspace(const sdk::Conv2dForwardArgs& args,
+                                                    TensorView workspace) {
   context_.activate();
   constexpr const char* op = "conv2d_forward";
   layer_checks::conv_forward(args);
+  checks().conv2d_workspace(op, workspace, args);
   const ConvCall call{ConvOp::forward,
                       &args.geometry,
                       args.x.view,
@@ -295,14 +346,16 @@ void CudaConvolution::conv2d_forward(const sdk::Conv2dForwardArgs& args) {
                       !args.bias.empty(),
                       args.bias.empty() ? nullptr : args.bias.as<const float>()};
   std::string declined;
-  if (!run_conv(context_, context_.conv_state(), context_.stream, call, declined))
+  if (!run_conv(context_, context_.conv_state(), context_.stream, call, workspace, declined))
     no_plan(op, args.geometry, declined);
 }
 
 namespace {
 
-// dx = (or, accumulating, dx fp32 +=) the data gradient.
-void backward_data(CudaContext& context, const sdk::Conv2dBackwardDataArgs& args, bool accumulate) {
+// dx = (or, accumulating, dx +=) the data gradient, its scratch from `workspace` when that holds
+// it.
+void backward_data(CudaContext& context, const sdk::Conv2dBackwardDataArgs& args, bool accumulate,
+                   TensorView workspace) {
   context.activate();
   // Off, supports() answers no, and a call is refused as the SDK's default refuses it.
   if (accumulate && !context.conv_dgrad_accumulate)
@@ -313,6 +366,8 @@ void backward_data(CudaContext& context, const sdk::Conv2dBackwardDataArgs& args
     layer_checks::conv_backward_data_accumulate(args);
   else
     layer_checks::conv_backward_data(args);
+  checks().conv2d_workspace(accumulate ? "conv2d_backward_data_accumulate" : "conv2d_backward_data",
+                            workspace, args);
   const sdk::Conv2dGeometry& g = args.geometry;
   if (accumulate &&
       conv::pointwise_dgrad_accumulates_as_gemm(g, args.dy.view.dtype, args.w.view.dtype)) {
@@ -330,7 +385,7 @@ void backward_data(CudaContext& context, const sdk::Conv2dBackwardDataArgs& args
   const ConvCall call{ConvOp::backward_data, &args.geometry, args.dy.view, args.w.view, args.dx,
                       args.compute,          accumulate,     nullptr};
   std::string declined;
-  if (!run_conv(context, context.conv_state(), context.stream, call, declined))
+  if (!run_conv(context, context.conv_state(), context.stream, call, workspace, declined))
     no_plan(accumulate ? "conv2d_backward_data_accumulate" : "conv2d_backward_data", args.geometry,
             declined);
 }
@@ -338,23 +393,39 @@ void backward_data(CudaContext& context, const sdk::Conv2dBackwardDataArgs& args
 }  // namespace
 
 void CudaConvolution::conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& args) {
-  backward_data(context_, args, false);
+  backward_data(context_, args, false, {});
 }
 
 void CudaConvolution::conv2d_backward_data_accumulate(const sdk::Conv2dBackwardDataArgs& args) {
-  backward_data(context_, args, true);
+  backward_data(context_, args, true, {});
+}
+
+void CudaConvolution::conv2d_backward_data_with_workspace(const sdk::Conv2dBackwardDataArgs& args,
+                                                          TensorView workspace) {
+  backward_data(context_, args, false, workspace);
+}
+
+void CudaConvolution::conv2d_backward_data_accumulate_with_workspace(
+    const sdk::Conv2dBackwardDataArgs& args, TensorView workspace) {
+  backward_data(context_, args, true, workspace);
 }
 
 void CudaConvolution::conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& args) {
+  conv2d_backward_weights_with_workspace(args, {});
+}
+
+void CudaConvolution::conv2d_backward_weights_with_workspace(
+    const sdk::Conv2dBackwardWeightsArgs& args, TensorView workspace) {
   context_.activate();
   constexpr const char* op = "conv2d_backward_weights";
   layer_checks::conv_backward_weights(args);
+  checks().conv2d_workspace(op, workspace, args);
   const sdk::Conv2dGeometry& g = args.geometry;
   const ConvCall call{
       ConvOp::backward_weights, &g,     args.x.view, args.dy.view, args.dw, args.compute,
       args.accumulate,          nullptr};
   std::string declined;
-  if (!run_conv(context_, context_.conv_state(), context_.stream, call, declined))
+  if (!run_conv(context_, context_.conv_state(), context_.stream, call, workspace, declined))
     no_plan(op, g, declined);
   if (args.dbias.empty()) return;
   const std::int64_t rows = g.batch * g.out_height() * g.out_width();
@@ -366,6 +437,39 @@ void CudaConvolution::conv2d_backward_weights(const sdk::Conv2dBackwardWeightsAr
       kernels::bias_grad(args.dy.view.data, elem_of(args.dy.view.dtype), args.dbias.as<float>(),
                          rows, g.out_channels, args.accumulate, partial, context_.stream),
       op, "bias gradient");
+}
+
+std::size_t CudaConvolution::conv2d_workspace_bytes(const sdk::Conv2dWorkspaceQuery& q) const {
+  context_.activate();
+  checks().conv2d_workspace_query(q);
+  const sdk::Conv2dGeometry& g = q.geometry;
+  // The call's views as run_conv sizes them (null data: 16-byte aligned, as a caller's arena).
+  const auto view = [](DType dtype, std::int64_t numel) {
+    return TensorView{nullptr, dtype, sdk::Shape{numel}};
+  };
+  const std::int64_t x = g.batch * g.height * g.width * g.in_channels;
+  const std::int64_t w = g.out_channels * (g.in_channels / g.groups) * g.kernel_h * g.kernel_w;
+  const std::int64_t y = g.batch * g.out_height() * g.out_width() * g.out_channels;
+  const bool accumulate = q.op == sdk::ConvolutionOp::conv2d_backward_data_accumulate;
+  if (accumulate && !context_.conv_dgrad_accumulate)
+    fail("conv2d_workspace_bytes",
+         "the accumulating data gradient is off (backend.cuda.conv_dgrad_accumulate = false)",
+         "ask supports() first; without it, write the gradient apart and add it");
+  // A pointwise accumulate is one cuBLASLt GEMM, in the GEMM engine's own workspace.
+  if (accumulate && conv::pointwise_dgrad_accumulates_as_gemm(g, q.a, q.b)) return 0;
+  ConvCall call{ConvOp::forward, &g,        view(q.a, x), view(q.b, w),
+                view(q.out, y),  q.compute, q.bias,       nullptr};
+  if (q.op == sdk::ConvolutionOp::conv2d_backward_data || accumulate)
+    call = {ConvOp::backward_data, &g,        view(q.a, y), view(q.b, w),
+            view(q.out, x),        q.compute, accumulate,   nullptr};
+  else if (q.op == sdk::ConvolutionOp::conv2d_backward_weights)
+    call = {ConvOp::backward_weights, &g,        view(q.a, x), view(q.b, y),
+            view(DType::fp32, w),     q.compute, q.accumulate, nullptr};
+  std::string declined;
+  std::size_t bytes = 0;
+  if (!run_conv(context_, context_.conv_state(), context_.stream, call, {}, declined, &bytes))
+    no_plan(sdk::op_name(q.op), g, declined);
+  return bytes;
 }
 
 // --- pooling -----------------------------------------------------------------------------------

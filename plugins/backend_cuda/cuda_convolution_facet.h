@@ -7,6 +7,8 @@
 // - supports() is the SDK's table without fp8 operands (the CPU backend emulates fp8 exactly).
 // - The cuDNN handle and plans live in the context, created by the first convolution.
 // - A call no cuDNN plan serves raises BackendError naming each route's reason.
+// - A caller's workspace (1.2) is used only when it holds the route's whole scratch; a plan built
+//   for the query is the plan the call runs (the same key), so the bits are the same either way.
 #pragma once
 
 #include <cstddef>
@@ -29,6 +31,20 @@ class CudaConvolution final : public sdk::ConvolutionFacet {
   // conv_dgrad_accumulate is on.
   void conv2d_backward_data_accumulate(const sdk::Conv2dBackwardDataArgs& args) override;
   void conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& args) override;
+  // 1.2: cuDNN's workspace and every scratch of the call's route (decoded operands, channels-last
+  // weights, an FP32 output before its finish) from the caller's workspace when it holds all of
+  // them; the first route cuDNN has a plan for sizes the answer (building and caching that plan),
+  // with every autotuning candidate's workspace while the key is untimed. A pointwise accumulate
+  // (one cuBLASLt GEMM) wants none.
+  std::size_t conv2d_workspace_bytes(const sdk::Conv2dWorkspaceQuery& query) const override;
+  void conv2d_forward_with_workspace(const sdk::Conv2dForwardArgs& args,
+                                     sdk::TensorView workspace) override;
+  void conv2d_backward_data_with_workspace(const sdk::Conv2dBackwardDataArgs& args,
+                                           sdk::TensorView workspace) override;
+  void conv2d_backward_data_accumulate_with_workspace(const sdk::Conv2dBackwardDataArgs& args,
+                                                      sdk::TensorView workspace) override;
+  void conv2d_backward_weights_with_workspace(const sdk::Conv2dBackwardWeightsArgs& args,
+                                              sdk::TensorView workspace) override;
   std::size_t pool2d_workspace_bytes(const sdk::Pool2dGeometry& geometry,
                                      sdk::DType x) const override;
   void pool2d_forward(const sdk::Pool2dGeometry& geometry, sdk::TensorView x, sdk::TensorView y,

@@ -483,6 +483,137 @@ sdk::Pool2dGeometry pool_geometry(sdk::PoolKind kind, bool include_pad, std::int
   return g;
 }
 
+// Convolution facet 1.2: each call with a workspace of the bytes conv2d_workspace_bytes asked
+// for (filled with NaN first: it holds nothing), and with one too small for the call, gives the
+// call's bits without one. The geometries include a ResNet stem (3 channels, which cuDNN pads to 8
+// in its workspace).
+TEST_P(Conformance, Conv2dWithTheWorkspaceItAskedForIsTheCallWithoutItBitForBit) {
+  MIXTRAIN_FACETS(convolution, ConvolutionFacet);
+  using C = sdk::ConvolutionOp;
+  if (tested_convolution->version() < sdk::FacetVersion{1, 2})
+    GTEST_SKIP() << "backend '" << GetParam().name << "' has convolution facet "
+                 << sdk::to_string(tested_convolution->version());
+  sdk::ConvolutionFacet& conv = *tested_convolution;
+  // A workspace of `bytes` (at least a word), every bit set.
+  const auto workspace = [&](std::size_t bytes) {
+    const std::size_t words = std::max<std::size_t>(1, (bytes + 3) / 4);
+    return upload(std::vector<float>(words, std::numeric_limits<float>::quiet_NaN()),
+                  Shape{static_cast<std::int64_t>(words)});
+  };
+  const std::vector<sdk::Conv2dGeometry> geometries = {
+      conv_geometry(2, 3, 32, 32, 16, 7, 7, 2, 2, 3, 3, 1, 1, 1),
+      conv_geometry(2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1),
+      conv_geometry(2, 16, 8, 8, 8, 1, 1, 1, 1, 0, 0, 1, 1, 1)};
+  int asked = 0;
+  for (const DType d : {DType::fp32, DType::bf16}) {
+    if (!conv.supports(C::conv2d_forward, std::vector<DType>{d, d, d})) continue;
+    for (const auto& g : geometries) {
+      const Shape xs{g.batch, g.height, g.width, g.in_channels};
+      const Shape ys{g.batch, g.out_height(), g.out_width(), g.out_channels};
+      const Shape ws{g.out_channels, g.in_channels / g.groups, g.kernel_h, g.kernel_w};
+      const std::string what =
+          std::string(sdk::dtype_name(d)) + ", " + std::to_string(g.in_channels) + " -> " +
+          std::to_string(g.out_channels) + " channels, kernel " + std::to_string(g.kernel_h);
+      auto x = upload(random_values(static_cast<std::size_t>(xs.numel()), 80), xs, d);
+      auto w = upload(random_values(static_cast<std::size_t>(ws.numel()), 81), ws, d);
+      auto dy = upload(random_values(static_cast<std::size_t>(ys.numel()), 82), ys, d);
+      sdk::Conv2dWorkspaceQuery q;
+      q.geometry = g;
+      q.a = d;
+      q.b = d;
+      q.out = d;
+      // Three runs of each call: without a workspace, in the one asked for, in one word.
+      const auto three_ways = [&](C op, Shape out_shape, DType out_dtype,
+                                  const std::vector<float>& out_start, auto&& call) {
+        q.op = op;
+        const std::size_t bytes = conv.conv2d_workspace_bytes(q);
+        asked += bytes > 0 ? 1 : 0;
+        std::vector<std::vector<float>> got;
+        for (const std::size_t size : {std::size_t{0}, bytes, std::size_t{4}}) {
+          auto out = upload(out_start, out_shape, out_dtype);
+          auto space = workspace(size);
+          call(out.tested->view(), size == 0 ? sdk::TensorView{} : space.tested->view());
+          got.push_back(tested_values(out));
+        }
+        EXPECT_EQ(got[1], got[0]) << sdk::op_name(op) << " in its " << bytes << "-byte workspace, "
+                                  << what;
+        EXPECT_EQ(got[2], got[0]) << sdk::op_name(op) << " in a workspace too small, " << what;
+      };
+      const std::vector<float> zeros_y(static_cast<std::size_t>(ys.numel()));
+      const std::vector<float> zeros_x(static_cast<std::size_t>(xs.numel()));
+      const std::vector<float> zeros_w(static_cast<std::size_t>(ws.numel()));
+      three_ways(C::conv2d_forward, ys, d, zeros_y, [&](sdk::TensorView y, sdk::TensorView ws_) {
+        sdk::Conv2dForwardArgs a;
+        a.geometry = g;
+        a.x.view = x.tested->view();
+        a.w.view = w.tested->view();
+        a.y = y;
+        conv.conv2d_forward_with_workspace(a, ws_);
+      });
+      three_ways(C::conv2d_backward_data, xs, d, zeros_x,
+                 [&](sdk::TensorView dx, sdk::TensorView ws_) {
+                   sdk::Conv2dBackwardDataArgs a;
+                   a.geometry = g;
+                   a.dy.view = dy.tested->view();
+                   a.w.view = w.tested->view();
+                   a.dx = dx;
+                   conv.conv2d_backward_data_with_workspace(a, ws_);
+                 });
+      q.out = DType::fp32;
+      three_ways(C::conv2d_backward_weights, ws, DType::fp32, zeros_w,
+                 [&](sdk::TensorView dw, sdk::TensorView ws_) {
+                   sdk::Conv2dBackwardWeightsArgs a;
+                   a.geometry = g;
+                   a.x.view = x.tested->view();
+                   a.dy.view = dy.tested->view();
+                   a.dw = dw;
+                   conv.conv2d_backward_weights_with_workspace(a, ws_);
+                 });
+      if (conv.supports(C::conv2d_backward_data_accumulate, std::vector<DType>{d, d, DType::fp32}))
+        three_ways(C::conv2d_backward_data_accumulate, xs, DType::fp32,
+                   random_values(static_cast<std::size_t>(xs.numel()), 83),
+                   [&](sdk::TensorView dx, sdk::TensorView ws_) {
+                     sdk::Conv2dBackwardDataArgs a;
+                     a.geometry = g;
+                     a.dy.view = dy.tested->view();
+                     a.w.view = w.tested->view();
+                     a.dx = dx;
+                     conv.conv2d_backward_data_accumulate_with_workspace(a, ws_);
+                   });
+    }
+  }
+  if (asked == 0)
+    GTEST_SKIP() << "backend '" << GetParam().name
+                 << "' asks for no workspace of its caller's (its calls with one ran as without)";
+}
+
+// A backend that asks for a workspace refuses one overlapping the call's output, as it refuses
+// any overlapping output.
+TEST_P(Conformance, Conv2dRefusesAWorkspaceOverlappingItsOutput) {
+  MIXTRAIN_FACETS(convolution, ConvolutionFacet);
+  if (tested_convolution->version() < sdk::FacetVersion{1, 2})
+    GTEST_SKIP() << "backend '" << GetParam().name << "' has convolution facet "
+                 << sdk::to_string(tested_convolution->version());
+  const sdk::Conv2dGeometry g = conv_geometry(1, 4, 6, 6, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1);
+  const Shape xs{1, 6, 6, 4}, ws{4, 4, 3, 3};
+  auto x = upload(random_values(static_cast<std::size_t>(xs.numel()), 84), xs);
+  auto w = upload(random_values(static_cast<std::size_t>(ws.numel()), 85), ws);
+  auto y = upload(std::vector<float>(static_cast<std::size_t>(xs.numel())), xs);
+  sdk::Conv2dForwardArgs a;
+  a.geometry = g;
+  a.x.view = x.tested->view();
+  a.w.view = w.tested->view();
+  a.y = y.tested->view();
+  const sdk::TensorView inside{y.tested->view().data, DType::fp32, Shape{8}};
+  sdk::ConvolutionFacet& conv = *tested_convolution;
+  sdk::Conv2dWorkspaceQuery q;
+  q.geometry = g;
+  if (conv.conv2d_workspace_bytes(q) == 0)
+    GTEST_SKIP() << "backend '" << GetParam().name
+                 << "' asks for no workspace for this call: it runs as without one";
+  EXPECT_THROW(conv.conv2d_forward_with_workspace(a, inside), sdk::BackendError);
+}
+
 TEST_P(Conformance, PoolingMaxAndAverageForwardBackwardMatchADoubleReference) {
   MIXTRAIN_FACETS(convolution, ConvolutionFacet);
   using K = sdk::PoolKind;

@@ -54,6 +54,19 @@ MemoryForecast forecast_memory(const GraphPlan& plan, const Ops& ops, std::int64
   return forecast;
 }
 
+// An op's step workspace, bound for one call and unbound however the call ends: a pass that
+// binds none must not see another pass's.
+class WorkspaceBinding {
+ public:
+  WorkspaceBinding(Layer& op, TensorView workspace) : op_(op) { op_.set_step_workspace(workspace); }
+  ~WorkspaceBinding() { op_.set_step_workspace({}); }
+  WorkspaceBinding(const WorkspaceBinding&) = delete;
+  WorkspaceBinding& operator=(const WorkspaceBinding&) = delete;
+
+ private:
+  Layer& op_;
+};
+
 // An arena of at least `bytes`, fp32-typed (any dtype is viewed into it).
 Tensor arena(const std::shared_ptr<sdk::DeviceBackend>& backend, std::size_t bytes) {
   return Tensor(backend, DType::fp32, sdk::Shape{static_cast<std::int64_t>(bytes / 4 + 1)});
@@ -165,13 +178,16 @@ void Executor::allocate(PassRows rows, bool reserve_fp32_gradients, std::int64_t
   for (std::size_t d = 0; d < eval_plan_.deferred.size(); ++d)
     unfused_evaluation.emplace_back(
         eval_plan_.deferred[d], base + eval_plan_.arena.offset[eval_plan_.activation_buffers + d]);
-  step_ = rows.train > 0
-              ? place(rows.train, step_plan_.arena, step_plan_.activation_buffers, unfused_step)
-              : Placement{};
-  evaluation_ = rows.evaluation > rows.train
-                    ? place(rows.evaluation, eval_plan_.arena, eval_plan_.activation_buffers,
-                            unfused_evaluation)
-                    : Placement{};
+  step_ =
+      rows.train > 0
+          ? place(rows.train, step_plan_.arena, step_plan_.activation_buffers, unfused_step,
+                  {step_plan_.lives, step_plan_.forward_workspace, &step_plan_.backward_workspace})
+          : Placement{};
+  evaluation_ =
+      rows.evaluation > rows.train
+          ? place(rows.evaluation, eval_plan_.arena, eval_plan_.activation_buffers,
+                  unfused_evaluation, {eval_plan_.lives, eval_plan_.forward_workspace, nullptr})
+          : Placement{};
   // The chunked loss's per-block values, which every placement's blocks share.
   blocks_ = LossBlockMemory{};
   loss_parts_ = Tensor();
@@ -196,9 +212,10 @@ void Executor::allocate(PassRows rows, bool reserve_fp32_gradients, std::int64_t
   bind_ties();
 }
 
-Executor::Placement Executor::place(
-    std::int64_t rows, const LivenessPlan& arena_plan, std::size_t activation_buffers,
-    const std::vector<std::pair<std::size_t, std::byte*>>& unfused) const {
+Executor::Placement Executor::place(std::int64_t rows, const LivenessPlan& arena_plan,
+                                    std::size_t activation_buffers,
+                                    const std::vector<std::pair<std::size_t, std::byte*>>& unfused,
+                                    const PlannedWorkspaces& workspaces) const {
   Placement p;
   p.rows = rows;
   auto* base = static_cast<std::byte*>(act_arena_.view().data);
@@ -212,6 +229,21 @@ Executor::Placement Executor::place(
   for (const auto& [node, at] : unfused) p.unfused[node] = at;
   for (std::size_t i = 0; i < ops_.size(); ++i)
     if (const auto home = output_home(plan_, ops_, i, rows)) p.unfused[i] = p.output[*home];
+  // A workspace's view covers its aligned bytes, as fp32 words (its dtype does not count).
+  const auto workspace = [&](std::size_t k) -> TensorView {
+    if (k == kNoBuffer) return {};
+    const std::size_t bytes =
+        aligned_buffer_bytes(workspaces.lives[k].bytes, kDefaultBufferAlignment);
+    return {base + arena_plan.offset[k], DType::fp32,
+            sdk::Shape{static_cast<std::int64_t>(bytes / 4)}};
+  };
+  p.forward_workspace.resize(ops_.size());
+  p.backward_workspace.resize(ops_.size());
+  for (std::size_t i = 0; i < ops_.size() && i < workspaces.forward.size(); ++i)
+    p.forward_workspace[i] = workspace(workspaces.forward[i]);
+  if (workspaces.backward != nullptr)
+    for (std::size_t i = 0; i < ops_.size() && i < workspaces.backward->size(); ++i)
+      p.backward_workspace[i] = workspace((*workspaces.backward)[i]);
   if (chunking_.rows > 0) {
     // The blocks are the activations' last two buffers (memory_plan.h).
     const ChunkedLogits c = chunked_logits(plan_, ops_, rows);
@@ -224,6 +256,10 @@ Executor::Placement Executor::place(
                            logits_grad_dtype(plan_, ops_), block};
   }
   return p;
+}
+
+const Executor::Placement& Executor::placed() const {
+  return evaluation_placed() ? evaluation_ : step_;
 }
 
 bool Executor::evaluation_placed() const {
@@ -411,7 +447,12 @@ void Executor::forward(Extent e, const ForwardVisitor& visit) {
     }
     gather_inputs(i, e, xs);
     ProfileScope scope(profile_scope(i));
-    ops_[i]->forward_inputs(xs, plan_.rows(TensorId::node(i), e));
+    const Placement& p = placed();
+    {
+      const WorkspaceBinding bound(
+          *ops_[i], i < p.forward_workspace.size() ? p.forward_workspace[i] : TensorView{});
+      ops_[i]->forward_inputs(xs, plan_.rows(TensorId::node(i), e));
+    }
     if (visit && !visit(i)) return;
   }
 }
@@ -573,7 +614,14 @@ void Executor::backward(Extent e, const GradientBuffers& buffers, bool last_micr
     const bool accumulates =
         std::find(accumulate.begin(), accumulate.end(), true) != accumulate.end();
     if (accumulates) op.set_input_gradient_accumulation(accumulate);
-    op.backward_inputs(xs, dy, dxs, plan_.rows(TensorId::node(i), e));
+    // Not in the all-FP32 pass: it runs before the loss, while the workspace's bytes hold
+    // activations.
+    {
+      const WorkspaceBinding bound(op, !buffers.all_fp32 && i < step_.backward_workspace.size()
+                                           ? step_.backward_workspace[i]
+                                           : TensorView{});
+      op.backward_inputs(xs, dy, dxs, plan_.rows(TensorId::node(i), e));
+    }
     if (accumulates) op.set_input_gradient_accumulation({});
     for (const Pending& p : pending) {
       // Several readers: the first contribution overwrites, later ones add, into an FP32 sum by

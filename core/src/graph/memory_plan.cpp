@@ -134,6 +134,40 @@ LivenessPlan plan_activations(const GraphPlan& plan, const Ops& ops, std::int64_
   return plan_liveness(activation_lives(plan, ops, max_rows, as_dtype));
 }
 
+namespace {
+
+// The ops' step workspaces (memory_plan.h), appended to `lives`: a forward's at step p, and, with
+// `backward`, a backward's at step 2n - p. Only where the op runs that pass at its own step: not a
+// view, not a forward its reader runs, not the chunked logits node (its passes run at the loss),
+// not a backward the node does not run.
+void append_workspaces(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows,
+                       std::vector<BufferLife>& lives, std::vector<std::size_t>& forward,
+                       std::vector<std::size_t>* backward) {
+  const int n = static_cast<int>(ops.size());
+  forward.assign(ops.size(), kNoBuffer);
+  if (backward != nullptr) backward->assign(ops.size(), kNoBuffer);
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const Layer& op = *ops[i];
+    if (op.is_view() || op.loss_chunk_rows() > 0) continue;
+    const std::int64_t rows = max_rows * plan.node(i).rows_per_sample;
+    const int at = static_cast<int>(i);
+    if (!op.traits().forward_in_reader)
+      if (const std::size_t bytes = op.step_workspace_bytes(Layer::Pass::forward, rows);
+          bytes > 0) {
+        forward[i] = lives.size();
+        lives.push_back({op.name() + " workspace (forward)", bytes, at, at});
+      }
+    if (backward != nullptr && plan.node(i).needs_grad)
+      if (const std::size_t bytes = op.step_workspace_bytes(Layer::Pass::backward, rows);
+          bytes > 0) {
+        (*backward)[i] = lives.size();
+        lives.push_back({op.name() + " workspace (backward)", bytes, 2 * n - at, 2 * n - at});
+      }
+  }
+}
+
+}  // namespace
+
 ForwardMemoryPlan plan_forward_memory(const GraphPlan& plan, const Ops& ops,
                                       std::int64_t max_rows) {
   ForwardMemoryPlan out;
@@ -151,6 +185,7 @@ ForwardMemoryPlan plan_forward_memory(const GraphPlan& plan, const Ops& ops,
                              sdk::dtype_size(storage_of(op.precision().activation)),
                          static_cast<int>(i), last[i]});
   }
+  append_workspaces(plan, ops, max_rows, out.lives, out.forward_workspace, nullptr);
   out.arena = plan_liveness(out.lives);
   return out;
 }
@@ -422,6 +457,7 @@ StepMemoryPlan plan_step_memory(const GraphPlan& plan, const Ops& ops, std::int6
   plan_contributions(
       plan, ops, max_rows, out.gradients.slots, false,
       [n](std::size_t i) { return 2 * n - static_cast<int>(i); }, out.lives, out.contribution);
+  append_workspaces(plan, ops, max_rows, out.lives, out.forward_workspace, &out.backward_workspace);
   if (with_fp32_gradients) {
     // The all-FP32 pass runs after the forward's last op and before the step's own loss: live
     // at that op's step, beside every activation the backward or the loss reads, and free for

@@ -184,6 +184,17 @@ std::vector<MemoryItem> held_items(Trainer::State& s) {
   if (plan.fp32_gradients != kNoBuffer)
     detail += "; with the run.underflow_every pass's fp32 gradients (" +
               memory_text(plan.lives[plan.fp32_gradients].bytes) + ")";
+  // The ops' step workspaces (a convolution's cuDNN workspace), each live at its pass's step.
+  std::size_t workspaces = 0, largest = 0;
+  for (const auto* at : {&plan.forward_workspace, &plan.backward_workspace})
+    for (const std::size_t k : *at)
+      if (k != kNoBuffer) {
+        ++workspaces;
+        largest = std::max(largest, plan.lives[k].bytes);
+      }
+  if (workspaces > 0)
+    detail += "; with " + std::to_string(workspaces) + " workspaces of the convolutions' passes (" +
+              memory_text(largest) + " the largest), each live at its pass's step";
   // An evaluation of more rows keeps nothing for a backward: its forward alone shares the bytes.
   if (const std::size_t evaluation = s.model->executor().evaluation_plan().arena.arena_bytes;
       evaluation > 0)

@@ -56,6 +56,30 @@ void ConvolutionFacet::conv2d_backward_data_accumulate(const Conv2dBackwardDataA
                      "false");
 }
 
+std::size_t ConvolutionFacet::conv2d_workspace_bytes(const Conv2dWorkspaceQuery&) const {
+  return 0;
+}
+
+// A backend that wants no workspace of its caller's runs the calls without it.
+void ConvolutionFacet::conv2d_forward_with_workspace(const Conv2dForwardArgs& args, TensorView) {
+  conv2d_forward(args);
+}
+
+void ConvolutionFacet::conv2d_backward_data_with_workspace(const Conv2dBackwardDataArgs& args,
+                                                           TensorView) {
+  conv2d_backward_data(args);
+}
+
+void ConvolutionFacet::conv2d_backward_data_accumulate_with_workspace(
+    const Conv2dBackwardDataArgs& args, TensorView) {
+  conv2d_backward_data_accumulate(args);
+}
+
+void ConvolutionFacet::conv2d_backward_weights_with_workspace(const Conv2dBackwardWeightsArgs& args,
+                                                              TensorView) {
+  conv2d_backward_weights(args);
+}
+
 bool ConvolutionFacet::supports(ConvolutionOp op, std::span<const DType> dtypes) const {
   return signature_accepts(op, dtypes);
 }

@@ -178,6 +178,48 @@ void BackendArgumentChecks::conv2d_backward_weights(const Conv2dBackwardWeightsA
   require_disjoint(op, "dw", a.dw, "dy", a.dy.view);
 }
 
+void BackendArgumentChecks::conv2d_workspace(std::string_view op, const TensorView& workspace,
+                                             const Conv2dForwardArgs& a) const {
+  require_disjoint(op, "workspace", workspace, "x", a.x.view);
+  require_disjoint(op, "workspace", workspace, "w", a.w.view);
+  require_disjoint(op, "workspace", workspace, "bias", a.bias);
+  require_disjoint(op, "workspace", workspace, "y", a.y);
+}
+
+void BackendArgumentChecks::conv2d_workspace(std::string_view op, const TensorView& workspace,
+                                             const Conv2dBackwardDataArgs& a) const {
+  require_disjoint(op, "workspace", workspace, "dy", a.dy.view);
+  require_disjoint(op, "workspace", workspace, "w", a.w.view);
+  require_disjoint(op, "workspace", workspace, "dx", a.dx);
+}
+
+void BackendArgumentChecks::conv2d_workspace(std::string_view op, const TensorView& workspace,
+                                             const Conv2dBackwardWeightsArgs& a) const {
+  require_disjoint(op, "workspace", workspace, "x", a.x.view);
+  require_disjoint(op, "workspace", workspace, "dy", a.dy.view);
+  require_disjoint(op, "workspace", workspace, "dw", a.dw);
+  require_disjoint(op, "workspace", workspace, "dbias", a.dbias);
+}
+
+void BackendArgumentChecks::conv2d_workspace_query(const Conv2dWorkspaceQuery& q) const {
+  constexpr std::string_view op = "conv2d_workspace_bytes";
+  switch (q.op) {
+    case ConvolutionOp::conv2d_forward:
+    case ConvolutionOp::conv2d_backward_data:
+    case ConvolutionOp::conv2d_backward_data_accumulate:
+    case ConvolutionOp::conv2d_backward_weights:
+      break;
+    default:
+      fail(op, "query.op is " + std::string(op_name(q.op)) + ", which takes no workspace",
+           "ask for conv2d_forward, conv2d_backward_data, conv2d_backward_data_accumulate or "
+           "conv2d_backward_weights");
+  }
+  conv2d_geometry(op, q.geometry);
+  if (q.compute != DType::fp32 && q.compute != DType::tf32)
+    fail(op, "query.compute is " + std::string(dtype_name(q.compute)) + ", not fp32 or tf32",
+         "ask with the compute the call will pass");
+}
+
 void BackendArgumentChecks::pool2d_geometry(std::string_view op, const Pool2dGeometry& g) const {
   const std::string hint = "check the layer's Pool2dGeometry";
   auto at_least = [&](const char* name, std::int64_t v, std::int64_t lo) {

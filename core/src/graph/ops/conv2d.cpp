@@ -1,5 +1,6 @@
 #include "graph/ops/conv2d.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -107,6 +108,7 @@ void Conv2dLayer::choose_kernels(sdk::DeviceBackend& backend) {
   accumulate16_offered_ =
       (g == DType::bf16 || g == DType::fp16) &&
       !unmet(backend, {sdk::ConvolutionOp::conv2d_backward_data_accumulate, {g, g, g}});
+  workspace_facet_ = sdk::facet<sdk::ConvolutionFacet>(backend, 2);
   if (why && fusion_on_ && !input_.plain() && !sdk::is_fp8(g))
     ops::log_once("conv2d", "conv2d_backward_data_accumulate",
                   "the backend does not add a convolution's input gradient into the FP32 sum "
@@ -121,6 +123,48 @@ bool Conv2dLayer::can_accumulate_input_gradient(std::size_t k) const {
 bool Conv2dLayer::can_accumulate_input_gradient_in(std::size_t k, DType dtype) const {
   return k == 0 && fusion_on_ && accumulate16_offered_ && !input_.plain() && !scaler_.active() &&
          dtype == storage_of(precision_.gemm_input);
+}
+
+std::size_t Conv2dLayer::step_workspace_bytes(Pass pass, std::int64_t rows) const {
+  const DType g = precision_.gemm_input;
+  if (workspace_facet_ == nullptr || sdk::is_fp8(g) || rows <= 0) return 0;
+  sdk::Conv2dWorkspaceQuery q;
+  q.geometry = at_batch(rows);
+  if (q.geometry.batch < 1) return 0;
+  q.compute = compute();
+  const DType operand = storage_of(g);
+  const DType weight = storage_of(precision_.weight);
+  // A query the backend refuses plans no workspace: the call, if it comes, says why.
+  const auto ask = [&](sdk::ConvolutionOp op, DType a, DType b, DType out) -> std::size_t {
+    q.op = op;
+    q.a = a;
+    q.b = b;
+    q.out = out;
+    try {
+      return workspace_facet_->conv2d_workspace_bytes(q);
+    } catch (const sdk::BackendError&) {
+      return 0;
+    }
+  };
+  if (pass == Pass::forward) {
+    q.bias = bias_;
+    return ask(sdk::ConvolutionOp::conv2d_forward, operand, weight,
+               storage_of(precision_.activation));
+  }
+  // The backward's calls run one after another: the largest of them.
+  q.bias = bias_;
+  std::size_t bytes =
+      ask(sdk::ConvolutionOp::conv2d_backward_weights, operand, operand, DType::fp32);
+  q.bias = false;
+  bytes = std::max(bytes, ask(sdk::ConvolutionOp::conv2d_backward_data, operand, weight,
+                              storage_of(precision_.activation_grad)));
+  if (accumulate_offered_)
+    bytes = std::max(bytes, ask(sdk::ConvolutionOp::conv2d_backward_data_accumulate, operand,
+                                weight, DType::fp32));
+  if (accumulate16_offered_)
+    bytes = std::max(
+        bytes, ask(sdk::ConvolutionOp::conv2d_backward_data_accumulate, operand, weight, operand));
+  return bytes;
 }
 
 void Conv2dLayer::forward(TensorView x, std::int64_t rows) {
@@ -145,7 +189,11 @@ void Conv2dLayer::forward(TensorView x, std::int64_t rows) {
          sdk::Shape{a.geometry.batch, a.geometry.out_height(), a.geometry.out_width(),
                     a.geometry.out_channels}};
   a.compute = compute();
-  facets().call(sdk::ConvolutionOp::conv2d_forward)->conv2d_forward(a);
+  const TensorView workspace = step_workspace();
+  if (workspace_facet_ != nullptr && !workspace.empty())
+    facets().call(sdk::ConvolutionOp::conv2d_forward)->conv2d_forward_with_workspace(a, workspace);
+  else
+    facets().call(sdk::ConvolutionOp::conv2d_forward)->conv2d_forward(a);
 }
 
 void Conv2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_t rows) {
@@ -162,6 +210,8 @@ void Conv2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_
     w_op.view = params_[0].compute_view();
   }
   const bool bias_trains = bias_ && !params_[1].frozen;
+  const TensorView workspace = step_workspace();
+  const bool with_workspace = workspace_facet_ != nullptr && !workspace.empty();
   if (!params_[0].frozen) {
     sdk::Conv2dBackwardWeightsArgs bw;
     bw.geometry = geo;
@@ -175,7 +225,12 @@ void Conv2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_
       params_[1].take_grad_beta();
     }
     bw.compute = compute();
-    facets().call(sdk::ConvolutionOp::conv2d_backward_weights)->conv2d_backward_weights(bw);
+    if (with_workspace)
+      facets()
+          .call(sdk::ConvolutionOp::conv2d_backward_weights)
+          ->conv2d_backward_weights_with_workspace(bw, workspace);
+    else
+      facets().call(sdk::ConvolutionOp::conv2d_backward_weights)->conv2d_backward_weights(bw);
   } else if (bias_trains) {
     // A frozen weight's wgrad is not computed: the bias alone is dy's sum per output channel,
     // dy being channels-last [N·OH·OW, O].
@@ -195,12 +250,19 @@ void Conv2dLayer::backward(TensorView, TensorView dy, TensorView dx, std::int64_
   if (accumulate_input_gradient(0)) {
     // dx is the sum of the input's gradient, FP32 or 16-bit (channels-last: grad_target is dx
     // itself).
-    facets()
-        .call(sdk::ConvolutionOp::conv2d_backward_data_accumulate)
-        ->conv2d_backward_data_accumulate(bd);
+    const auto facet = facets().call(sdk::ConvolutionOp::conv2d_backward_data_accumulate);
+    if (with_workspace)
+      facet->conv2d_backward_data_accumulate_with_workspace(bd, workspace);
+    else
+      facet->conv2d_backward_data_accumulate(bd);
     return;
   }
-  facets().call(sdk::ConvolutionOp::conv2d_backward_data)->conv2d_backward_data(bd);
+  if (with_workspace)
+    facets()
+        .call(sdk::ConvolutionOp::conv2d_backward_data)
+        ->conv2d_backward_data_with_workspace(bd, workspace);
+  else
+    facets().call(sdk::ConvolutionOp::conv2d_backward_data)->conv2d_backward_data(bd);
   input_.finish_grad(facets(), bd.dx, dx);
 }
 

@@ -22,7 +22,10 @@
 // - name() and version() report kName and kVersion as the backend was compiled (facet.h: a
 //   minor step only appends methods). 1.1 appended conv2d_backward_data_accumulate, the data
 //   gradient added into an fp32 sum; it is refused by default (supports() false, the call a
-//   BackendError), and a host asks for it only where the facet is 1.1 or later.
+//   BackendError), and a host asks for it only where the facet is 1.1 or later. 1.2 appended the
+//   convolution's workspace from its caller (conv2d_workspace_bytes and the four *_with_workspace
+//   calls); by default a backend wants none and the calls run as without it, and a host calls them
+//   only where the facet is 1.2 or later.
 #pragma once
 
 #include "mixtrain/sdk/export.h"
@@ -113,10 +116,25 @@ constexpr std::uint16_t introduced_in(ConvolutionOp op) noexcept {
 }
 MIXTRAIN_SDK_API OpSignature op_signature(ConvolutionOp op) noexcept;
 
+// What a convolution call will be, for conv2d_workspace_bytes (1.2): its op, its geometry, and the
+// dtypes and flags of the args it will get.
+struct Conv2dWorkspaceQuery {
+  // conv2d_forward, conv2d_backward_data, conv2d_backward_data_accumulate or
+  // conv2d_backward_weights.
+  ConvolutionOp op = ConvolutionOp::conv2d_forward;
+  Conv2dGeometry geometry;
+  DType a = DType::fp32;        // x (forward, backward weights), dy (backward data)
+  DType b = DType::fp32;        // w (forward, backward data), dy (backward weights)
+  DType out = DType::fp32;      // y (forward), dx (backward data); ignored for backward weights
+  DType compute = DType::fp32;  // fp32, or tf32
+  bool bias = false;            // forward: a bias added; backward weights: dbias written
+  bool accumulate = false;      // backward weights: dw added to
+};
+
 class MIXTRAIN_SDK_API ConvolutionFacet : public Facet {
  public:
   using Op = ConvolutionOp;
-  static constexpr FacetVersion kVersion{1, 1};
+  static constexpr FacetVersion kVersion{1, 2};
   static constexpr std::string_view kName = "convolution";
   std::string_view name() const final { return kName; }
   FacetVersion version() const final { return kVersion; }
@@ -170,6 +188,30 @@ class MIXTRAIN_SDK_API ConvolutionFacet : public Facet {
   // BackendError, and supports() false; a backend offers it by overriding both (a facet that
   // forwards supports() to another one forwards this call too).
   virtual void conv2d_backward_data_accumulate(const Conv2dBackwardDataArgs& args);
+
+  // --- 1.2 ---------------------------------------------------------------------------------------
+  // The convolution's workspace from its caller. Why: a backend that keeps the largest workspace
+  // any call asked for holds it for good, on top of the host's peak (ResNet-50's stem: cuDNN pads
+  // the image's 3 channels to 8 in a 103 MB workspace); a host that plans it in its step's memory,
+  // live at the op's step only, takes it from bytes that are free then.
+  // conv2d_workspace_bytes: the bytes a call of that shape can use from its caller, for operands
+  // and outputs at 16-byte-aligned addresses; 0 (the default): none, the backend keeps its own.
+  // It may build and cache the backend's plan for the shape, and allocates no device memory. A
+  // backend that answers checks the query as it would check the call (BackendError: the
+  // geometry, the op, the dtypes); the default answers 0 to any.
+  virtual std::size_t conv2d_workspace_bytes(const Conv2dWorkspaceQuery& query) const;
+  // The four calls with a workspace: the same results, bit for bit, as without it. `workspace`
+  // (its bytes count, not its dtype) is the backend's to overwrite during the call; it holds
+  // nothing before or after, and must overlap none of the call's operands and outputs
+  // (BackendArgumentChecks::conv2d_workspace). Empty or smaller than the call wants: the backend
+  // uses its own, as without it. Default: the call without it.
+  virtual void conv2d_forward_with_workspace(const Conv2dForwardArgs& args, TensorView workspace);
+  virtual void conv2d_backward_data_with_workspace(const Conv2dBackwardDataArgs& args,
+                                                   TensorView workspace);
+  virtual void conv2d_backward_data_accumulate_with_workspace(const Conv2dBackwardDataArgs& args,
+                                                              TensorView workspace);
+  virtual void conv2d_backward_weights_with_workspace(const Conv2dBackwardWeightsArgs& args,
+                                                      TensorView workspace);
 
  protected:
   ~ConvolutionFacet() override;  // not owned through the facet: the backend is

@@ -89,6 +89,24 @@ class ForwardingConvolution : public sdk::ConvolutionFacet {
   void conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& a) override {
     in_.conv2d_backward_weights(a);
   }
+  std::size_t conv2d_workspace_bytes(const sdk::Conv2dWorkspaceQuery& q) const override {
+    return in_.conv2d_workspace_bytes(q);
+  }
+  void conv2d_forward_with_workspace(const sdk::Conv2dForwardArgs& a, sdk::TensorView ws) override {
+    in_.conv2d_forward_with_workspace(a, ws);
+  }
+  void conv2d_backward_data_with_workspace(const sdk::Conv2dBackwardDataArgs& a,
+                                           sdk::TensorView ws) override {
+    in_.conv2d_backward_data_with_workspace(a, ws);
+  }
+  void conv2d_backward_data_accumulate_with_workspace(const sdk::Conv2dBackwardDataArgs& a,
+                                                      sdk::TensorView ws) override {
+    in_.conv2d_backward_data_accumulate_with_workspace(a, ws);
+  }
+  void conv2d_backward_weights_with_workspace(const sdk::Conv2dBackwardWeightsArgs& a,
+                                              sdk::TensorView ws) override {
+    in_.conv2d_backward_weights_with_workspace(a, ws);
+  }
   std::size_t pool2d_workspace_bytes(const sdk::Pool2dGeometry& g, DType x) const override {
     return in_.pool2d_workspace_bytes(g, x);
   }

@@ -17,7 +17,10 @@
 //   outputs an op writes only when it runs unfused (the non-finite replay) have their own arena
 //   from their own plan (plan_deferred_outputs), allocated here too: running unfused allocates
 //   nothing. memory() says what allocate() placed, in the bytes the backend counted (the memory
-//   report's items).
+//   report's items). An op's step workspace (Layer::step_workspace_bytes, a convolution's) is a
+//   buffer of the arena live at its pass's step; the executor binds it around that one call in
+//   the placement's forward and in a backward into the planned gradients, never in the all-FP32
+//   pass (which runs before the loss, while the bytes hold activations).
 // - Evaluation (set_evaluating(true), which Model::set_mode calls): a forward and its loss
 //   without a gradient, of up to rows.evaluation rows. When that is more than rows.train, the
 //   evaluation has a placement of its own in the same arena, from a forward-only plan
@@ -205,12 +208,22 @@ class Executor {
   struct Placement {
     std::int64_t rows = 0;
     std::vector<std::byte*> output, unfused;
+    // Each node's step workspaces (empty: none); the evaluation's placement has no backward.
+    std::vector<sdk::TensorView> forward_workspace, backward_workspace;
     std::int64_t block_rows = 0;
     sdk::TensorView block_logits, block_logits_grad;
   };
-  // `unfused`: each deferred output's (node, address) where it is written unfused.
+  // `unfused`: each deferred output's (node, address) where it is written unfused. The step
+  // workspaces: indices into the plan's `lives` (kNoBuffer: none); `backward` may be null.
+  struct PlannedWorkspaces {
+    const std::vector<BufferLife>& lives;
+    const std::vector<std::size_t>& forward;
+    const std::vector<std::size_t>* backward;
+  };
   Placement place(std::int64_t rows, const LivenessPlan& arena_plan, std::size_t activation_buffers,
-                  const std::vector<std::pair<std::size_t, std::byte*>>& unfused) const;
+                  const std::vector<std::pair<std::size_t, std::byte*>>& unfused,
+                  const PlannedWorkspaces& workspaces) const;
+  const Placement& placed() const;  // the placement in use
   bool evaluation_placed() const;  // the evaluation's placement is the one in use
   void bind_placement();           // hands the ops the placement in use
   const std::vector<BufferLife>& placed_lives() const;

@@ -309,6 +309,17 @@ class Layer {
     return k < accumulate_dx_.size() && accumulate_dx_[k];
   }
   void set_input_gradient_accumulation(std::vector<bool> on) { accumulate_dx_ = std::move(on); }
+  // Step workspaces: device bytes a pass of the op can use for `rows` rows of its output (a
+  // convolution's cuDNN workspace: convolution facet 1.2), planned by the step's memory plan live
+  // at that pass's step only (memory_plan.h), asked after choose_kernels; 0 by default. The
+  // executor binds the workspace (set_step_workspace) for the one call of that pass in the step's
+  // own forward and backward (the non-finite replay's too, which keep the same schedule) and
+  // clears it after; in every other pass (the all-FP32 underflow pass, decoding, a forward run by
+  // a reader or by the chunked loss) step_workspace() is empty and the op runs without one.
+  enum class Pass { forward, backward };
+  virtual std::size_t step_workspace_bytes(Pass /*pass*/, std::int64_t /*rows*/) const { return 0; }
+  void set_step_workspace(sdk::TensorView workspace) { step_workspace_ = workspace; }
+  sdk::TensorView step_workspace() const { return step_workspace_; }
   // Host-side initialisation of parameters from a seed (PyTorch's defaults for the layer type),
   // and of buffers to their starting values.
   virtual void init_parameters(std::uint64_t /*seed*/) {}
@@ -482,6 +493,7 @@ class Layer {
   void* planned_output_ = nullptr;   // in the model's activation arena, when planned
   std::int64_t loss_chunk_rows_ = 0;  // set_loss_chunk_rows()
   std::vector<bool> accumulate_dx_;   // set_input_gradient_accumulation(), by the executor
+  sdk::TensorView step_workspace_;    // set_step_workspace(), by the executor
   void* deferred_output_ = nullptr;  // in the executor's deferred-output arena, when planned
   bool output_unfused_ = false;      // materialise_output() made the output deferred_output_
   std::vector<ModelParameter> params_;

@@ -39,7 +39,13 @@
 //   make: a backward that read an activation past its declared last read would read a gradient
 //   written over it. Executor::set_poison_dead_buffers fills every buffer whose life ended with
 //   NaN, so such a read shows (tests/unit/core/graph/test_step_arena.cpp).
-// - Pure functions of the plan and the ops' precision; they allocate nothing.
+// - Step workspaces (Layer::step_workspace_bytes: a convolution's cuDNN workspace): each op's
+//   forward workspace lives at its forward's step only, its backward workspace at its backward's
+//   step only, so it takes bytes that nothing else holds then (ResNet-50's stem wants 103 MB at
+//   step 0, where the arena holds little). An op whose pass runs at another step (a forward run
+//   by its reader or by the chunked loss) gets none for that pass.
+// - Pure functions of the plan and the ops' precision; they allocate nothing. The ops' workspace
+//   answers may ask the backend (which may build a plan for a shape, not allocate).
 #pragma once
 
 #include <cstddef>
@@ -55,6 +61,8 @@
 namespace mixtrain::core {
 
 using Ops = std::vector<std::unique_ptr<Layer>>;
+
+inline constexpr std::size_t kNoBuffer = static_cast<std::size_t>(-1);
 
 // The dtype a node's backward writes its input gradients in.
 sdk::DType contribution_dtype(const Ops& ops, std::size_t reader);
@@ -88,6 +96,9 @@ struct ForwardMemoryPlan {
   std::vector<BufferLife> lives;
   std::size_t activation_buffers = 0;  // lives[0, activation_buffers): the activations
   std::vector<std::size_t> deferred;   // lives[activation_buffers + d]: node deferred[d]'s
+  // Node i's forward workspace, an index into `lives` after the deferred outputs; kNoBuffer
+  // where it has none.
+  std::vector<std::size_t> forward_workspace;
   LivenessPlan arena;
 };
 ForwardMemoryPlan plan_forward_memory(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows);
@@ -113,8 +124,6 @@ struct GradientSlot {
   std::size_t offset_fp32 = 0;  // in the all-FP32 arena
 };
 
-inline constexpr std::size_t kNoBuffer = static_cast<std::size_t>(-1);
-
 struct GradientPlan {
   std::vector<GradientSlot> slots;  // per node position (used at roots that need a gradient)
   LivenessPlan planned, fp32;
@@ -137,7 +146,7 @@ GradientPlan plan_gradients(const GraphPlan& plan, const Ops& ops, std::int64_t 
 struct StepMemoryPlan {
   // The buffers, in arena.offset's order: plan_activations' (chunked-loss blocks last), then
   // plan_gradients' planned ones, in the step schedule, then the contributions written apart,
-  // then the all-FP32 gradients when asked for.
+  // then the step workspaces, then the all-FP32 gradients when asked for.
   std::vector<BufferLife> lives;
   LivenessPlan arena;
   std::size_t activation_buffers = 0;  // lives[0, activation_buffers): the activations
@@ -150,6 +159,9 @@ struct StepMemoryPlan {
   // non-finite replay) writes it apart.
   std::vector<std::vector<std::size_t>> contribution;
   std::size_t fp32_gradients = kNoBuffer;  // the all-FP32 pass's buffer in `lives`, when planned
+  // Node i's step workspaces, indices into `lives`: forward_workspace[i] live at step i,
+  // backward_workspace[i] at step 2n - i; kNoBuffer where it has none.
+  std::vector<std::size_t> forward_workspace, backward_workspace;
 };
 
 // Whether a backward writes a gradient contribution straight into the tensor's gradient buffer:

@@ -42,6 +42,7 @@ struct ByteImages;
 struct HeadLayout;
 struct SoftmaxShape;
 struct Conv2dGeometry;
+struct Conv2dWorkspaceQuery;
 struct Conv2dForwardArgs;
 struct Conv2dBackwardDataArgs;
 struct Conv2dBackwardWeightsArgs;
@@ -257,6 +258,17 @@ class BackendArgumentChecks {
   // The geometry, x, dy (not transposed) of its shapes, dw fp32 [O, C/groups, KH, KW], dbias
   // (optional) fp32 [O], dw disjoint from x and dy.
   void conv2d_backward_weights(const Conv2dBackwardWeightsArgs& args) const;
+  // A convolution call's workspace from its caller (convolution facet 1.2): empty, or overlapping
+  // none of the call's operands and outputs. `op` names the call in the message.
+  void conv2d_workspace(std::string_view op, const TensorView& workspace,
+                        const Conv2dForwardArgs& args) const;
+  void conv2d_workspace(std::string_view op, const TensorView& workspace,
+                        const Conv2dBackwardDataArgs& args) const;
+  void conv2d_workspace(std::string_view op, const TensorView& workspace,
+                        const Conv2dBackwardWeightsArgs& args) const;
+  // conv2d_workspace_bytes' query: one of the four convolution ops, the geometry, compute fp32 or
+  // tf32. Not the operands' dtypes: those are the backend's, as for the calls.
+  void conv2d_workspace_query(const Conv2dWorkspaceQuery& query) const;
 
   // Every dimension >= 1 (padding >= 0), padding at most half the kernel, a kernel that fits.
   void pool2d_geometry(std::string_view op, const Pool2dGeometry& g) const;
