@@ -298,4 +298,33 @@ std::string engine_refusal(std::span<const int> notes, const NumericsPolicy& pol
   return {};
 }
 
+namespace {
+
+std::size_t round256(std::size_t bytes) {
+  return (bytes + 255) / 256 * 256;
+}
+
+}  // namespace
+
+std::size_t RouteScratch::caller_bytes() const {
+  const std::size_t parts = round256(workspace) + round256(a) + round256(b) + round256(out);
+  return parts == 0 ? 0 : parts + 255;
+}
+
+RouteScratch::Places RouteScratch::place_in(void* base) const {
+  auto* at = reinterpret_cast<std::byte*>(round256(reinterpret_cast<std::uintptr_t>(base)));
+  const auto take = [&](std::size_t bytes) -> void* {
+    if (bytes == 0) return nullptr;
+    void* p = at;
+    at += round256(bytes);
+    return p;
+  };
+  Places p;
+  p.workspace = take(workspace);
+  p.a = take(a);
+  p.b = take(b);
+  p.out = take(out);
+  return p;
+}
+
 }  // namespace mixtrain::backend_cuda::conv

@@ -113,6 +113,22 @@ std::vector<Route> conv_routes(ConvOp op, sdk::DType a, sdk::DType b, sdk::DType
 // applies.
 bool pointwise_dgrad_accumulates_as_gemm(const sdk::Conv2dGeometry& g, sdk::DType dy, sdk::DType w);
 
+// The scratch one route of a call takes (cuda_convolution_facet.cpp): cuDNN's workspace (every
+// autotuning candidate's until the key's first run has timed them), the first operand decoded,
+// the second decoded or the channels-last weights, the FP32 output before its finish. In a
+// caller's workspace (convolution facet 1.2) each part starts at a 256-byte boundary, the first
+// rounded up from the workspace's start (hence 255 bytes of slack), in that order, apart.
+struct RouteScratch {
+  std::size_t workspace = 0, a = 0, b = 0, out = 0;
+  // The bytes a caller's workspace must hold for all of it; 0 when the route takes none.
+  std::size_t caller_bytes() const;
+  struct Places {
+    void *workspace = nullptr, *a = nullptr, *b = nullptr, *out = nullptr;
+  };
+  // Where each part lies in a caller's workspace at `base` of at least caller_bytes().
+  Places place_in(void* base) const;
+};
+
 // The plan cache's key: everything a cuDNN execution plan depends on.
 struct PlanKey {
   ConvOp op = ConvOp::forward;

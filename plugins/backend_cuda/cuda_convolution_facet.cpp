@@ -98,23 +98,6 @@ bool CudaConvolution::supports(sdk::ConvolutionOp op, std::span<const DType> dty
 
 namespace {
 
-std::size_t round256(std::size_t bytes) {
-  return (bytes + 255) / 256 * 256;
-}
-
-// The scratch one route of a call takes: cuDNN's workspace (every autotuning candidate's until
-// the key's first run has timed them), the first operand decoded, the second decoded or the
-// channels-last weights, the FP32 output before its finish. In a caller's workspace (convolution
-// facet 1.2) each part starts at a 256-byte boundary, the first rounded up from the workspace's
-// start: hence the 255 bytes of slack.
-struct RouteScratch {
-  std::size_t workspace = 0, a = 0, b = 0, out = 0;
-  std::size_t caller_bytes() const {
-    const std::size_t parts = round256(workspace) + round256(a) + round256(b) + round256(out);
-    return parts == 0 ? 0 : parts + 255;
-  }
-};
-
 // Runs `call` on the first route and layout cuDNN has a plan for; false (with the reasons
 // appended to `declined`) when none. Its scratch comes from `given` (the caller's workspace) when
 // that holds all of it, else from the backend's own. With `measure`, nothing runs: the first
@@ -167,7 +150,7 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
         return conv::wgrad_fallback_hint(c.op, route, plan->fallback_heuristics,
                                          context.conv_wgrad_in_operand_dtype);
       });
-      RouteScratch need;
+      conv::RouteScratch need;
       need.workspace = static_cast<std::size_t>(plan->untimed.empty() ? plan->workspace
                                                                       : plan->tuning_workspace());
       need.a = route.decode_a ? static_cast<std::size_t>(c.a.numel()) * 4 : 0;
@@ -179,19 +162,14 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
         *measure = need.caller_bytes();
         return true;
       }
-      // The caller's workspace, carved from its first 256-byte boundary, when it holds all.
+      // The caller's workspace when it holds all of it.
       const bool in_given = need.caller_bytes() > 0 && given.bytes() >= need.caller_bytes();
-      auto* carve =
-          reinterpret_cast<std::byte*>(round256(reinterpret_cast<std::uintptr_t>(given.data)));
-      const auto take = [&](std::size_t bytes) {
-        void* p = carve;
-        carve += round256(bytes);
-        return p;
-      };
-      void* const given_ws = in_given ? take(need.workspace) : nullptr;
-      void* const given_a = in_given ? take(need.a) : nullptr;
-      void* const given_b = in_given ? take(need.b) : nullptr;
-      void* const given_out = in_given ? take(need.out) : nullptr;
+      const conv::RouteScratch::Places places =
+          in_given ? need.place_in(given.data) : conv::RouteScratch::Places{};
+      void* const given_ws = places.workspace;
+      void* const given_a = places.a;
+      void* const given_b = places.b;
+      void* const given_out = places.out;
       // Operands.
       void* a = c.a.data;
       if (route.decode_a) {

@@ -137,32 +137,41 @@ LivenessPlan plan_activations(const GraphPlan& plan, const Ops& ops, std::int64_
 namespace {
 
 // The ops' step workspaces (memory_plan.h), appended to `lives`: a forward's at step p, and, with
-// `backward`, a backward's at step 2n - p. Only where the op runs that pass at its own step: not a
-// view, not a forward its reader runs, not the chunked logits node (its passes run at the loss),
-// not a backward the node does not run.
+// `backward` (and the gradient slots, which say what each input's gradient is handed as), a
+// backward's at step 2n - p. Only where the op runs that pass at its own step: not a view, not a
+// forward its reader runs, not the chunked logits node (its passes run at the loss), not a
+// backward the node does not run.
 void append_workspaces(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows,
                        std::vector<BufferLife>& lives, std::vector<std::size_t>& forward,
-                       std::vector<std::size_t>* backward) {
+                       std::vector<std::size_t>* backward, const std::vector<GradientSlot>* slots) {
   const int n = static_cast<int>(ops.size());
   forward.assign(ops.size(), kNoBuffer);
   if (backward != nullptr) backward->assign(ops.size(), kNoBuffer);
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const Layer& op = *ops[i];
     if (op.is_view() || op.loss_chunk_rows() > 0) continue;
-    const std::int64_t rows = max_rows * plan.node(i).rows_per_sample;
     const int at = static_cast<int>(i);
+    Layer::WorkspaceAsk ask;
+    ask.rows = max_rows * plan.node(i).rows_per_sample;
     if (!op.traits().forward_in_reader)
-      if (const std::size_t bytes = op.step_workspace_bytes(Layer::Pass::forward, rows);
-          bytes > 0) {
+      if (const std::size_t bytes = op.step_workspace_bytes(ask); bytes > 0) {
         forward[i] = lives.size();
         lives.push_back({op.name() + " workspace (forward)", bytes, at, at});
       }
-    if (backward != nullptr && plan.node(i).needs_grad)
-      if (const std::size_t bytes = op.step_workspace_bytes(Layer::Pass::backward, rows);
-          bytes > 0) {
-        (*backward)[i] = lives.size();
-        lives.push_back({op.name() + " workspace (backward)", bytes, 2 * n - at, 2 * n - at});
-      }
+    if (backward == nullptr || slots == nullptr || !plan.node(i).needs_grad) continue;
+    ask.pass = Layer::Pass::backward;
+    for (const TensorId t : plan.node(i).inputs) {
+      const TensorId root = plan.root(t);
+      const bool needs = plan.needs_grad(root);
+      ask.input_needs_gradient.push_back(needs);
+      const GradientSlot* slot = needs ? &(*slots)[root.position()] : nullptr;
+      ask.input_gradient_sum.push_back(
+          slot != nullptr && slot->reads > 1 ? std::optional<DType>(slot->dtype) : std::nullopt);
+    }
+    if (const std::size_t bytes = op.step_workspace_bytes(ask); bytes > 0) {
+      (*backward)[i] = lives.size();
+      lives.push_back({op.name() + " workspace (backward)", bytes, 2 * n - at, 2 * n - at});
+    }
   }
 }
 
@@ -185,7 +194,7 @@ ForwardMemoryPlan plan_forward_memory(const GraphPlan& plan, const Ops& ops,
                              sdk::dtype_size(storage_of(op.precision().activation)),
                          static_cast<int>(i), last[i]});
   }
-  append_workspaces(plan, ops, max_rows, out.lives, out.forward_workspace, nullptr);
+  append_workspaces(plan, ops, max_rows, out.lives, out.forward_workspace, nullptr, nullptr);
   out.arena = plan_liveness(out.lives);
   return out;
 }
@@ -457,7 +466,8 @@ StepMemoryPlan plan_step_memory(const GraphPlan& plan, const Ops& ops, std::int6
   plan_contributions(
       plan, ops, max_rows, out.gradients.slots, false,
       [n](std::size_t i) { return 2 * n - static_cast<int>(i); }, out.lives, out.contribution);
-  append_workspaces(plan, ops, max_rows, out.lives, out.forward_workspace, &out.backward_workspace);
+  append_workspaces(plan, ops, max_rows, out.lives, out.forward_workspace, &out.backward_workspace,
+                    &out.gradients.slots);
   if (with_fp32_gradients) {
     // The all-FP32 pass runs after the forward's last op and before the step's own loss: live
     // at that op's step, beside every activation the backward or the loss reads, and free for

@@ -125,17 +125,17 @@ bool Conv2dLayer::can_accumulate_input_gradient_in(std::size_t k, DType dtype) c
          dtype == storage_of(precision_.gemm_input);
 }
 
-std::size_t Conv2dLayer::step_workspace_bytes(Pass pass, std::int64_t rows) const {
+std::size_t Conv2dLayer::step_workspace_bytes(const WorkspaceAsk& ask) const {
   const DType g = precision_.gemm_input;
-  if (workspace_facet_ == nullptr || sdk::is_fp8(g) || rows <= 0) return 0;
+  if (workspace_facet_ == nullptr || sdk::is_fp8(g) || ask.rows <= 0) return 0;
   sdk::Conv2dWorkspaceQuery q;
-  q.geometry = at_batch(rows);
+  q.geometry = at_batch(ask.rows);
   if (q.geometry.batch < 1) return 0;
   q.compute = compute();
   const DType operand = storage_of(g);
   const DType weight = storage_of(precision_.weight);
   // A query the backend refuses plans no workspace: the call, if it comes, says why.
-  const auto ask = [&](sdk::ConvolutionOp op, DType a, DType b, DType out) -> std::size_t {
+  const auto query = [&](sdk::ConvolutionOp op, DType a, DType b, DType out) -> std::size_t {
     q.op = op;
     q.a = a;
     q.b = b;
@@ -146,24 +146,30 @@ std::size_t Conv2dLayer::step_workspace_bytes(Pass pass, std::int64_t rows) cons
       return 0;
     }
   };
-  if (pass == Pass::forward) {
+  if (ask.pass == Pass::forward) {
     q.bias = bias_;
-    return ask(sdk::ConvolutionOp::conv2d_forward, operand, weight,
-               storage_of(precision_.activation));
+    return query(sdk::ConvolutionOp::conv2d_forward, operand, weight,
+                 storage_of(precision_.activation));
   }
-  // The backward's calls run one after another: the largest of them.
-  q.bias = bias_;
-  std::size_t bytes =
-      ask(sdk::ConvolutionOp::conv2d_backward_weights, operand, operand, DType::fp32);
+  // The backward's calls, one after another: the largest of those it will make. The weight
+  // gradient unless frozen; the data gradient where the input needs one, written (the first or
+  // only contribution), and added into the sum where several readers' are summed and the op adds
+  // its own (can_accumulate_input_gradient).
+  std::size_t bytes = 0;
+  if (!frozen("weight")) {
+    q.bias = bias_ && !frozen("bias");
+    bytes = query(sdk::ConvolutionOp::conv2d_backward_weights, operand, operand, DType::fp32);
+  }
   q.bias = false;
-  bytes = std::max(bytes, ask(sdk::ConvolutionOp::conv2d_backward_data, operand, weight,
-                              storage_of(precision_.activation_grad)));
-  if (accumulate_offered_)
-    bytes = std::max(bytes, ask(sdk::ConvolutionOp::conv2d_backward_data_accumulate, operand,
-                                weight, DType::fp32));
-  if (accumulate16_offered_)
+  if (ask.input_needs_gradient.empty() || !ask.input_needs_gradient[0]) return bytes;
+  bytes = std::max(bytes, query(sdk::ConvolutionOp::conv2d_backward_data, operand, weight,
+                                storage_of(precision_.activation_grad)));
+  const std::optional<DType> sum =
+      ask.input_gradient_sum.empty() ? std::nullopt : ask.input_gradient_sum[0];
+  if (sum && (*sum == DType::fp32 ? can_accumulate_input_gradient(0)
+                                  : can_accumulate_input_gradient_in(0, *sum)))
     bytes = std::max(
-        bytes, ask(sdk::ConvolutionOp::conv2d_backward_data_accumulate, operand, weight, operand));
+        bytes, query(sdk::ConvolutionOp::conv2d_backward_data_accumulate, operand, weight, *sum));
   return bytes;
 }
 

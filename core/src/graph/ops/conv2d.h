@@ -21,10 +21,10 @@
 //   16-bit sum (model.fp32_gradient_sums = false) likewise, where the backend offers the op with a
 //   dx of the operands' 16-bit dtype (can_accumulate_input_gradient_in): the sum rounded once.
 // - Workspace: where the backend's convolution facet is 1.2 or later, the op asks it for each
-//   pass's workspace (conv2d_workspace_bytes: the forward's; the largest of the backward's calls)
-//   and runs the *_with_workspace calls on the step workspace the executor binds (layer.h), so
-//   cuDNN's workspace lives in the step's arena at the op's step only. A query the backend refuses
-//   plans none; the call, if it comes, says why.
+//   pass's workspace (conv2d_workspace_bytes: the forward's; the largest of the backward calls
+//   the plan's WorkspaceAsk says it will make) and runs the *_with_workspace calls on the step
+//   workspace the executor binds (layer.h), so cuDNN's workspace lives in the step's arena at the
+//   op's step only. A query the backend refuses plans none; the call, if it comes, says why.
 #pragma once
 
 #include <memory>
@@ -57,7 +57,7 @@ class Conv2dLayer final : public Layer {
   void set_fusion(bool on) override { fusion_on_ = on; }
   bool can_accumulate_input_gradient(std::size_t k) const override;
   bool can_accumulate_input_gradient_in(std::size_t k, sdk::DType dtype) const override;
-  std::size_t step_workspace_bytes(Pass pass, std::int64_t rows) const override;
+  std::size_t step_workspace_bytes(const WorkspaceAsk& ask) const override;
 
  private:
   sdk::Conv2dGeometry at_batch(std::int64_t rows) const;

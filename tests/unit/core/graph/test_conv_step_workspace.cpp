@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 #include <memory>
 #include <set>
 #include <span>
@@ -45,6 +46,7 @@ class ScribblingConvolution final : public ForwardingConvolution {
   using ForwardingConvolution::ForwardingConvolution;
   std::size_t conv2d_workspace_bytes(const sdk::Conv2dWorkspaceQuery& q) const override {
     ++queries;
+    ++queried[q.op];
     if (refuse_queries) throw sdk::BackendError("refused", "a test's stand-in");
     return asked_bytes(q.op, q.geometry);
   }
@@ -67,6 +69,14 @@ class ScribblingConvolution final : public ForwardingConvolution {
     scribble(sdk::ConvolutionOp::conv2d_backward_weights, a.geometry, ws);
     in_.conv2d_backward_weights(a);
   }
+  // With offer_accumulate, the CPU's accumulating data gradient (implemented, not offered there)
+  // into an FP32 sum.
+  bool supports(sdk::ConvolutionOp op, std::span<const DType> d) const override {
+    if (op == sdk::ConvolutionOp::conv2d_backward_data_accumulate)
+      return offer_accumulate && d.size() == 3 && d[2] == DType::fp32 &&
+             in_.supports(sdk::ConvolutionOp::conv2d_backward_data, d);
+    return in_.supports(op, d);
+  }
   void conv2d_forward(const sdk::Conv2dForwardArgs& a) override {
     ++plain_calls;
     in_.conv2d_forward(a);
@@ -81,7 +91,9 @@ class ScribblingConvolution final : public ForwardingConvolution {
   }
 
   mutable int queries = 0;
+  mutable std::map<sdk::ConvolutionOp, int> queried;
   bool refuse_queries = false;
+  bool offer_accumulate = false;
   int workspace_calls = 0, plain_calls = 0;
   std::set<const void*> workspaces;  // every address handed over
 
@@ -97,7 +109,10 @@ class ScribblingConvolution final : public ForwardingConvolution {
 
 class WorkspaceBackend final : public test_support::ForwardingBackend {
  public:
-  WorkspaceBackend() : conv(*sdk::facet<sdk::ConvolutionFacet>(*in_)) {}
+  explicit WorkspaceBackend(bool offer_accumulate = false)
+      : conv(*sdk::facet<sdk::ConvolutionFacet>(*in_)) {
+    conv.offer_accumulate = offer_accumulate;
+  }
   sdk::Facet* find_facet(std::string_view name) override {
     return name == sdk::ConvolutionFacet::kName ? &conv : in_->find_facet(name);
   }
@@ -139,6 +154,14 @@ TEST(ConvStepWorkspace, EachPassGetsItsBytesAtItsStepOnlyAndTheStepIsTheCpusBitF
     const std::vector<std::size_t> convs = conv_nodes(*m);
     ASSERT_GE(convs.size(), 8u);
 
+    // Asked only for the calls the step makes: the data gradient of every convolution but the
+    // stem (its input is the batch), no accumulating one (the CPU does not offer it).
+    const int count = static_cast<int>(convs.size());
+    EXPECT_EQ(backend->conv.queried[sdk::ConvolutionOp::conv2d_forward], count);
+    EXPECT_EQ(backend->conv.queried[sdk::ConvolutionOp::conv2d_backward_weights], count);
+    EXPECT_EQ(backend->conv.queried[sdk::ConvolutionOp::conv2d_backward_data], count - 1);
+    EXPECT_EQ(backend->conv.queried[sdk::ConvolutionOp::conv2d_backward_data_accumulate], 0);
+
     // The plan: one workspace per convolution and pass, of the bytes asked, at that pass's step.
     const StepMemoryPlan& plan = m->executor().step_plan();
     const int n = static_cast<int>(m->layers().size());
@@ -170,6 +193,27 @@ TEST(ConvStepWorkspace, EachPassGetsItsBytesAtItsStepOnlyAndTheStepIsTheCpusBitF
     EXPECT_GE(backend->conv.workspace_calls, 2 * static_cast<int>(convs.size()));
     EXPECT_GT(backend->conv.workspaces.size(), 1u);
   }
+}
+
+// Where the backend adds a convolution's data gradient into a sum itself, the plan asks for that
+// call's workspace too, for the convolutions whose input is summed: each block's first
+// convolution and each projection shortcut (5 in this net: 2 projection blocks, 1 identity).
+TEST(ConvStepWorkspace, TheAccumulatingDataGradientIsAskedForWhereTheInputIsSummed) {
+  auto backend = std::make_shared<WorkspaceBackend>(/*offer_accumulate=*/true);
+  auto m = bottleneck(backend, DType::fp32);
+  int summed = 0;
+  for (const std::size_t i : conv_nodes(*m)) {
+    const TensorId root = m->plan().root(m->plan().node(i).inputs[0]);
+    summed +=
+        root.is_node() && m->executor().step_plan().gradients.slots[root.position()].reads > 1;
+  }
+  EXPECT_EQ(summed, 5);
+  EXPECT_EQ(backend->conv.queried[sdk::ConvolutionOp::conv2d_backward_data_accumulate], summed);
+  m->executor().set_poison_dead_buffers(true);
+  const std::vector<float> with = loss_and_gradients(*m, kRows);
+  EXPECT_EQ(backend->conv.plain_calls, 0);
+  // In fp32 the op adds what the axpy would: the CPU's step as it is, bit for bit.
+  EXPECT_EQ(with, loss_and_gradients(*bottleneck(cpu(), DType::fp32), kRows));
 }
 
 TEST(ConvStepWorkspace, TheAllFp32PassRunsWithoutOneAndLeavesTheStepAsItWas) {

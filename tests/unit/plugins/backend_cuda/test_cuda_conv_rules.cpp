@@ -803,4 +803,36 @@ TEST(cuda_conv_rules, OnlyAPointwiseSixteenBitDgradIntoASumIsAGemm) {
   EXPECT_TRUE(refused([](auto& h) { h.groups = 4; }));
 }
 
+// A call's scratch in a caller's workspace (convolution facet 1.2): every part from a 256-byte
+// boundary (cuDNN's workspace, the decoded operands' vector loads), all inside the bytes the query
+// reported however the workspace's start is aligned, and apart from each other.
+TEST(cuda_conv_rules, ARoutesScratchFitsTheBytesItAsksForAtAnyStart) {
+  EXPECT_EQ(conv::RouteScratch{}.caller_bytes(), 0u) << "a route with no scratch asks for none";
+  const std::vector<conv::RouteScratch> routes = {
+      {102'760'448, 0, 0, 0}, {1, 2, 3, 4}, {0, 4096, 0, 257}, {0, 0, 18'432, 0}, {513, 0, 1, 0}};
+  for (const conv::RouteScratch& r : routes) {
+    const std::size_t bytes = r.caller_bytes();
+    EXPECT_LE(bytes, r.workspace + r.a + r.b + r.out + 4 * 255 + 255);
+    std::vector<std::byte> memory(bytes + 256);
+    for (std::size_t shift : {0, 1, 64, 128, 255}) {
+      std::byte* base = memory.data() + shift;
+      const conv::RouteScratch::Places p = r.place_in(base);
+      const std::pair<void*, std::size_t> parts[] = {
+          {p.workspace, r.workspace}, {p.a, r.a}, {p.b, r.b}, {p.out, r.out}};
+      std::byte* last_end = base;
+      for (const auto& [at, size] : parts) {
+        if (size == 0) {
+          EXPECT_EQ(at, nullptr);
+          continue;
+        }
+        auto* begin = static_cast<std::byte*>(at);
+        EXPECT_EQ(reinterpret_cast<std::uintptr_t>(begin) % 256, 0u);
+        EXPECT_GE(begin, last_end) << "parts in order, apart";
+        EXPECT_LE(begin + size, base + bytes) << "inside the " << bytes << " bytes asked for";
+        last_end = begin + size;
+      }
+    }
+  }
+}
+
 }  // namespace

@@ -316,8 +316,18 @@ class Layer {
   // own forward and backward (the non-finite replay's too, which keep the same schedule) and
   // clears it after; in every other pass (the all-FP32 underflow pass, decoding, a forward run by
   // a reader or by the chunked loss) step_workspace() is empty and the op runs without one.
+  // For a backward, the plan says what the executor will hand each input's gradient as, so an op
+  // asks only for the calls it will make.
   enum class Pass { forward, backward };
-  virtual std::size_t step_workspace_bytes(Pass /*pass*/, std::int64_t /*rows*/) const { return 0; }
+  struct WorkspaceAsk {
+    Pass pass = Pass::forward;
+    std::int64_t rows = 0;
+    // Backward, per input: whether it needs a gradient, and the dtype of its sum where several
+    // ops' contributions are summed (the op may add into it: can_accumulate_input_gradient).
+    std::vector<bool> input_needs_gradient;
+    std::vector<std::optional<sdk::DType>> input_gradient_sum;
+  };
+  virtual std::size_t step_workspace_bytes(const WorkspaceAsk& /*ask*/) const { return 0; }
   void set_step_workspace(sdk::TensorView workspace) { step_workspace_ = workspace; }
   sdk::TensorView step_workspace() const { return step_workspace_; }
   // Host-side initialisation of parameters from a seed (PyTorch's defaults for the layer type),
