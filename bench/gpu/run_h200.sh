@@ -165,7 +165,7 @@ export GPT_BATCH=${GPT_BATCH:-8} GPT_LAYERS=${GPT_LAYERS:-12} GPT_HEADS=${GPT_HE
 export GPT_TOKENS=${GPT_TOKENS:-1024} GPT_VOCAB=${GPT_VOCAB:-50257} GPT_STEPS=${GPT_STEPS:-120} GPT_LOG_EVERY=${GPT_LOG_EVERY:-20}
 export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 fp8-block} GPT_TORCH=${GPT_TORCH-bf16}
 export TORCH_WARMUP_S=${TORCH_WARMUP_S:-1} CHECK_POLICIES=${CHECK_POLICIES-bf16}
-export GPT_VARIANTS=${GPT_VARIANTS-bf16+nopad fp8+headfp8 fp8+nogradcast bf16+chunk2048 fp8+plaincast bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+nographs bf16+waited bf16+tune}
+export GPT_VARIANTS=${GPT_VARIANTS-bf16+nopad fp8+headfp8 fp8+nogradcast fp8+mlpfp8 bf16+chunk2048 fp8+plaincast bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+nographs bf16+waited bf16+tune}
 export GPT2M_LAYERS=${GPT2M_LAYERS:-24} GPT2M_HEADS=${GPT2M_HEADS:-16} GPT2M_WIDTH=${GPT2M_WIDTH:-1024}
 export GPT2M_BATCH=${GPT2M_BATCH:-8} GPT2M_POLICIES=${GPT2M_POLICIES:-bf16 fp8 fp8+plaincast}
 export ROOT HERE
@@ -652,6 +652,9 @@ model_run() {
       # 50304: what that gains); +headfp8: an FP8 policy's LM head in FP8 (a [[precision.override]];
       # since session 59 the logits node computes in 16 bits by default, as Transformer Engine
       # recipes keep the output layer, in the chunked loss's padded blocks: what that gains);
+      # +mlpfp8: FP8 in the MLP's linears only, attention's QKV and output projections in bf16
+      # (a [[precision.override]]: at 768 wide those GEMMs are a quarter of the MLP's each, and
+      # whether their FP8 saves more than their casts cost is what this answers);
       # +nondetconv:
       # cuDNN's heuristic order for the convolutions, non-deterministic engines included
       # (deterministic_convolutions = false);
@@ -692,6 +695,8 @@ model_run() {
       [[ $p == *+nopad* ]] && variant+=(--set model.loss_pad_classes=0)
       [[ $p == *+headfp8* ]] &&
         variant+=(--set 'precision.override=[{layers = "lm_head", gemm_input = "fp8_e4m3"}]')
+      [[ $p == *+mlpfp8* ]] &&
+        variant+=(--set 'precision.override=[{layers = "*.attn.c_*", gemm_input = "bf16"}]')
       [[ $p == *+nondetconv* ]] && variant+=(--set backend.cuda.deterministic_convolutions=false)
       [[ $p == *+floatpixels* ]] && variant+=(--set data.pixels=float32)
       [[ $p == *+pageable* ]] && variant+=(--set data.pin_memory=false)
