@@ -157,8 +157,15 @@ std::size_t Conv2dLayer::step_workspace_bytes(const WorkspaceAsk& ask) const {
   // its own (can_accumulate_input_gradient).
   std::size_t bytes = 0;
   if (!frozen("weight")) {
+    // The first micro-batch writes dw, a later one adds to it (a route may then need scratch
+    // for the sum: the larger of the two).
     q.bias = bias_ && !frozen("bias");
-    bytes = query(sdk::ConvolutionOp::conv2d_backward_weights, operand, operand, DType::fp32);
+    for (const bool accumulate : {false, true}) {
+      q.accumulate = accumulate;
+      bytes = std::max(
+          bytes, query(sdk::ConvolutionOp::conv2d_backward_weights, operand, operand, DType::fp32));
+    }
+    q.accumulate = false;
   }
   q.bias = false;
   if (ask.input_needs_gradient.empty() || !ask.input_needs_gradient[0]) return bytes;

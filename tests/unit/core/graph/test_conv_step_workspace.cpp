@@ -154,11 +154,12 @@ TEST(ConvStepWorkspace, EachPassGetsItsBytesAtItsStepOnlyAndTheStepIsTheCpusBitF
     const std::vector<std::size_t> convs = conv_nodes(*m);
     ASSERT_GE(convs.size(), 8u);
 
-    // Asked only for the calls the step makes: the data gradient of every convolution but the
-    // stem (its input is the batch), no accumulating one (the CPU does not offer it).
+    // Asked only for the calls a step makes: the weight gradient written and added to (a later
+    // micro-batch's), the data gradient of every convolution but the stem (its input is the
+    // batch), no accumulating one (the CPU does not offer it).
     const int count = static_cast<int>(convs.size());
     EXPECT_EQ(backend->conv.queried[sdk::ConvolutionOp::conv2d_forward], count);
-    EXPECT_EQ(backend->conv.queried[sdk::ConvolutionOp::conv2d_backward_weights], count);
+    EXPECT_EQ(backend->conv.queried[sdk::ConvolutionOp::conv2d_backward_weights], 2 * count);
     EXPECT_EQ(backend->conv.queried[sdk::ConvolutionOp::conv2d_backward_data], count - 1);
     EXPECT_EQ(backend->conv.queried[sdk::ConvolutionOp::conv2d_backward_data_accumulate], 0);
 
