@@ -137,6 +137,16 @@ std::unique_ptr<Model> bottleneck(std::shared_ptr<sdk::DeviceBackend> backend, D
   return m;
 }
 
+// `loss`, then every parameter's gradient as the model holds it, flattened.
+std::vector<float> with_gradients(Model& m, float loss) {
+  std::vector<float> out{loss};
+  for (auto* t : m.parameters()) {
+    const auto g = test_support::read(t->grad.view());
+    out.insert(out.end(), g.begin(), g.end());
+  }
+  return out;
+}
+
 std::vector<std::size_t> conv_nodes(Model& m) {
   std::vector<std::size_t> nodes;
   for (std::size_t i = 0; i < m.layers().size(); ++i)
@@ -228,21 +238,13 @@ TEST(ConvStepWorkspace, TheAllFp32PassRunsWithoutOneAndLeavesTheStepAsItWas) {
   (void)measure_gradient_underflow(*m, kRows, 1.0f);
   EXPECT_EQ(backend->conv.workspace_calls, before) << "the all-FP32 pass ran in a workspace";
   EXPECT_GT(backend->conv.plain_calls, 0);
-  std::vector<float> with{m->loss(kRows, 1.0f, true).loss};
+  const float loss = m->loss(kRows, 1.0f, true).loss;
   m->backward(kRows);
-  for (auto* t : m->parameters()) {
-    const auto g = test_support::read(t->grad.view());
-    with.insert(with.end(), g.begin(), g.end());
-  }
   plain->forward(kRows);
   (void)measure_gradient_underflow(*plain, kRows, 1.0f);
-  std::vector<float> without{plain->loss(kRows, 1.0f, true).loss};
+  const float plain_loss = plain->loss(kRows, 1.0f, true).loss;
   plain->backward(kRows);
-  for (auto* t : plain->parameters()) {
-    const auto g = test_support::read(t->grad.view());
-    without.insert(without.end(), g.begin(), g.end());
-  }
-  EXPECT_EQ(with, without);
+  EXPECT_EQ(with_gradients(*m, loss), with_gradients(*plain, plain_loss));
 }
 
 TEST(ConvStepWorkspace, TheNonFiniteReplayKeepsTheScheduleAndItsWorkspaces) {
@@ -252,12 +254,7 @@ TEST(ConvStepWorkspace, TheNonFiniteReplayKeepsTheScheduleAndItsWorkspaces) {
   const int before = backend->conv.workspace_calls;
   EXPECT_EQ(locate_first_nonfinite(*m, kRows, 1.0f).where, "");
   EXPECT_GT(backend->conv.workspace_calls, before);
-  std::vector<float> replayed{step[0]};
-  for (auto* t : m->parameters()) {
-    const auto g = test_support::read(t->grad.view());
-    replayed.insert(replayed.end(), g.begin(), g.end());
-  }
-  EXPECT_EQ(replayed, step);
+  EXPECT_EQ(with_gradients(*m, step[0]), step);
 }
 
 TEST(ConvStepWorkspace, AnEvaluationOfMoreRowsPlansItsOwnForwardWorkspaces) {
