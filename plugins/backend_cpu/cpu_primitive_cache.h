@@ -12,6 +12,13 @@
 //   at creation, and oneDNN's implementation (the plan_report facet's "oneDNN convolution").
 // - Scratch buffers are grow-only, one per Slot, reused across calls; scratch_bytes() is what they
 //   hold (counted in the backend's memory statistics).
+// - Lending (convolution facet 1.2: a convolution's workspace from its caller): while a Lease is
+//   alive, scratch() takes a slot's memory from the caller's workspace instead of the slot's own
+//   buffer: the slot's first request at the next 64-byte boundary after the previous one's end, a
+//   later request of that slot no larger than its first the same memory (as the slot's own buffer
+//   is), any other request the slot's own buffer. lent_bytes(requests) is what first requests of
+//   those sizes take of a workspace (each from a 64-byte boundary, and 63 bytes for the
+//   workspace's own start), so a workspace of that size holds them all, however it is aligned.
 // - Not thread-safe: one cache per backend, used by one host thread at a time.
 #pragma once
 
@@ -19,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -79,9 +87,25 @@ class PrimitiveCache {
 
   template <class T>
   T* scratch(Slot slot, std::size_t count) {
+    if (lent_end_ != nullptr)
+      if (void* p = lent(slot, count * sizeof(T)); p != nullptr) return static_cast<T*>(p);
     return scratch_[static_cast<std::size_t>(slot)].as<T>(count);
   }
   std::size_t scratch_bytes() const;
+
+  class Lease {
+   public:
+    Lease(PrimitiveCache& cache, void* data, std::size_t bytes);
+    ~Lease();
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    // The workspace bytes handed out so far (from its start to the last request's end).
+    std::size_t used() const;
+
+   private:
+    PrimitiveCache& cache_;
+  };
+  static std::size_t lent_bytes(std::span<const std::size_t> requests);
 
   // Runs `p` with `args` on the stream and waits.
   void execute(const dnnl::primitive& p, const std::unordered_map<int, dnnl::memory>& args);
@@ -102,6 +126,15 @@ class PrimitiveCache {
   };
   std::unordered_map<Key, Cached, KeyHash> entries_;
   std::array<ScratchBuffer, static_cast<std::size_t>(Slot::count)> scratch_;
+  // The lent workspace (a Lease's): [lent_begin_, lent_end_), handed out up to lent_next_; each
+  // slot's memory there (null: none yet) and its bytes.
+  void* lent(Slot slot, std::size_t bytes);
+  std::byte *lent_begin_ = nullptr, *lent_next_ = nullptr, *lent_end_ = nullptr;
+  struct LentSlot {
+    std::byte* at = nullptr;
+    std::size_t bytes = 0;
+  };
+  std::array<LentSlot, static_cast<std::size_t>(Slot::count)> lent_slots_{};
 };
 
 // Whether oneDNN's implementation name is one of its reference (slow, scalar) kernels.

@@ -258,6 +258,17 @@ Executor::Placement Executor::place(std::int64_t rows, const LivenessPlan& arena
   return p;
 }
 
+TensorView Executor::backward_workspace(std::size_t node, const GradientBuffers& buffers) const {
+  if (!buffers.all_fp32)
+    return node < step_.backward_workspace.size() ? step_.backward_workspace[node] : TensorView{};
+  // The all-FP32 pass's own, in its arena.
+  const auto& planned = step_plan_.gradients.fp32_workspace;
+  if (node >= planned.size() || planned[node].offset == kNoBuffer) return {};
+  const std::size_t bytes = aligned_buffer_bytes(planned[node].bytes, kDefaultBufferAlignment);
+  return {buffers.base + planned[node].offset, DType::fp32,
+          sdk::Shape{static_cast<std::int64_t>(bytes / 4)}};
+}
+
 const Executor::Placement& Executor::placed() const {
   return evaluation_placed() ? evaluation_ : step_;
 }
@@ -617,9 +628,7 @@ void Executor::backward(Extent e, const GradientBuffers& buffers, bool last_micr
     // Not in the all-FP32 pass: it runs before the loss, while the workspace's bytes hold
     // activations.
     {
-      const WorkspaceBinding bound(op, !buffers.all_fp32 && i < step_.backward_workspace.size()
-                                           ? step_.backward_workspace[i]
-                                           : TensorView{});
+      const WorkspaceBinding bound(op, backward_workspace(i, buffers));
       op.backward_inputs(xs, dy, dxs, plan_.rows(TensorId::node(i), e));
     }
     if (accumulates) op.set_input_gradient_accumulation({});

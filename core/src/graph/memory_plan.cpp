@@ -141,6 +141,28 @@ namespace {
 // backward's at step 2n - p. Only where the op runs that pass at its own step: not a view, not a
 // forward its reader runs, not the chunked logits node (its passes run at the loss), not a
 // backward the node does not run.
+// Node i's backward workspace (0: none): for the planned pass, where each input's gradient comes
+// in `slots`; for the all-FP32 pass, every input gradient in FP32 and none summed by the op.
+std::size_t backward_workspace_bytes(const GraphPlan& plan, const Ops& ops, std::size_t i,
+                                     std::int64_t max_rows, const std::vector<GradientSlot>& slots,
+                                     bool fp32_pass) {
+  const Layer& op = *ops[i];
+  if (op.is_view() || op.loss_chunk_rows() > 0 || !plan.node(i).needs_grad) return 0;
+  Layer::WorkspaceAsk ask;
+  ask.pass = Layer::Pass::backward;
+  ask.rows = max_rows * plan.node(i).rows_per_sample;
+  ask.fp32_gradients = fp32_pass;
+  for (const TensorId t : plan.node(i).inputs) {
+    const TensorId root = plan.root(t);
+    const bool needs = plan.needs_grad(root);
+    ask.input_needs_gradient.push_back(needs);
+    const GradientSlot* slot = needs && !fp32_pass ? &slots[root.position()] : nullptr;
+    ask.input_gradient_sum.push_back(
+        slot != nullptr && slot->reads > 1 ? std::optional<DType>(slot->dtype) : std::nullopt);
+  }
+  return op.step_workspace_bytes(ask);
+}
+
 void append_workspaces(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows,
                        std::vector<BufferLife>& lives, std::vector<std::size_t>& forward,
                        std::vector<std::size_t>* backward, const std::vector<GradientSlot>* slots) {
@@ -158,17 +180,9 @@ void append_workspaces(const GraphPlan& plan, const Ops& ops, std::int64_t max_r
         forward[i] = lives.size();
         lives.push_back({op.name() + " workspace (forward)", bytes, at, at});
       }
-    if (backward == nullptr || slots == nullptr || !plan.node(i).needs_grad) continue;
-    ask.pass = Layer::Pass::backward;
-    for (const TensorId t : plan.node(i).inputs) {
-      const TensorId root = plan.root(t);
-      const bool needs = plan.needs_grad(root);
-      ask.input_needs_gradient.push_back(needs);
-      const GradientSlot* slot = needs ? &(*slots)[root.position()] : nullptr;
-      ask.input_gradient_sum.push_back(
-          slot != nullptr && slot->reads > 1 ? std::optional<DType>(slot->dtype) : std::nullopt);
-    }
-    if (const std::size_t bytes = op.step_workspace_bytes(ask); bytes > 0) {
+    if (backward == nullptr || slots == nullptr) continue;
+    if (const std::size_t bytes = backward_workspace_bytes(plan, ops, i, max_rows, *slots, false);
+        bytes > 0) {
       (*backward)[i] = lives.size();
       lives.push_back({op.name() + " workspace (backward)", bytes, 2 * n - at, 2 * n - at});
     }
@@ -427,7 +441,20 @@ GradientPlan place_gradients(const GraphPlan& plan, const Ops& ops, std::int64_t
   plan_contributions(
       plan, ops, max_rows, g.slots, true, [n](std::size_t i) { return n - static_cast<int>(i); },
       g.fp32, apart);
+  // Its backward workspaces, each at its node's backward step of it.
+  std::vector<std::size_t> workspace_life(ops.size(), kNoBuffer);
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    if (const std::size_t bytes = backward_workspace_bytes(plan, ops, i, max_rows, g.slots, true);
+        bytes > 0) {
+      workspace_life[i] = g.fp32.size();
+      const int at = n - static_cast<int>(i);
+      g.fp32.push_back({ops[i]->name() + " workspace (all-fp32 backward)", bytes, at, at});
+    }
   out.fp32 = plan_liveness(g.fp32);
+  out.fp32_workspace.assign(ops.size(), {});
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    if (workspace_life[i] != kNoBuffer)
+      out.fp32_workspace[i] = {out.fp32.offset[workspace_life[i]], g.fp32[workspace_life[i]].bytes};
   out.fp32_contribution = std::move(apart);
   for (auto& node : out.fp32_contribution)
     for (std::size_t& k : node)

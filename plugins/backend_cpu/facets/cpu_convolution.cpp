@@ -42,6 +42,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <initializer_list>
 #include <optional>
 #include <span>
 #include <string>
@@ -222,6 +223,48 @@ auto& pick_entry(Route& r, ConvMethod method, Make&& make) {
   return *e;
 }
 
+// A call's scratch (convolution facet 1.2): from the caller's workspace when it holds every
+// request (the primitive cache lends it), else from the cache's own slots; with `measure`, the
+// call runs nothing and sets *measure to the workspace bytes its requests take.
+struct CallScratch {
+  TensorView given;
+  std::size_t* measure = nullptr;
+};
+
+// The bytes prepare() asks of a slot for `v` on route `r`: its exact fp32 values, or none.
+std::size_t decode_bytes(const TensorView& v, const Route& r) {
+  const bool fp32 = is_fp32_storage(v.dtype);
+  return r.native_bf16 || (fp32 && !r.tf32) ? 0 : static_cast<std::size_t>(v.numel()) * 4;
+}
+// The bytes to_primitive() / primitive_output() ask for an activation in the entry's layout.
+std::size_t blocked_bytes(const ActivationLayout& a) {
+  return a.reorder ? a.primitive_md.get_size() : 0;
+}
+std::size_t blocked_bytes(const WeightsReorder& w) {
+  return w.reorder ? w.blocked_md.get_size() : 0;
+}
+
+// Measures (true: the caller returns) or, where the workspace holds `requests`, lends it to the
+// cache for the call (`lease`).
+bool measure_or_lend(PrimitiveCache& cache, const CallScratch& s,
+                     std::initializer_list<std::size_t> requests,
+                     std::optional<PrimitiveCache::Lease>& lease) {
+  const std::size_t bytes =
+      PrimitiveCache::lent_bytes(std::span<const std::size_t>(requests.begin(), requests.size()));
+  if (s.measure != nullptr) {
+    *s.measure = bytes;
+    return true;
+  }
+  if (bytes > 0 && s.given.bytes() >= bytes) lease.emplace(cache, s.given.data, s.given.bytes());
+  return false;
+}
+
+void run_forward(CpuContext& context, const sdk::Conv2dForwardArgs& args, const CallScratch& s);
+void run_backward_data(CpuContext& context, const sdk::Conv2dBackwardDataArgs& args,
+                       bool accumulate, const CallScratch& s);
+void run_backward_weights(CpuContext& context, const sdk::Conv2dBackwardWeightsArgs& args,
+                          const CallScratch& s);
+
 }  // namespace
 
 namespace {
@@ -245,11 +288,20 @@ class CpuConvolution final : public sdk::ConvolutionFacet {
                         std::int64_t width, sdk::TensorView dst) override;
   void to_channels_first(sdk::TensorView src, std::int64_t channels, std::int64_t height,
                          std::int64_t width, sdk::TensorView dst) override;
+  // 1.2: the scratch a call takes from the primitive cache's slots (decoded operands, the fp32
+  // output before its rounding, activations and weights in a primitive's blocked layout), from
+  // the caller's workspace when it holds all of it. oneDNN's own scratchpad stays oneDNN's.
+  std::size_t conv2d_workspace_bytes(const sdk::Conv2dWorkspaceQuery& query) const override;
+  void conv2d_forward_with_workspace(const sdk::Conv2dForwardArgs& args,
+                                     sdk::TensorView workspace) override;
+  void conv2d_backward_data_with_workspace(const sdk::Conv2dBackwardDataArgs& args,
+                                           sdk::TensorView workspace) override;
+  void conv2d_backward_data_accumulate_with_workspace(const sdk::Conv2dBackwardDataArgs& args,
+                                                      sdk::TensorView workspace) override;
+  void conv2d_backward_weights_with_workspace(const sdk::Conv2dBackwardWeightsArgs& args,
+                                              sdk::TensorView workspace) override;
 
  private:
-  // dx = (or += when accumulating, dx fp32) the data gradient.
-  void backward_data(const sdk::Conv2dBackwardDataArgs& args, bool accumulate);
-
   CpuContext& context_;
 };
 
@@ -258,6 +310,18 @@ const sdk::FacetRegistration<CpuContext, sdk::ConvolutionFacet, CpuConvolution> 
 }  // namespace
 
 void CpuConvolution::conv2d_forward(const sdk::Conv2dForwardArgs& args) {
+  run_forward(context_, args, {});
+}
+
+void CpuConvolution::conv2d_forward_with_workspace(const sdk::Conv2dForwardArgs& args,
+                                                   TensorView workspace) {
+  checks().conv2d_workspace("conv2d_forward", workspace, args);
+  run_forward(context_, args, {workspace});
+}
+
+namespace {
+
+void run_forward(CpuContext& context_, const sdk::Conv2dForwardArgs& args, const CallScratch& s) {
   constexpr std::string_view op = "conv2d_forward";
   context_.use_threads();
   const sdk::Conv2dGeometry& g = args.geometry;
@@ -265,7 +329,7 @@ void CpuConvolution::conv2d_forward(const sdk::Conv2dForwardArgs& args) {
   check_operand(op, "w", args.w);
   check_output(op, "y", args.y);
   check_compute(op, args.compute);
-  checks().conv2d_forward(args);
+  if (s.measure == nullptr) checks().conv2d_forward(args);
   const bool has_bias = !args.bias.empty();
 
   // With an fp8 scale the bias is added after it (y = s·conv + b), outside the primitive.
@@ -280,12 +344,20 @@ void CpuConvolution::conv2d_forward(const sdk::Conv2dForwardArgs& args) {
         return forward_entry(context_.prims(), op, g, rr.dt, out_type(rr, args.y, scale),
                              bias_inside, m);
       });
+  const bool direct = writes_directly(r, args.y, scale);
+  std::optional<PrimitiveCache::Lease> lease;
+  if (measure_or_lend(
+          context_.prims(), s,
+          {decode_bytes(args.x.view, r), blocked_bytes(e->src), decode_bytes(args.w.view, r),
+           blocked_bytes(e->weights), direct ? 0 : static_cast<std::size_t>(args.y.numel()) * 4,
+           blocked_bytes(e->dst)},
+          lease))
+    return;
 
   const void* src =
       to_primitive(context_.prims(), e->src, prepare(context_.prims(), args.x.view, r, Slot::src),
                    Slot::blocked_a);
   const void* wei = prepare_weights(context_.prims(), args.w.view, r, e->weights);
-  const bool direct = writes_directly(r, args.y, scale);
   void* dst =
       direct ? args.y.data
              : context_.prims().scratch<float>(Slot::dst, static_cast<std::size_t>(args.y.numel()));
@@ -304,6 +376,8 @@ void CpuConvolution::conv2d_forward(const sdk::Conv2dForwardArgs& args) {
   context_.account_scratch();
 }
 
+}  // namespace
+
 bool CpuConvolution::supports(sdk::ConvolutionOp op, std::span<const DType> dtypes) const {
   // The accumulating data gradient is implemented (the reference the host's tests put behind a
   // facet that offers it) but not offered: oneDNN's backward primitives take no sum post-op, so
@@ -315,14 +389,30 @@ bool CpuConvolution::supports(sdk::ConvolutionOp op, std::span<const DType> dtyp
 }
 
 void CpuConvolution::conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& args) {
-  backward_data(args, false);
+  run_backward_data(context_, args, false, {});
 }
 
 void CpuConvolution::conv2d_backward_data_accumulate(const sdk::Conv2dBackwardDataArgs& args) {
-  backward_data(args, true);
+  run_backward_data(context_, args, true, {});
 }
 
-void CpuConvolution::backward_data(const sdk::Conv2dBackwardDataArgs& args, bool accumulate) {
+void CpuConvolution::conv2d_backward_data_with_workspace(const sdk::Conv2dBackwardDataArgs& args,
+                                                         TensorView workspace) {
+  checks().conv2d_workspace("conv2d_backward_data", workspace, args);
+  run_backward_data(context_, args, false, {workspace});
+}
+
+void CpuConvolution::conv2d_backward_data_accumulate_with_workspace(
+    const sdk::Conv2dBackwardDataArgs& args, TensorView workspace) {
+  checks().conv2d_workspace("conv2d_backward_data_accumulate", workspace, args);
+  run_backward_data(context_, args, true, {workspace});
+}
+
+namespace {
+
+// dx = (or += when accumulating, dx fp32 or a 16-bit sum) the data gradient.
+void run_backward_data(CpuContext& context_, const sdk::Conv2dBackwardDataArgs& args,
+                       bool accumulate, const CallScratch& s) {
   const std::string_view op =
       accumulate ? "conv2d_backward_data_accumulate" : "conv2d_backward_data";
   context_.use_threads();
@@ -331,10 +421,9 @@ void CpuConvolution::backward_data(const sdk::Conv2dBackwardDataArgs& args, bool
   check_operand(op, "w", args.w);
   check_output(op, "dx", args.dx);
   check_compute(op, args.compute);
-  if (accumulate)
-    checks().conv2d_backward_data_accumulate(args);
-  else
-    checks().conv2d_backward_data(args);
+  // A measured call's views have no data: the query was checked instead.
+  if (s.measure == nullptr && accumulate) checks().conv2d_backward_data_accumulate(args);
+  if (s.measure == nullptr && !accumulate) checks().conv2d_backward_data(args);
 
   const float scale = fp8_scale(args.dy) * fp8_scale(args.w);
   Route r =
@@ -348,11 +437,19 @@ void CpuConvolution::backward_data(const sdk::Conv2dBackwardDataArgs& args, bool
             context_.prims(), op, g, rr.dt,
             accumulate ? memory::data_type::f32 : out_type(rr, args.dx, scale), m);
       });
+  const bool direct = !accumulate && writes_directly(r, args.dx, scale);
+  std::optional<PrimitiveCache::Lease> lease;
+  if (measure_or_lend(
+          context_.prims(), s,
+          {decode_bytes(args.dy.view, r), blocked_bytes(e->diff_dst), decode_bytes(args.w.view, r),
+           blocked_bytes(e->weights), direct ? 0 : static_cast<std::size_t>(args.dx.numel()) * 4,
+           blocked_bytes(e->diff_src)},
+          lease))
+    return;
   const void* diff_dst =
       to_primitive(context_.prims(), e->diff_dst,
                    prepare(context_.prims(), args.dy.view, r, Slot::src), Slot::blocked_a);
   const void* wei = prepare_weights(context_.prims(), args.w.view, r, e->weights);
-  const bool direct = !accumulate && writes_directly(r, args.dx, scale);
   void* diff_src = direct ? args.dx.data
                           : context_.prims().scratch<float>(
                                 Slot::dst, static_cast<std::size_t>(args.dx.numel()));
@@ -374,14 +471,29 @@ void CpuConvolution::backward_data(const sdk::Conv2dBackwardDataArgs& args, bool
   context_.account_scratch();
 }
 
+}  // namespace
+
 void CpuConvolution::conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& args) {
+  run_backward_weights(context_, args, {});
+}
+
+void CpuConvolution::conv2d_backward_weights_with_workspace(
+    const sdk::Conv2dBackwardWeightsArgs& args, TensorView workspace) {
+  checks().conv2d_workspace("conv2d_backward_weights", workspace, args);
+  run_backward_weights(context_, args, {workspace});
+}
+
+namespace {
+
+void run_backward_weights(CpuContext& context_, const sdk::Conv2dBackwardWeightsArgs& args,
+                          const CallScratch& s) {
   constexpr std::string_view op = "conv2d_backward_weights";
   context_.use_threads();
   const sdk::Conv2dGeometry& g = args.geometry;
   check_operand(op, "x", args.x);
   check_operand(op, "dy", args.dy);
   check_compute(op, args.compute);
-  checks().conv2d_backward_weights(args);
+  if (s.measure == nullptr) checks().conv2d_backward_weights(args);
   const bool has_bias = !args.dbias.empty();
 
   const float w_scale = fp8_scale(args.x) * fp8_scale(args.dy);
@@ -394,18 +506,28 @@ void CpuConvolution::conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArg
       r, method, [&](const Route& rr, ConvMethod m) -> auto& {
         return backward_weights_entry(context_.prims(), op, g, rr.dt, has_bias, m);
       });
+  const bool acc = args.accumulate;
+  const bool w_direct = e->plain && !acc && w_scale == 1.0f;
+  const bool b_direct = !acc && b_scale == 1.0f;
+  std::optional<PrimitiveCache::Lease> lease;
+  if (measure_or_lend(
+          context_.prims(), s,
+          {decode_bytes(args.x.view, r), blocked_bytes(e->src), decode_bytes(args.dy.view, r),
+           blocked_bytes(e->diff_dst), w_direct ? 0 : e->diff_weights_md.get_size(),
+           has_bias && !b_direct ? static_cast<std::size_t>(g.out_channels) * 4 : 0,
+           !w_direct && w_scale != 1.0f && !e->plain ? static_cast<std::size_t>(args.dw.numel()) * 4
+                                                     : 0},
+          lease))
+    return;
   const void* src =
       to_primitive(context_.prims(), e->src, prepare(context_.prims(), args.x.view, r, Slot::src),
                    Slot::blocked_a);
   const void* diff_dst =
       to_primitive(context_.prims(), e->diff_dst,
                    prepare(context_.prims(), args.dy.view, r, Slot::extra_b), Slot::blocked_b);
-  const bool acc = args.accumulate;
-  const bool w_direct = e->plain && !acc && w_scale == 1.0f;
   void* diff_w =
       w_direct ? args.dw.data
                : context_.prims().scratch<char>(Slot::diff_blocked, e->diff_weights_md.get_size());
-  const bool b_direct = !acc && b_scale == 1.0f;
   float* diff_b = !has_bias  ? nullptr
                   : b_direct ? args.dbias.as<float>()
                              : context_.prims().scratch<float>(
@@ -440,6 +562,68 @@ void CpuConvolution::conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArg
   if (has_bias && !b_direct)
     scale_into(diff_b, args.dbias.as<float>(), g.out_channels, b_scale, acc);
   context_.account_scratch();
+}
+
+}  // namespace
+
+std::size_t CpuConvolution::conv2d_workspace_bytes(const sdk::Conv2dWorkspaceQuery& q) const {
+  checks().conv2d_workspace_query(q);
+  const sdk::Conv2dGeometry& g = q.geometry;
+  const sdk::Shape xs{g.batch, g.height, g.width, g.in_channels};
+  const sdk::Shape ys{g.batch, g.out_height(), g.out_width(), g.out_channels};
+  const sdk::Shape ws{g.out_channels, g.in_channels / g.groups, g.kernel_h, g.kernel_w};
+  // The call's args with the query's dtypes and shapes: no data, but for a bias, whose presence
+  // decides the primitive (never read: a measured call runs nothing). An fp8 operand's scale is
+  // taken as not 1, the case that asks for more (an fp32 output to scale).
+  static float present = 0.0f;
+  const auto operand = [](DType d, sdk::Shape shape) {
+    sdk::GemmOperand o;
+    o.view = {nullptr, d, shape};
+    if (sdk::is_fp8(d)) o.scale_inv = 0.5f;
+    return o;
+  };
+  const TensorView bias =
+      q.bias ? TensorView{&present, DType::fp32, sdk::Shape{g.out_channels}} : TensorView{};
+  std::size_t bytes = 0;
+  const CallScratch measure{{}, &bytes};
+  switch (q.op) {
+    case sdk::ConvolutionOp::conv2d_forward: {
+      sdk::Conv2dForwardArgs a;
+      a.geometry = g;
+      a.x = operand(q.a, xs);
+      a.w = operand(q.b, ws);
+      a.y = {nullptr, q.out, ys};
+      a.bias = bias;
+      a.compute = q.compute;
+      run_forward(context_, a, measure);
+      break;
+    }
+    case sdk::ConvolutionOp::conv2d_backward_data:
+    case sdk::ConvolutionOp::conv2d_backward_data_accumulate: {
+      sdk::Conv2dBackwardDataArgs a;
+      a.geometry = g;
+      a.dy = operand(q.a, ys);
+      a.w = operand(q.b, ws);
+      a.dx = {nullptr, q.out, xs};
+      a.compute = q.compute;
+      run_backward_data(context_, a, q.op == sdk::ConvolutionOp::conv2d_backward_data_accumulate,
+                        measure);
+      break;
+    }
+    default: {  // conv2d_backward_weights (the query's op is checked)
+      sdk::Conv2dBackwardWeightsArgs a;
+      a.geometry = g;
+      a.x = operand(q.a, xs);
+      a.dy = operand(q.b, ys);
+      a.dw = {nullptr, DType::fp32, ws};
+      a.dbias = bias;
+      a.accumulate = q.accumulate;
+      a.compute = q.compute;
+      run_backward_weights(context_, a, measure);
+      break;
+    }
+  }
+  return bytes;
 }
 
 std::size_t CpuConvolution::pool2d_workspace_bytes(const sdk::Pool2dGeometry& geometry,

@@ -169,8 +169,10 @@ std::size_t Conv2dLayer::step_workspace_bytes(const WorkspaceAsk& ask) const {
   }
   q.bias = false;
   if (ask.input_needs_gradient.empty() || !ask.input_needs_gradient[0]) return bytes;
-  bytes = std::max(bytes, query(sdk::ConvolutionOp::conv2d_backward_data, operand, weight,
-                                storage_of(precision_.activation_grad)));
+  // The all-FP32 pass writes every input gradient in FP32.
+  bytes = std::max(
+      bytes, query(sdk::ConvolutionOp::conv2d_backward_data, operand, weight,
+                   ask.fp32_gradients ? DType::fp32 : storage_of(precision_.activation_grad)));
   const std::optional<DType> sum =
       ask.input_gradient_sum.empty() ? std::nullopt : ask.input_gradient_sum[0];
   if (sum && (*sum == DType::fp32 ? can_accumulate_input_gradient(0)

@@ -119,6 +119,21 @@ class WorkspaceBackend final : public test_support::ForwardingBackend {
   ScribblingConvolution conv;
 };
 
+// The CPU's convolutions as they run without a workspace of the caller's (the SDK's default
+// answer, none asked for): the baseline every step here is compared with.
+class PlainBackend final : public test_support::ForwardingBackend {
+ public:
+  PlainBackend() : conv(*sdk::facet<sdk::ConvolutionFacet>(*in_)) {}
+  sdk::Facet* find_facet(std::string_view name) override {
+    return name == sdk::ConvolutionFacet::kName ? &conv : in_->find_facet(name);
+  }
+  ForwardingConvolution conv;
+};
+
+std::shared_ptr<sdk::DeviceBackend> plain_cpu() {
+  return std::make_shared<PlainBackend>();
+}
+
 constexpr std::int64_t kRows = 4;
 
 std::unique_ptr<Model> bottleneck(std::shared_ptr<sdk::DeviceBackend> backend, DType dtype,
@@ -160,17 +175,18 @@ TEST(ConvStepWorkspace, EachPassGetsItsBytesAtItsStepOnlyAndTheStepIsTheCpusBitF
     auto backend = std::make_shared<WorkspaceBackend>();
     auto m = bottleneck(backend, dtype);
     m->executor().set_poison_dead_buffers(true);
-    auto plain = bottleneck(cpu(), dtype);
+    auto plain = bottleneck(plain_cpu(), dtype);
     const std::vector<std::size_t> convs = conv_nodes(*m);
     ASSERT_GE(convs.size(), 8u);
 
-    // Asked only for the calls a step makes: the weight gradient written and added to (a later
-    // micro-batch's), the data gradient of every convolution but the stem (its input is the
-    // batch), no accumulating one (the CPU does not offer it).
+    // Asked only for the calls a step makes, for the planned backward and the all-FP32 pass's:
+    // the weight gradient written and added to (a later micro-batch's), the data gradient of
+    // every convolution but the stem (its input is the batch), no accumulating one (the CPU does
+    // not offer it).
     const int count = static_cast<int>(convs.size());
     EXPECT_EQ(backend->conv.queried[sdk::ConvolutionOp::conv2d_forward], count);
-    EXPECT_EQ(backend->conv.queried[sdk::ConvolutionOp::conv2d_backward_weights], 2 * count);
-    EXPECT_EQ(backend->conv.queried[sdk::ConvolutionOp::conv2d_backward_data], count - 1);
+    EXPECT_EQ(backend->conv.queried[sdk::ConvolutionOp::conv2d_backward_weights], 2 * 2 * count);
+    EXPECT_EQ(backend->conv.queried[sdk::ConvolutionOp::conv2d_backward_data], 2 * (count - 1));
     EXPECT_EQ(backend->conv.queried[sdk::ConvolutionOp::conv2d_backward_data_accumulate], 0);
 
     // The plan: one workspace per convolution and pass, of the bytes asked, at that pass's step.
@@ -224,27 +240,40 @@ TEST(ConvStepWorkspace, TheAccumulatingDataGradientIsAskedForWhereTheInputIsSumm
   const std::vector<float> with = loss_and_gradients(*m, kRows);
   EXPECT_EQ(backend->conv.plain_calls, 0);
   // In fp32 the op adds what the axpy would: the CPU's step as it is, bit for bit.
-  EXPECT_EQ(with, loss_and_gradients(*bottleneck(cpu(), DType::fp32), kRows));
+  EXPECT_EQ(with, loss_and_gradients(*bottleneck(plain_cpu(), DType::fp32), kRows));
 }
 
-TEST(ConvStepWorkspace, TheAllFp32PassRunsWithoutOneAndLeavesTheStepAsItWas) {
-  auto backend = std::make_shared<WorkspaceBackend>();
-  auto m = bottleneck(backend, DType::bf16, /*reserve_fp32=*/true);
-  auto plain = bottleneck(cpu(), DType::bf16, /*reserve_fp32=*/true);
-  // The all-FP32 pass comes between the forward and the loss: a backward workspace then would
-  // share bytes with activations the step's own backward still reads.
-  m->forward(kRows);
-  const int before = backend->conv.workspace_calls;
-  (void)measure_gradient_underflow(*m, kRows, 1.0f);
-  EXPECT_EQ(backend->conv.workspace_calls, before) << "the all-FP32 pass ran in a workspace";
-  EXPECT_GT(backend->conv.plain_calls, 0);
-  const float loss = m->loss(kRows, 1.0f, true).loss;
-  m->backward(kRows);
-  plain->forward(kRows);
-  (void)measure_gradient_underflow(*plain, kRows, 1.0f);
-  const float plain_loss = plain->loss(kRows, 1.0f, true).loss;
-  plain->backward(kRows);
-  EXPECT_EQ(with_gradients(*m, loss), with_gradients(*plain, plain_loss));
+// The all-FP32 pass (the underflow measurement) comes between the forward and the loss, while
+// the step arena holds the activations the step's own backward reads: its workspaces are planned
+// in its own arena, each at its backward step there. Its counts and the step after it are the
+// baseline's.
+TEST(ConvStepWorkspace, TheAllFp32PassRunsInWorkspacesOfItsOwnArena) {
+  for (const bool reserved : {true, false}) {
+    SCOPED_TRACE(reserved ? "its arena reserved in the step's" : "its arena allocated per pass");
+    auto backend = std::make_shared<WorkspaceBackend>();
+    auto m = bottleneck(backend, DType::bf16, reserved);
+    auto plain = bottleneck(plain_cpu(), DType::bf16, reserved);
+    const auto& fp32 = m->executor().step_plan().gradients.fp32_workspace;
+    const std::vector<std::size_t> convs = conv_nodes(*m);
+    for (const std::size_t i : convs) EXPECT_NE(fp32[i].offset, kNoBuffer);
+    m->forward(kRows);
+    const int before = backend->conv.workspace_calls;
+    const auto counts = measure_gradient_underflow(*m, kRows, 1.0f);
+    EXPECT_GE(backend->conv.workspace_calls - before, static_cast<int>(convs.size()));
+    EXPECT_EQ(backend->conv.plain_calls, 0);
+    const float loss = m->loss(kRows, 1.0f, true).loss;
+    m->backward(kRows);
+    plain->forward(kRows);
+    const auto plain_counts = measure_gradient_underflow(*plain, kRows, 1.0f);
+    const float plain_loss = plain->loss(kRows, 1.0f, true).loss;
+    plain->backward(kRows);
+    ASSERT_EQ(counts.size(), plain_counts.size());
+    for (std::size_t k = 0; k < counts.size(); ++k) {
+      EXPECT_EQ(counts[k].nonzero, plain_counts[k].nonzero) << counts[k].tensor;
+      EXPECT_EQ(counts[k].flushed, plain_counts[k].flushed) << counts[k].tensor;
+    }
+    EXPECT_EQ(with_gradients(*m, loss), with_gradients(*plain, plain_loss));
+  }
 }
 
 TEST(ConvStepWorkspace, TheNonFiniteReplayKeepsTheScheduleAndItsWorkspaces) {
@@ -295,17 +324,16 @@ TEST(ConvStepWorkspace, AQueryTheBackendRefusesPlansNoneAndTheCallsRunWithout) {
   EXPECT_GT(backend->conv.queries, 0);
   const std::vector<float> with = loss_and_gradients(*m, kRows);
   EXPECT_EQ(backend->conv.workspace_calls, 0);
-  EXPECT_EQ(with, loss_and_gradients(*bottleneck(cpu(), DType::fp32), kRows));
+  EXPECT_EQ(with, loss_and_gradients(*bottleneck(plain_cpu(), DType::fp32), kRows));
 }
 
-// A backend that does not override the 1.2 methods keeps the SDK's defaults: no workspace asked
-// for, and the calls with one are the calls without it.
-TEST(ConvStepWorkspace, TheSdksDefaultsAskForNoneAndRunTheCallWithoutIt) {
+// A backend that does not override the 1.2 methods keeps the SDK's default: no workspace asked
+// for (ForwardingConvolution's stand-ins rely on it).
+TEST(ConvStepWorkspace, TheSdksDefaultAsksForNone) {
   sdk::ConvolutionFacet& conv = *sdk::facet<sdk::ConvolutionFacet>(*cpu());
   sdk::Conv2dWorkspaceQuery q;
   q.geometry.batch = 2;
   EXPECT_EQ(conv.sdk::ConvolutionFacet::conv2d_workspace_bytes(q), 0u);
-  EXPECT_EQ(conv.conv2d_workspace_bytes(q), 0u) << "the CPU backend keeps oneDNN's scratchpad";
 }
 
 // The SDK's checks of the 1.2 calls: a workspace overlapping an operand or an output, and a query

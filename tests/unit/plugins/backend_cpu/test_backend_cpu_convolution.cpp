@@ -6,6 +6,7 @@
 // differences of the scalar loss L = Σ y·r).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <initializer_list>
@@ -15,6 +16,7 @@
 #include "backend_test_util.h"
 #include "cpu_conv_algorithm.h"
 #include "mixtrain/sdk/backend_plan_report.h"
+#include "mixtrain/sdk/backend_scratch.h"
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::backend_cpu::testing {
@@ -922,6 +924,113 @@ TEST(BackendCpuConvolution, AccumulatingDataGradientAddsWhatTheOverwritingOneWri
   bd.dx = dx_fp16;
   expect_error([&] { conv->conv2d_backward_data_accumulate(bd); },
                {"conv2d_backward_data_accumulate", "dx", "fp32"});
+}
+
+// Convolution facet 1.2: a call takes its scratch (decoded operands, the fp32 output before its
+// rounding, activations in a blocked layout) from a workspace of the bytes conv2d_workspace_bytes
+// asked for, at any alignment, and none of the backend's own grows; its outputs are the call's
+// without a workspace, bit for bit. A workspace too small leaves the call to the backend's own.
+TEST(BackendCpuConvolution, ACallsScratchComesFromTheWorkspaceItAskedFor) {
+  struct Case {
+    Bf16ConvPath bf16;
+    ConvAlgorithm algorithm;
+    DType dtype, compute;
+    sdk::Conv2dGeometry g;
+    const char* what;
+  };
+  const std::vector<Case> cases = {
+      {Bf16ConvPath::emulated, ConvAlgorithm::direct_nhwc, DType::bf16, DType::fp32,
+       geometry(2, 16, 8, 8, 24, 3, 3, 1, 1), "bf16 decoded, nhwc"},
+      {Bf16ConvPath::emulated, ConvAlgorithm::blocked_everywhere, DType::bf16, DType::fp32,
+       geometry(2, 32, 8, 8, 32, 3, 3, 1, 1), "bf16 decoded, blocked layout"},
+      {Bf16ConvPath::emulated, ConvAlgorithm::winograd_everywhere, DType::fp32, DType::fp32,
+       geometry(2, 32, 10, 10, 32, 3, 3, 1, 1), "fp32, winograd"},
+      {Bf16ConvPath::emulated, ConvAlgorithm::direct_nhwc, DType::fp32, DType::tf32,
+       geometry(2, 8, 6, 6, 16, 1, 1, 2, 0), "tf32 rounded, 1x1 stride 2"}};
+  using C = sdk::ConvolutionOp;
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.what);
+    const auto& g = k.g;
+    const auto xv = representable(random_values(x_shape(g).numel(), 91), k.dtype);
+    const auto wv = representable(random_values(w_shape(g).numel(), 92), k.dtype);
+    const auto dyv = representable(random_values(y_shape(g).numel(), 93), k.dtype);
+    // Every call on a fresh backend, with the workspace of `size` bytes (asked: the query's)
+    // starting `shift` bytes past a 64-byte boundary; the outputs, the bytes asked, and how much
+    // of the backend's own scratch grew.
+    struct Run {
+      std::vector<std::vector<float>> outputs;
+      std::vector<std::size_t> asked;
+      std::size_t grew = 0;
+    };
+    const auto run = [&](bool with_workspace, bool too_small, std::size_t shift) {
+      CpuBackend be(1, Bf16GemmPath::automatic, k.bf16, k.algorithm);
+      auto& conv = *sdk::facet<sdk::ConvolutionFacet>(be);
+      const auto& scratch = *sdk::facet<sdk::ScratchFacet>(be);
+      DeviceTensor x(be, k.dtype, x_shape(g), xv), w(be, k.dtype, w_shape(g), wv);
+      DeviceTensor dy(be, k.dtype, y_shape(g), dyv), y(be, k.dtype, y_shape(g));
+      DeviceTensor dx(be, k.dtype, x_shape(g)), dw(be, DType::fp32, w_shape(g));
+      Run r;
+      sdk::Conv2dWorkspaceQuery q;
+      q.geometry = g;
+      q.a = q.b = q.out = k.dtype;
+      q.compute = k.compute;
+      // The workspace for one call: its bytes from the query, or 4 when too small.
+      std::vector<std::byte> memory;
+      const auto space = [&](C op, DType out) -> TensorView {
+        q.op = op;
+        q.out = out;
+        const std::size_t bytes = conv.conv2d_workspace_bytes(q);
+        r.asked.push_back(bytes);
+        if (!with_workspace) return {};
+        const std::size_t size = too_small ? 4 : bytes;
+        memory.assign(size + 128, std::byte{0xFF});
+        auto* at = reinterpret_cast<std::byte*>(
+            (reinterpret_cast<std::uintptr_t>(memory.data()) + 63) / 64 * 64 + shift);
+        return {at, DType::fp32, Shape{static_cast<std::int64_t>((size + 3) / 4)}};
+      };
+      const std::size_t before = scratch.scratch_bytes();
+      sdk::Conv2dForwardArgs f;
+      f.geometry = g;
+      f.x.view = x;
+      f.w.view = w;
+      f.y = y;
+      f.compute = k.compute;
+      conv.conv2d_forward_with_workspace(f, space(C::conv2d_forward, k.dtype));
+      sdk::Conv2dBackwardDataArgs bd;
+      bd.geometry = g;
+      bd.dy.view = dy;
+      bd.w.view = w;
+      bd.dx = dx;
+      bd.compute = k.compute;
+      conv.conv2d_backward_data_with_workspace(bd, space(C::conv2d_backward_data, k.dtype));
+      sdk::Conv2dBackwardWeightsArgs bw;
+      bw.geometry = g;
+      bw.x.view = x;
+      bw.dy.view = dy;
+      bw.dw = dw;
+      bw.compute = k.compute;
+      conv.conv2d_backward_weights_with_workspace(bw,
+                                                  space(C::conv2d_backward_weights, DType::fp32));
+      r.grew = scratch.scratch_bytes() - before;
+      r.outputs = {y.get(), dx.get(), dw.get()};
+      return r;
+    };
+    const Run plain = run(false, false, 0);
+    for (const std::size_t shift : {std::size_t{0}, std::size_t{1}, std::size_t{36}}) {
+      const Run lent = run(true, false, shift);
+      EXPECT_EQ(lent.outputs, plain.outputs) << "shift " << shift;
+      EXPECT_EQ(lent.grew, 0u) << "the backend's own scratch grew, shift " << shift;
+    }
+    EXPECT_GT(plain.grew, 0u) << "without a workspace the calls use the backend's own scratch";
+    const std::size_t asked = *std::max_element(plain.asked.begin(), plain.asked.end());
+    EXPECT_GT(asked, 0u);
+    // Enough (nothing grew above), and no more than the slots themselves: the largest call asks
+    // at most what the three calls grew them to, plus its parts' 64-byte roundings.
+    EXPECT_LE(asked, plain.grew + 64 * 8);
+    const Run small = run(true, true, 0);
+    EXPECT_EQ(small.outputs, plain.outputs);
+    EXPECT_EQ(small.grew, plain.grew) << "a workspace too small leaves the calls to the backend";
+  }
 }
 
 TEST(BackendCpuConvolution, BatchNormBackwardIsTheGradientOfTheTrainingForward) {

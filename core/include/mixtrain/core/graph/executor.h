@@ -19,8 +19,9 @@
 //   nothing. memory() says what allocate() placed, in the bytes the backend counted (the memory
 //   report's items). An op's step workspace (Layer::step_workspace_bytes, a convolution's) is a
 //   buffer of the arena live at its pass's step; the executor binds it around that one call in
-//   the placement's forward and in a backward into the planned gradients, never in the all-FP32
-//   pass (which runs before the loss, while the bytes hold activations).
+//   the placement's forward and in a backward into the planned gradients; the all-FP32 pass
+//   (which runs before the loss, while the step arena's bytes hold activations) binds those its
+//   own plan placed in its arena.
 // - Evaluation (set_evaluating(true), which Model::set_mode calls): a forward and its loss
 //   without a gradient, of up to rows.evaluation rows. When that is more than rows.train, the
 //   evaluation has a placement of its own in the same arena, from a forward-only plan
@@ -224,6 +225,9 @@ class Executor {
                   const std::vector<std::pair<std::size_t, std::byte*>>& unfused,
                   const PlannedWorkspaces& workspaces) const;
   const Placement& placed() const;  // the placement in use
+  // Node `node`'s backward workspace for a backward into `buffers`: the step's, or the all-FP32
+  // pass's in its own arena; empty where it has none.
+  sdk::TensorView backward_workspace(std::size_t node, const GradientBuffers& buffers) const;
   bool evaluation_placed() const;  // the evaluation's placement is the one in use
   void bind_placement();           // hands the ops the placement in use
   const std::vector<BufferLife>& placed_lives() const;

@@ -313,9 +313,10 @@ class Layer {
   // convolution's cuDNN workspace: convolution facet 1.2), planned by the step's memory plan live
   // at that pass's step only (memory_plan.h), asked after choose_kernels; 0 by default. The
   // executor binds the workspace (set_step_workspace) for the one call of that pass in the step's
-  // own forward and backward (the non-finite replay's too, which keep the same schedule) and
-  // clears it after; in every other pass (the all-FP32 underflow pass, decoding, a forward run by
-  // a reader or by the chunked loss) step_workspace() is empty and the op runs without one.
+  // own forward and backward (the non-finite replay's too, which keep the same schedule), and in
+  // the all-FP32 pass's backward one from that pass's own plan, and clears it after; in every
+  // other pass (decoding, a forward run by a reader or by the chunked loss) step_workspace() is
+  // empty and the op runs without one.
   // For a backward, the plan says what the executor will hand each input's gradient as, so an op
   // asks only for the calls it will make.
   enum class Pass { forward, backward };
@@ -326,6 +327,9 @@ class Layer {
     // ops' contributions are summed (the op may add into it: can_accumulate_input_gradient).
     std::vector<bool> input_needs_gradient;
     std::vector<std::optional<sdk::DType>> input_gradient_sum;
+    // The all-FP32 pass's backward (the underflow measurement): every input gradient written in
+    // FP32, none added into a sum.
+    bool fp32_gradients = false;
   };
   virtual std::size_t step_workspace_bytes(const WorkspaceAsk& /*ask*/) const { return 0; }
   void set_step_workspace(sdk::TensorView workspace) { step_workspace_ = workspace; }

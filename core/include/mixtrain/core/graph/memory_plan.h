@@ -43,7 +43,9 @@
 //   forward workspace lives at its forward's step only, its backward workspace at its backward's
 //   step only, so it takes bytes that nothing else holds then (ResNet-50's stem wants 103 MB at
 //   step 0, where the arena holds little). An op whose pass runs at another step (a forward run
-//   by its reader or by the chunked loss) gets none for that pass.
+//   by its reader or by the chunked loss) gets none for that pass. The all-FP32 pass's backward
+//   workspaces are planned in that pass's own arena (GradientPlan::fp32_workspace), each at its
+//   backward step there: that pass runs while the step's activations are live.
 // - Pure functions of the plan and the ops' precision; they allocate nothing. The ops' workspace
 //   answers may ask the backend (which may build a plan for a shape, not allocate).
 #pragma once
@@ -124,9 +126,18 @@ struct GradientSlot {
   std::size_t offset_fp32 = 0;  // in the all-FP32 arena
 };
 
+// A workspace placed in an arena: its byte offset (kNoBuffer: none) and bytes.
+struct PlacedWorkspace {
+  std::size_t offset = kNoBuffer;
+  std::size_t bytes = 0;
+};
+
 struct GradientPlan {
   std::vector<GradientSlot> slots;  // per node position (used at roots that need a gradient)
   LivenessPlan planned, fp32;
+  // Each node's backward workspace in the all-FP32 pass (Layer::WorkspaceAsk::fp32_gradients),
+  // in that pass's arena, live at the node's backward step of it.
+  std::vector<PlacedWorkspace> fp32_workspace;
   // The all-FP32 pass's contributions written apart (Executor::backward), in its arena:
   // fp32_contribution[i][k] is the byte offset of node i's input k, kNoBuffer where it goes
   // straight into the gradient (an empty list: none of node i's inputs).
