@@ -150,9 +150,9 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
         return conv::wgrad_fallback_hint(c.op, route, plan->fallback_heuristics,
                                          context.conv_wgrad_in_operand_dtype);
       });
+      // cuDNN's workspace: the plan's (autotuning's first candidate's until the key is timed).
       conv::RouteScratch need;
-      need.workspace = static_cast<std::size_t>(plan->untimed.empty() ? plan->workspace
-                                                                      : plan->tuning_workspace());
+      need.workspace = static_cast<std::size_t>(plan->workspace);
       need.a = route.decode_a ? static_cast<std::size_t>(c.a.numel()) * 4 : 0;
       need.b = filter_copy      ? static_cast<std::size_t>(c.b.numel()) * io_bytes(route.io)
                : route.decode_b ? static_cast<std::size_t>(c.b.numel()) * 4
@@ -212,7 +212,12 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
                 static_cast<std::size_t>(std::max<std::int64_t>(1, plan->tuning_workspace())),
                 stream, op);
           };
-          void* tune_ws = given_ws;  // the caller's holds every candidate's
+          // In a caller's workspace, the candidates that fit in it are timed there: it was
+          // planned for the first one, and a larger one's would grow the backend's own.
+          void* tune_ws = given_ws;
+          if (in_given && ConvPlans::drop_candidates_over(*plan, plan->workspace) > 0 &&
+              plan->untimed.empty())
+            plan->tuning = "not autotuned (no other candidate fits the caller's workspace)";
           try {
             if (tune_ws == nullptr) tune_ws = tuning_workspace();
           } catch (const sdk::BackendError&) {

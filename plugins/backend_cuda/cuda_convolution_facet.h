@@ -33,8 +33,9 @@ class CudaConvolution final : public sdk::ConvolutionFacet {
   void conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& args) override;
   // 1.2: cuDNN's workspace and every scratch of the call's route (decoded operands, channels-last
   // weights, an FP32 output before its finish) from the caller's workspace when it holds all of
-  // them; the first route cuDNN has a plan for sizes the answer (building and caching that plan),
-  // with every autotuning candidate's workspace while the key is untimed. A pointwise accumulate
+  // them; the first route cuDNN has a plan for sizes the answer (building and caching that plan).
+  // With conv_autotune, a call in a caller's workspace times only the candidates whose workspace
+  // fits in the first one's (the arena's bytes are planned, not grown). A pointwise accumulate
   // (one cuBLASLt GEMM) wants none.
   std::size_t conv2d_workspace_bytes(const sdk::Conv2dWorkspaceQuery& query) const override;
   void conv2d_forward_with_workspace(const sdk::Conv2dForwardArgs& args,

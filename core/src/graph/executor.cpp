@@ -625,8 +625,8 @@ void Executor::backward(Extent e, const GradientBuffers& buffers, bool last_micr
     const bool accumulates =
         std::find(accumulate.begin(), accumulate.end(), true) != accumulate.end();
     if (accumulates) op.set_input_gradient_accumulation(accumulate);
-    // Not in the all-FP32 pass: it runs before the loss, while the workspace's bytes hold
-    // activations.
+    // The step's workspace, or in the all-FP32 pass (before the loss, while the step's
+    // workspace bytes hold activations) that pass's own.
     {
       const WorkspaceBinding bound(op, backward_workspace(i, buffers));
       op.backward_inputs(xs, dy, dxs, plan_.rows(TensorId::node(i), e));

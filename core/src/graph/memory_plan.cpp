@@ -136,11 +136,6 @@ LivenessPlan plan_activations(const GraphPlan& plan, const Ops& ops, std::int64_
 
 namespace {
 
-// The ops' step workspaces (memory_plan.h), appended to `lives`: a forward's at step p, and, with
-// `backward` (and the gradient slots, which say what each input's gradient is handed as), a
-// backward's at step 2n - p. Only where the op runs that pass at its own step: not a view, not a
-// forward its reader runs, not the chunked logits node (its passes run at the loss), not a
-// backward the node does not run.
 // Node i's backward workspace (0: none): for the planned pass, where each input's gradient comes
 // in `slots`; for the all-FP32 pass, every input gradient in FP32 and none summed by the op.
 std::size_t backward_workspace_bytes(const GraphPlan& plan, const Ops& ops, std::size_t i,
@@ -163,6 +158,11 @@ std::size_t backward_workspace_bytes(const GraphPlan& plan, const Ops& ops, std:
   return op.step_workspace_bytes(ask);
 }
 
+// The ops' step workspaces (memory_plan.h), appended to `lives`: a forward's at step p, and, with
+// `backward` (and the gradient slots, which say what each input's gradient is handed as), a
+// backward's at step 2n - p. Only where the op runs that pass at its own step: not a view, not a
+// forward its reader runs, not the chunked logits node (its passes run at the loss), not a
+// backward the node does not run.
 void append_workspaces(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows,
                        std::vector<BufferLife>& lives, std::vector<std::size_t>& forward,
                        std::vector<std::size_t>* backward, const std::vector<GradientSlot>* slots) {
