@@ -321,9 +321,9 @@ void CpuConvolution::conv2d_forward_with_workspace(const sdk::Conv2dForwardArgs&
 
 namespace {
 
-void run_forward(CpuContext& context_, const sdk::Conv2dForwardArgs& args, const CallScratch& s) {
+void run_forward(CpuContext& context, const sdk::Conv2dForwardArgs& args, const CallScratch& s) {
   constexpr std::string_view op = "conv2d_forward";
-  context_.use_threads();
+  context.use_threads();
   const sdk::Conv2dGeometry& g = args.geometry;
   check_operand(op, "x", args.x);
   check_operand(op, "w", args.w);
@@ -336,18 +336,18 @@ void run_forward(CpuContext& context_, const sdk::Conv2dForwardArgs& args, const
   const float scale = fp8_scale(args.x) * fp8_scale(args.w);
   const bool bias_inside = has_bias && scale == 1.0f;
   Route r =
-      route_of(args.x.view.dtype, args.w.view.dtype, args.compute, context_.bf16_conv_native());
+      route_of(args.x.view.dtype, args.w.view.dtype, args.compute, context.bf16_conv_native());
   const ConvMethod method =
-      method_for(context_, Direction::forward, g, r, args.x.view.dtype, args.w.view.dtype);
+      method_for(context, Direction::forward, g, r, args.x.view.dtype, args.w.view.dtype);
   ForwardEntry* e = &pick_entry(
       r, method, [&](const Route& rr, ConvMethod m) -> auto& {
-        return forward_entry(context_.prims(), op, g, rr.dt, out_type(rr, args.y, scale),
+        return forward_entry(context.prims(), op, g, rr.dt, out_type(rr, args.y, scale),
                              bias_inside, m);
       });
   const bool direct = writes_directly(r, args.y, scale);
   std::optional<PrimitiveCache::Lease> lease;
   if (measure_or_lend(
-          context_.prims(), s,
+          context.prims(), s,
           {decode_bytes(args.x.view, r), blocked_bytes(e->src), decode_bytes(args.w.view, r),
            blocked_bytes(e->weights), direct ? 0 : static_cast<std::size_t>(args.y.numel()) * 4,
            blocked_bytes(e->dst)},
@@ -355,25 +355,25 @@ void run_forward(CpuContext& context_, const sdk::Conv2dForwardArgs& args, const
     return;
 
   const void* src =
-      to_primitive(context_.prims(), e->src, prepare(context_.prims(), args.x.view, r, Slot::src),
+      to_primitive(context.prims(), e->src, prepare(context.prims(), args.x.view, r, Slot::src),
                    Slot::blocked_a);
-  const void* wei = prepare_weights(context_.prims(), args.w.view, r, e->weights);
+  const void* wei = prepare_weights(context.prims(), args.w.view, r, e->weights);
   void* dst =
       direct ? args.y.data
-             : context_.prims().scratch<float>(Slot::dst, static_cast<std::size_t>(args.y.numel()));
-  void* written = primitive_output(context_.prims(), e->dst, dst, Slot::blocked_b);
+             : context.prims().scratch<float>(Slot::dst, static_cast<std::size_t>(args.y.numel()));
+  void* written = primitive_output(context.prims(), e->dst, dst, Slot::blocked_b);
   std::unordered_map<int, memory> exec{
-      {DNNL_ARG_SRC, context_.prims().wrap(e->src.primitive_md, src)},
-      {DNNL_ARG_WEIGHTS, context_.prims().wrap(e->weights.blocked_md, wei)},
-      {DNNL_ARG_DST, context_.prims().wrap(e->dst.primitive_md, written)}};
-  if (bias_inside) exec.emplace(DNNL_ARG_BIAS, context_.prims().wrap(e->bias_md, args.bias.data));
-  context_.prims().execute(e->primitive, exec);
-  from_primitive(context_.prims(), e->dst, written, dst);
-  context_.record_conv_implementation(e->implementation);
+      {DNNL_ARG_SRC, context.prims().wrap(e->src.primitive_md, src)},
+      {DNNL_ARG_WEIGHTS, context.prims().wrap(e->weights.blocked_md, wei)},
+      {DNNL_ARG_DST, context.prims().wrap(e->dst.primitive_md, written)}};
+  if (bias_inside) exec.emplace(DNNL_ARG_BIAS, context.prims().wrap(e->bias_md, args.bias.data));
+  context.prims().execute(e->primitive, exec);
+  from_primitive(context.prims(), e->dst, written, dst);
+  context.record_conv_implementation(e->implementation);
   if (!direct)
     finish_output(static_cast<const float*>(dst), args.y, g.out_channels, scale,
                   has_bias && !bias_inside ? args.bias.as<const float>() : nullptr);
-  context_.account_scratch();
+  context.account_scratch();
 }
 
 }  // namespace
@@ -411,11 +411,11 @@ void CpuConvolution::conv2d_backward_data_accumulate_with_workspace(
 namespace {
 
 // dx = (or += when accumulating, dx fp32 or a 16-bit sum) the data gradient.
-void run_backward_data(CpuContext& context_, const sdk::Conv2dBackwardDataArgs& args,
+void run_backward_data(CpuContext& context, const sdk::Conv2dBackwardDataArgs& args,
                        bool accumulate, const CallScratch& s) {
   const std::string_view op =
       accumulate ? "conv2d_backward_data_accumulate" : "conv2d_backward_data";
-  context_.use_threads();
+  context.use_threads();
   const sdk::Conv2dGeometry& g = args.geometry;
   check_operand(op, "dy", args.dy);
   check_operand(op, "w", args.w);
@@ -427,40 +427,39 @@ void run_backward_data(CpuContext& context_, const sdk::Conv2dBackwardDataArgs& 
 
   const float scale = fp8_scale(args.dy) * fp8_scale(args.w);
   Route r =
-      route_of(args.dy.view.dtype, args.w.view.dtype, args.compute, context_.bf16_conv_native());
+      route_of(args.dy.view.dtype, args.w.view.dtype, args.compute, context.bf16_conv_native());
   const ConvMethod method =
-      method_for(context_, Direction::backward_data, g, r, args.dy.view.dtype, args.w.view.dtype);
+      method_for(context, Direction::backward_data, g, r, args.dy.view.dtype, args.w.view.dtype);
   BackwardDataEntry* e = &pick_entry(
       r, method, [&](const Route& rr, ConvMethod m) -> auto& {
         // Accumulating, the primitive writes fp32 (dx's old value is added afterwards).
         return backward_data_entry(
-            context_.prims(), op, g, rr.dt,
+            context.prims(), op, g, rr.dt,
             accumulate ? memory::data_type::f32 : out_type(rr, args.dx, scale), m);
       });
   const bool direct = !accumulate && writes_directly(r, args.dx, scale);
   std::optional<PrimitiveCache::Lease> lease;
   if (measure_or_lend(
-          context_.prims(), s,
+          context.prims(), s,
           {decode_bytes(args.dy.view, r), blocked_bytes(e->diff_dst), decode_bytes(args.w.view, r),
            blocked_bytes(e->weights), direct ? 0 : static_cast<std::size_t>(args.dx.numel()) * 4,
            blocked_bytes(e->diff_src)},
           lease))
     return;
   const void* diff_dst =
-      to_primitive(context_.prims(), e->diff_dst,
-                   prepare(context_.prims(), args.dy.view, r, Slot::src), Slot::blocked_a);
-  const void* wei = prepare_weights(context_.prims(), args.w.view, r, e->weights);
-  void* diff_src = direct ? args.dx.data
-                          : context_.prims().scratch<float>(
-                                Slot::dst, static_cast<std::size_t>(args.dx.numel()));
-  void* written = primitive_output(context_.prims(), e->diff_src, diff_src, Slot::blocked_b);
-  context_.prims().execute(
-      e->primitive,
-      {{DNNL_ARG_DIFF_DST, context_.prims().wrap(e->diff_dst.primitive_md, diff_dst)},
-       {DNNL_ARG_WEIGHTS, context_.prims().wrap(e->weights.blocked_md, wei)},
-       {DNNL_ARG_DIFF_SRC, context_.prims().wrap(e->diff_src.primitive_md, written)}});
-  from_primitive(context_.prims(), e->diff_src, written, diff_src);
-  context_.record_conv_implementation(e->implementation);
+      to_primitive(context.prims(), e->diff_dst,
+                   prepare(context.prims(), args.dy.view, r, Slot::src), Slot::blocked_a);
+  const void* wei = prepare_weights(context.prims(), args.w.view, r, e->weights);
+  void* diff_src =
+      direct ? args.dx.data
+             : context.prims().scratch<float>(Slot::dst, static_cast<std::size_t>(args.dx.numel()));
+  void* written = primitive_output(context.prims(), e->diff_src, diff_src, Slot::blocked_b);
+  context.prims().execute(
+      e->primitive, {{DNNL_ARG_DIFF_DST, context.prims().wrap(e->diff_dst.primitive_md, diff_dst)},
+                     {DNNL_ARG_WEIGHTS, context.prims().wrap(e->weights.blocked_md, wei)},
+                     {DNNL_ARG_DIFF_SRC, context.prims().wrap(e->diff_src.primitive_md, written)}});
+  from_primitive(context.prims(), e->diff_src, written, diff_src);
+  context.record_conv_implementation(e->implementation);
   if (accumulate && args.dx.dtype != DType::fp32)
     scale_into_16(static_cast<const float*>(diff_src), args.dx, scale);
   else if (accumulate)
@@ -468,7 +467,7 @@ void run_backward_data(CpuContext& context_, const sdk::Conv2dBackwardDataArgs& 
                true);
   else if (!direct)
     finish_output(static_cast<const float*>(diff_src), args.dx, g.in_channels, scale, nullptr);
-  context_.account_scratch();
+  context.account_scratch();
 }
 
 }  // namespace
@@ -485,10 +484,10 @@ void CpuConvolution::conv2d_backward_weights_with_workspace(
 
 namespace {
 
-void run_backward_weights(CpuContext& context_, const sdk::Conv2dBackwardWeightsArgs& args,
+void run_backward_weights(CpuContext& context, const sdk::Conv2dBackwardWeightsArgs& args,
                           const CallScratch& s) {
   constexpr std::string_view op = "conv2d_backward_weights";
-  context_.use_threads();
+  context.use_threads();
   const sdk::Conv2dGeometry& g = args.geometry;
   check_operand(op, "x", args.x);
   check_operand(op, "dy", args.dy);
@@ -499,19 +498,19 @@ void run_backward_weights(CpuContext& context_, const sdk::Conv2dBackwardWeights
   const float w_scale = fp8_scale(args.x) * fp8_scale(args.dy);
   const float b_scale = fp8_scale(args.dy);
   Route r =
-      route_of(args.x.view.dtype, args.dy.view.dtype, args.compute, context_.bf16_conv_native());
-  const ConvMethod method = method_for(context_, Direction::backward_weights, g, r,
-                                       args.x.view.dtype, args.dy.view.dtype);
+      route_of(args.x.view.dtype, args.dy.view.dtype, args.compute, context.bf16_conv_native());
+  const ConvMethod method =
+      method_for(context, Direction::backward_weights, g, r, args.x.view.dtype, args.dy.view.dtype);
   BackwardWeightsEntry* e = &pick_entry(
       r, method, [&](const Route& rr, ConvMethod m) -> auto& {
-        return backward_weights_entry(context_.prims(), op, g, rr.dt, has_bias, m);
+        return backward_weights_entry(context.prims(), op, g, rr.dt, has_bias, m);
       });
   const bool acc = args.accumulate;
   const bool w_direct = e->plain && !acc && w_scale == 1.0f;
   const bool b_direct = !acc && b_scale == 1.0f;
   std::optional<PrimitiveCache::Lease> lease;
   if (measure_or_lend(
-          context_.prims(), s,
+          context.prims(), s,
           {decode_bytes(args.x.view, r), blocked_bytes(e->src), decode_bytes(args.dy.view, r),
            blocked_bytes(e->diff_dst), w_direct ? 0 : e->diff_weights_md.get_size(),
            has_bias && !b_direct ? static_cast<std::size_t>(g.out_channels) * 4 : 0,
@@ -520,40 +519,40 @@ void run_backward_weights(CpuContext& context_, const sdk::Conv2dBackwardWeights
           lease))
     return;
   const void* src =
-      to_primitive(context_.prims(), e->src, prepare(context_.prims(), args.x.view, r, Slot::src),
+      to_primitive(context.prims(), e->src, prepare(context.prims(), args.x.view, r, Slot::src),
                    Slot::blocked_a);
   const void* diff_dst =
-      to_primitive(context_.prims(), e->diff_dst,
-                   prepare(context_.prims(), args.dy.view, r, Slot::extra_b), Slot::blocked_b);
+      to_primitive(context.prims(), e->diff_dst,
+                   prepare(context.prims(), args.dy.view, r, Slot::extra_b), Slot::blocked_b);
   void* diff_w =
       w_direct ? args.dw.data
-               : context_.prims().scratch<char>(Slot::diff_blocked, e->diff_weights_md.get_size());
+               : context.prims().scratch<char>(Slot::diff_blocked, e->diff_weights_md.get_size());
   float* diff_b = !has_bias  ? nullptr
                   : b_direct ? args.dbias.as<float>()
-                             : context_.prims().scratch<float>(
+                             : context.prims().scratch<float>(
                                    Slot::extra_a, static_cast<std::size_t>(g.out_channels));
   std::unordered_map<int, memory> exec{
-      {DNNL_ARG_SRC, context_.prims().wrap(e->src.primitive_md, src)},
-      {DNNL_ARG_DIFF_DST, context_.prims().wrap(e->diff_dst.primitive_md, diff_dst)},
-      {DNNL_ARG_DIFF_WEIGHTS, context_.prims().wrap(e->diff_weights_md, diff_w)}};
-  if (has_bias) exec.emplace(DNNL_ARG_DIFF_BIAS, context_.prims().wrap(e->diff_bias_md, diff_b));
-  context_.prims().execute(e->primitive, exec);
-  context_.record_conv_implementation(e->implementation);
+      {DNNL_ARG_SRC, context.prims().wrap(e->src.primitive_md, src)},
+      {DNNL_ARG_DIFF_DST, context.prims().wrap(e->diff_dst.primitive_md, diff_dst)},
+      {DNNL_ARG_DIFF_WEIGHTS, context.prims().wrap(e->diff_weights_md, diff_w)}};
+  if (has_bias) exec.emplace(DNNL_ARG_DIFF_BIAS, context.prims().wrap(e->diff_bias_md, diff_b));
+  context.prims().execute(e->primitive, exec);
+  context.record_conv_implementation(e->implementation);
 
   if (!w_direct) {
-    const memory from = context_.prims().wrap(e->diff_weights_md, diff_w);
+    const memory from = context.prims().wrap(e->diff_weights_md, diff_w);
     if (w_scale == 1.0f) {
-      context_.prims().execute(
+      context.prims().execute(
           acc ? e->add_to_plain : e->to_plain,
-          {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, context_.prims().wrap(e->plain_md, args.dw.data)}});
+          {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, context.prims().wrap(e->plain_md, args.dw.data)}});
     } else {
       const std::int64_t n = args.dw.numel();
       const float* plain = static_cast<const float*>(diff_w);
       if (!e->plain) {
-        float* tmp = context_.prims().scratch<float>(Slot::weights, static_cast<std::size_t>(n));
-        context_.prims().execute(
+        float* tmp = context.prims().scratch<float>(Slot::weights, static_cast<std::size_t>(n));
+        context.prims().execute(
             e->to_plain,
-            {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, context_.prims().wrap(e->plain_md, tmp)}});
+            {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, context.prims().wrap(e->plain_md, tmp)}});
         plain = tmp;
       }
       scale_into(plain, args.dw.as<float>(), n, w_scale, acc);
@@ -561,7 +560,7 @@ void run_backward_weights(CpuContext& context_, const sdk::Conv2dBackwardWeights
   }
   if (has_bias && !b_direct)
     scale_into(diff_b, args.dbias.as<float>(), g.out_channels, b_scale, acc);
-  context_.account_scratch();
+  context.account_scratch();
 }
 
 }  // namespace

@@ -196,9 +196,9 @@ class MIXTRAIN_SDK_API ConvolutionFacet : public Facet {
   // live at the op's step only, takes it from bytes that are free then.
   // conv2d_workspace_bytes: the bytes a call of that shape can use from its caller, for operands
   // and outputs at 16-byte-aligned addresses; 0 (the default): none, the backend keeps its own.
-  // It may build and cache the backend's plan for the shape, and allocates no device memory. A
-  // backend that answers checks the query as it would check the call (BackendError: the
-  // geometry, the op, the dtypes); the default answers 0 to any.
+  // It may build and cache the backend's plan (a primitive) for the shape; it allocates no
+  // scratch. A backend that answers checks the query as it would check the call (BackendError:
+  // the geometry, the op, the dtypes); the default answers 0 to any.
   virtual std::size_t conv2d_workspace_bytes(const Conv2dWorkspaceQuery& query) const;
   // The four calls with a workspace: the same results, bit for bit, as without it. `workspace`
   // (its bytes count, not its dtype) is the backend's to overwrite during the call; it holds
