@@ -23,8 +23,9 @@
 // - Workspace: where the backend's convolution facet is 1.2 or later, the op asks it for each
 //   pass's workspace (conv2d_workspace_bytes: the forward's; the largest of the backward calls
 //   the plan's WorkspaceAsk says it will make) and runs the *_with_workspace calls on the step
-//   workspace the executor binds (layer.h), so cuDNN's workspace lives in the step's arena at the
-//   op's step only. A query the backend refuses plans none; the call, if it comes, says why.
+//   workspace the executor binds (layer.h), so the backend's scratch for the call (cuDNN's
+//   workspace, the CPU's decoded operands) lives in the step's arena at the op's step only. A
+//   query the backend refuses plans none; the call, if it comes, says why.
 #pragma once
 
 #include <memory>

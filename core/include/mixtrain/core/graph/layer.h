@@ -310,7 +310,8 @@ class Layer {
   }
   void set_input_gradient_accumulation(std::vector<bool> on) { accumulate_dx_ = std::move(on); }
   // Step workspaces: device bytes a pass of the op can use for `rows` rows of its output (a
-  // convolution's cuDNN workspace: convolution facet 1.2), planned by the step's memory plan live
+  // convolution's scratch, convolution facet 1.2: cuDNN's workspace on CUDA, the operands decoded
+  // to fp32 on the CPU), planned by the step's memory plan live
   // at that pass's step only (memory_plan.h), asked after choose_kernels; 0 by default. The
   // executor binds the workspace (set_step_workspace) for the one call of that pass in the step's
   // own forward and backward (the non-finite replay's too, which keep the same schedule), and in

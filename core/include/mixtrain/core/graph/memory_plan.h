@@ -39,7 +39,7 @@
 //   make: a backward that read an activation past its declared last read would read a gradient
 //   written over it. Executor::set_poison_dead_buffers fills every buffer whose life ended with
 //   NaN, so such a read shows (tests/unit/core/graph/test_step_arena.cpp).
-// - Step workspaces (Layer::step_workspace_bytes: a convolution's cuDNN workspace): each op's
+// - Step workspaces (Layer::step_workspace_bytes: a convolution's scratch): each op's
 //   forward workspace lives at its forward's step only, its backward workspace at its backward's
 //   step only, so it takes bytes that nothing else holds then (ResNet-50's stem wants 103 MB at
 //   step 0, where the arena holds little). An op whose pass runs at another step (a forward run
