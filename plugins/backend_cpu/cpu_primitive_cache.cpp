@@ -34,19 +34,14 @@ std::size_t round_up(std::size_t bytes) {
 
 PrimitiveCache::Lease::Lease(PrimitiveCache& cache, void* data, std::size_t bytes) : cache_(cache) {
   auto* begin = static_cast<std::byte*>(data);
-  cache_.lent_begin_ = begin;
   cache_.lent_next_ = begin;
   cache_.lent_end_ = begin + bytes;
   cache_.lent_slots_ = {};
 }
 
 PrimitiveCache::Lease::~Lease() {
-  cache_.lent_begin_ = cache_.lent_next_ = cache_.lent_end_ = nullptr;
+  cache_.lent_next_ = cache_.lent_end_ = nullptr;
   cache_.lent_slots_ = {};
-}
-
-std::size_t PrimitiveCache::Lease::used() const {
-  return static_cast<std::size_t>(cache_.lent_next_ - cache_.lent_begin_);
 }
 
 std::size_t PrimitiveCache::lent_bytes(std::span<const std::size_t> requests) {
@@ -59,12 +54,13 @@ void* PrimitiveCache::lent(Slot slot, std::size_t bytes) {
   LentSlot& s = lent_slots_[static_cast<std::size_t>(slot)];
   if (s.at != nullptr) return bytes <= s.bytes ? s.at : nullptr;
   if (bytes == 0) return nullptr;
-  const auto next = reinterpret_cast<std::uintptr_t>(lent_next_);
-  auto* at = reinterpret_cast<std::byte*>(round_up(next));
-  if (at > lent_end_ || static_cast<std::size_t>(lent_end_ - at) < bytes) return nullptr;
-  s = {at, bytes};
-  lent_next_ = at + bytes;
-  return at;
+  // In addresses, not pointers: a boundary past the workspace's end points into nothing.
+  const std::uintptr_t at = round_up(reinterpret_cast<std::uintptr_t>(lent_next_));
+  const auto end = reinterpret_cast<std::uintptr_t>(lent_end_);
+  if (at > end || end - at < bytes) return nullptr;
+  s = {reinterpret_cast<std::byte*>(at), bytes};
+  lent_next_ = s.at + bytes;
+  return s.at;
 }
 
 std::vector<std::string> PrimitiveCache::report() const {

@@ -99,8 +99,6 @@ class PrimitiveCache {
     ~Lease();
     Lease(const Lease&) = delete;
     Lease& operator=(const Lease&) = delete;
-    // The workspace bytes handed out so far (from its start to the last request's end).
-    std::size_t used() const;
 
    private:
     PrimitiveCache& cache_;
@@ -126,10 +124,10 @@ class PrimitiveCache {
   };
   std::unordered_map<Key, Cached, KeyHash> entries_;
   std::array<ScratchBuffer, static_cast<std::size_t>(Slot::count)> scratch_;
-  // The lent workspace (a Lease's): [lent_begin_, lent_end_), handed out up to lent_next_; each
+  // The lent workspace (a Lease's), handed out up to lent_next_ of its end lent_end_; each
   // slot's memory there (null: none yet) and its bytes.
   void* lent(Slot slot, std::size_t bytes);
-  std::byte *lent_begin_ = nullptr, *lent_next_ = nullptr, *lent_end_ = nullptr;
+  std::byte *lent_next_ = nullptr, *lent_end_ = nullptr;
   struct LentSlot {
     std::byte* at = nullptr;
     std::size_t bytes = 0;
