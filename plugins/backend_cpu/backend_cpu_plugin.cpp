@@ -25,6 +25,7 @@ std::unique_ptr<sdk::Component> create_cpu_backend(const sdk::Options& options,
   auto backend =
       std::make_unique<backend_cpu::CpuBackend>(threads, path, conv_path, conv_algorithm);
   if (options.get_bool("flush_denormals")) backend->flush_denormals();
+  backend->set_conv_workspace(options.get_bool("conv_workspace"));
   context.logger.debug("cpu backend with " + std::to_string(backend->threads()) +
                        " threads, bf16_gemm = " + bf16 + ", bf16_conv = " + conv);
   // Winograd changes the numbers: say what runs whenever it was asked for. The direct
@@ -65,7 +66,12 @@ std::vector<sdk::ComponentInfo> backend_cpu_components() {
                 "flush_denormals", false,
                 "flush subnormal floats (below 1.2e-38) to zero on the backend's threads, as "
                 "torch.set_flush_denormal(True): x86 computes with them on a slow path, and a "
-                "converged run (gradients near 0) ran 4-5x slower without it")},
+                "converged run (gradients near 0) ran 4-5x slower without it"),
+            sdk::OptionSpec::boolean(
+                "conv_workspace", true,
+                "take a convolution's scratch (operands decoded to fp32, the fp32 output, "
+                "blocked layouts) from the host's step memory, live at the op's step only; false "
+                "keeps it in the backend's own buffers, grown to the largest call and held")},
            &create_cpu_backend}};
 }
 

@@ -66,6 +66,9 @@ class CpuBackend final : public sdk::DeviceBackend {
   // (cpu_denormals.h); BackendError where the CPU has no such mode.
   void flush_denormals();
   bool flushes_denormals() const noexcept { return flush_ != nullptr; }
+  // The `conv_workspace` option: false keeps every convolution's scratch in the backend's own
+  // slots (conv2d_workspace_bytes answers 0), as before convolution facet 1.2.
+  void set_conv_workspace(bool on) noexcept { context_.set_conv_workspace(on); }
   // oneDNN matmul primitives created so far (one per distinct GEMM key); for tests and tuning.
   std::size_t cached_gemm_primitives() const noexcept;
   // oneDNN's implementation ("gemm:jit", "brg:avx512_core", ...) of the last GEMM primitive run

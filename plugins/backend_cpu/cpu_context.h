@@ -89,6 +89,10 @@ class CpuContext {
   // Whether a direct convolution of this direction and shape takes the blocked layout: the rule
   // where the algorithm allows it (not direct_nhwc), every shape under blocked_everywhere.
   bool blocked_layout_for(Direction dir, const sdk::Conv2dGeometry& g) const;
+  // Whether a convolution takes its scratch from the caller's workspace (convolution facet 1.2;
+  // the option conv_workspace, default true), or keeps it in the primitive cache's slots.
+  bool conv_workspace() const noexcept { return conv_workspace_; }
+  void set_conv_workspace(bool on) noexcept { conv_workspace_ = on; }
   // oneDNN's implementation of the last convolution primitive run.
   const std::string& last_conv_implementation() const noexcept { return last_conv_impl_; }
   void record_conv_implementation(const std::string& implementation) {
@@ -108,6 +112,7 @@ class CpuContext {
   std::unique_ptr<EltwiseEngine> eltwise_;
   std::unique_ptr<PrimitiveCache> prims_;  // conv, pooling; scratch (mutable through const)
   Bf16ConvPath bf16_conv_request_;
+  bool conv_workspace_ = true;
   mutable int bf16_conv_state_ = -1;  // -1 undecided, 0 emulated, 1 oneDNN
   mutable std::string bf16_conv_note_;
   ConvAlgorithm conv_algorithm_;

@@ -567,6 +567,7 @@ void run_backward_weights(CpuContext& context, const sdk::Conv2dBackwardWeightsA
 
 std::size_t CpuConvolution::conv2d_workspace_bytes(const sdk::Conv2dWorkspaceQuery& q) const {
   checks().conv2d_workspace_query(q);
+  if (!context_.conv_workspace()) return 0;  // the option conv_workspace = false
   const sdk::Conv2dGeometry& g = q.geometry;
   const sdk::Shape xs{g.batch, g.height, g.width, g.in_channels};
   const sdk::Shape ys{g.batch, g.out_height(), g.out_width(), g.out_channels};

@@ -1031,6 +1031,13 @@ TEST(BackendCpuConvolution, ACallsScratchComesFromTheWorkspaceItAskedFor) {
     EXPECT_EQ(small.outputs, plain.outputs);
     EXPECT_EQ(small.grew, plain.grew) << "a workspace too small leaves the calls to the backend";
   }
+  // The option conv_workspace = false: nothing asked of the caller.
+  CpuBackend off(1, Bf16GemmPath::automatic, Bf16ConvPath::emulated, ConvAlgorithm::direct_nhwc);
+  off.set_conv_workspace(false);
+  sdk::Conv2dWorkspaceQuery q;
+  q.geometry = cases[0].g;
+  q.a = q.b = q.out = DType::bf16;
+  EXPECT_EQ(sdk::facet<sdk::ConvolutionFacet>(off)->conv2d_workspace_bytes(q), 0u);
 }
 
 TEST(BackendCpuConvolution, BatchNormBackwardIsTheGradientOfTheTrainingForward) {
