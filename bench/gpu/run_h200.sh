@@ -160,7 +160,7 @@ export MODEL_BACKEND=${MODEL_BACKEND:-cuda} MODEL_RUN_CAP=${MODEL_RUN_CAP:-60}
 # first dropped as warm-up; a few seconds per run at most, next to its start-up's ten or more.
 export RN_BATCH=${RN_BATCH:-128} RN_IMAGE=${RN_IMAGE:-224} RN_STEPS=${RN_STEPS:-60} RN_LOG_EVERY=${RN_LOG_EVERY:-10}
 export RN_POLICIES=${RN_POLICIES:-bf16 fp32 tf32} RN_TORCH=${RN_TORCH:-bf16 fp32 tf32}
-export RN_VARIANTS=${RN_VARIANTS-bf16+bf16sums bf16+convtune bf16+wgrad32 bf16+nofuse bf16+convaxpy bf16+floatpixels bf16+pageable bf16+nographs bf16+waited bf16+nondetconv bf16+tune}
+export RN_VARIANTS=${RN_VARIANTS-bf16+bf16sums bf16+convscratch bf16+convtune bf16+wgrad32 bf16+nofuse bf16+convaxpy bf16+floatpixels bf16+pageable bf16+nographs bf16+waited bf16+nondetconv bf16+tune}
 export GPT_BATCH=${GPT_BATCH:-8} GPT_LAYERS=${GPT_LAYERS:-12} GPT_HEADS=${GPT_HEADS:-12} GPT_WIDTH=${GPT_WIDTH:-768}
 export GPT_TOKENS=${GPT_TOKENS:-1024} GPT_VOCAB=${GPT_VOCAB:-50257} GPT_STEPS=${GPT_STEPS:-120} GPT_LOG_EVERY=${GPT_LOG_EVERY:-20}
 export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 fp8-block} GPT_TORCH=${GPT_TORCH-bf16}
@@ -680,7 +680,9 @@ model_run() {
       # (backend.cuda.conv_wgrad_in_operand_dtype = true, which resnet50_sets sets on CUDA);
       # +wgrad32: an FP32 dw from cuDNN (= false, the backend's default: what that choice gains);
       # +bf16sums: a tensor read several times (a block's input) sums its gradient in bf16, as
-      # PyTorch AMP does (model.fp32_gradient_sums = false: half the bytes of each sum).
+      # PyTorch AMP does (model.fp32_gradient_sums = false: half the bytes of each sum);
+      # +convscratch: cuDNN's workspaces in the backend's own scratch, held for the run
+      # (backend.cuda.conv_workspace = false: what planning them in the step's arena saves).
       p=${job#mixtrain:}
       local variant=() base=${p%%+*}
       [[ $p == *+nographs* ]] && variant+=(--set run.step_graphs=false)
@@ -710,6 +712,7 @@ model_run() {
       [[ $p == *+wgrad16* ]] && variant+=(--set backend.cuda.conv_wgrad_in_operand_dtype=true)
       [[ $p == *+wgrad32* ]] && variant+=(--set backend.cuda.conv_wgrad_in_operand_dtype=false)
       [[ $p == *+bf16sums* ]] && variant+=(--set model.fp32_gradient_sums=false)
+      [[ $p == *+convscratch* ]] && variant+=(--set backend.cuda.conv_workspace=false)
       # The memory plan's forecast, the table's "predicted" column: for the CHECK_POLICIES (bf16)
       # as they are, in the base stages only, not for every policy or variant: each check is a CUDA
       # start-up and a rehearsed step, device time; cuDNN's plans for every convolution shape

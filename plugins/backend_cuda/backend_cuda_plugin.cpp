@@ -82,6 +82,7 @@ std::unique_ptr<sdk::Component> create_cuda_backend(const sdk::Options& options,
   cuda.layernorm_backward_one_pass = options.get_bool("layernorm_backward_one_pass");
   cuda.fp8_cast_transpose = options.get_bool("fp8_cast_transpose");
   cuda.fp8_gradient_cast = options.get_bool("fp8_gradient_cast");
+  cuda.conv_workspace = options.get_bool("conv_workspace");
   cuda.conv_dgrad_accumulate = options.get_bool("conv_dgrad_accumulate");
   cuda.conv_autotune = static_cast<int>(options.get_int("conv_autotune"));
   cuda.conv_wgrad_in_operand_dtype = options.get_bool("conv_wgrad_in_operand_dtype");

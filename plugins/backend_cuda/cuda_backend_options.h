@@ -89,7 +89,13 @@ inline sdk::OptionSchema cuda_backend_option_schema() {
           "the FP32 gradient, for cuDNN's engines with a 16-bit output (heuristics mode A "
           "has none for an FP32 dw from 16-bit operands: its fallback engine took 31 of "
           "ResNet-50's 67 ms a step on an H200: a CNN trained in bf16 wants it on); false "
-          "keeps dw FP32 and unrounded, as the conformance suite holds it")};
+          "keeps dw FP32 and unrounded, as the conformance suite holds it"),
+      sdk::OptionSpec::boolean(
+          "conv_workspace", true,
+          "a convolution takes cuDNN's workspace and its route's scratch from the host's step "
+          "memory, live at the op's step only (convolution facet 1.2: ResNet-50's stem wants "
+          "103 MB); false keeps them in the backend's own scratch, grown to the largest call and "
+          "held (the A/B of bench/gpu, variant +convscratch); the same plans either way")};
 }
 
 struct LocalRank {
@@ -112,6 +118,7 @@ struct CudaOptions {
   bool conv_dgrad_accumulate = true;        // convolution facet 1.1's accumulating dgrad offered
   int conv_autotune = 0;                    // ConvPlans' candidates timed per key; 0 or 1: off
   bool conv_wgrad_in_operand_dtype = false;  // conv::conv_routes' 16-bit dw route first
+  bool conv_workspace = true;  // convolution facet 1.2: the caller's workspace asked for
   sdk::Logger logger{};  // the plugin context's: for what the backend says once (a hint)
 };
 
@@ -155,7 +162,7 @@ inline std::optional<LocalRank> local_rank_from_environment() {
 // instead of being called with the wrong arguments.
 using CreateCudaBackendFn = void* (*)(const CudaOptions* options, char* error, char* hint,
                                       unsigned long size);
-inline constexpr const char* kCreateCudaBackendSymbol = "mixtrain_backend_cuda_create_v8";
+inline constexpr const char* kCreateCudaBackendSymbol = "mixtrain_backend_cuda_create_v9";
 inline constexpr const char* kCudaRuntimeLibrary = "backend_cuda/libmixtrain_backend_cuda_runtime.so";
 
 }  // namespace mixtrain::backend_cuda

@@ -57,6 +57,7 @@ CudaContext::CudaContext(const CudaOptions& options)
       conv_dgrad_accumulate(options.conv_dgrad_accumulate),
       conv_autotune(options.conv_autotune),
       conv_wgrad_in_operand_dtype(options.conv_wgrad_in_operand_dtype),
+      conv_workspace(options.conv_workspace),
       logger_(options.logger) {
   if (device < 0)
     fail("create", "device = " + std::to_string(device) + " is negative",

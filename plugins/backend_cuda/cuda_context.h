@@ -127,6 +127,7 @@ class CudaContext {
   const bool conv_dgrad_accumulate;  // the convolution facet offers its accumulating dgrad (1.1)
   const int conv_autotune;           // candidates ConvPlans times per key (cuda_conv_plans.h)
   const bool conv_wgrad_in_operand_dtype;  // a 16-bit dw route first (conv::conv_routes)
+  const bool conv_workspace;  // the convolution facet asks for the caller's workspace (1.2)
   // Logs text() (info) the first time `key` is said in this context; text() giving "" says nothing
   // (and may be asked again). Once said, a key costs a lookup: text() is not called.
   template <class Text>

@@ -423,8 +423,9 @@ void CudaConvolution::conv2d_backward_weights_with_workspace(
 }
 
 std::size_t CudaConvolution::conv2d_workspace_bytes(const sdk::Conv2dWorkspaceQuery& q) const {
-  context_.activate();
   checks().conv2d_workspace_query(q);
+  if (!context_.conv_workspace) return 0;  // the option conv_workspace = false
+  context_.activate();
   const sdk::Conv2dGeometry& g = q.geometry;
   // The call's views as run_conv sizes them (null data: 16-byte aligned, as a caller's arena).
   const auto view = [](DType dtype, std::int64_t numel) {

@@ -19,10 +19,10 @@ void copy_text(char* dst, const char* src, unsigned long size) {
 }
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) void* mixtrain_backend_cuda_create_v8(
+extern "C" __attribute__((visibility("default"))) void* mixtrain_backend_cuda_create_v9(
     const mixtrain::backend_cuda::CudaOptions* options, char* error, char* hint,
     unsigned long size) {
-  static_assert(std::is_same_v<decltype(&mixtrain_backend_cuda_create_v8),
+  static_assert(std::is_same_v<decltype(&mixtrain_backend_cuda_create_v9),
                                mixtrain::backend_cuda::CreateCudaBackendFn>);
   try {
     mixtrain::backend_cuda::CudaOptions resolved = *options;
