@@ -164,33 +164,31 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
       }
       // The caller's workspace when it holds all of it.
       const bool in_given = need.caller_bytes() > 0 && given.bytes() >= need.caller_bytes();
-      const conv::RouteScratch::Places places =
+      const conv::RouteScratch::Places given_at =
           in_given ? need.place_in(given.data) : conv::RouteScratch::Places{};
-      void* const given_ws = places.workspace;
-      void* const given_a = places.a;
-      void* const given_b = places.b;
-      void* const given_out = places.out;
       // Operands.
       void* a = c.a.data;
       if (route.decode_a) {
-        a = in_given ? given_a : st.a.get(need.a, stream, op);
+        a = in_given ? given_at.a : st.a.get(need.a, stream, op);
         check_cuda(kernels::cast(c.a.data, elem_of(c.a.dtype), a, Elem::f32, false, c.a.numel(),
                                  1.0f, false, nullptr, stream),
                    op, "operand decode");
       }
       void* b = c.b.data;
       if (filter_copy) {
-        b = in_given ? given_b : st.b.get(need.b, stream, op);
+        b = in_given ? given_at.b : st.b.get(need.b, stream, op);
         check_cuda(kernels::filter_to_krsc(c.b.data, elem_of(c.b.dtype), b, elem_of_io(route.io), k,
                                            cg, r, s, stream),
                    op, "channels-last weights");
       } else if (route.decode_b) {
-        b = in_given ? given_b : st.b.get(need.b, stream, op);
+        b = in_given ? given_at.b : st.b.get(need.b, stream, op);
         check_cuda(kernels::cast(c.b.data, elem_of(c.b.dtype), b, Elem::f32, false, c.b.numel(),
                                  1.0f, false, nullptr, stream),
                    op, "operand decode");
       }
-      void* out = out_direct ? c.out.data : in_given ? given_out : st.out.get(need.out, stream, op);
+      void* out = out_direct ? c.out.data
+                  : in_given ? given_at.out
+                             : st.out.get(need.out, stream, op);
       // uid 1 = x / dx, 2 = w / dw, 3 = y / dy.
       const std::size_t out_uid = c.op == ConvOp::forward         ? 2
                                   : c.op == ConvOp::backward_data ? 0
@@ -214,7 +212,7 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
           };
           // In a caller's workspace, the candidates that fit in it are timed there: it was
           // planned for the first one, and a larger one's would grow the backend's own.
-          void* tune_ws = given_ws;
+          void* tune_ws = given_at.workspace;
           if (in_given && ConvPlans::drop_candidates_over(*plan, plan->workspace) > 0 &&
               plan->untimed.empty())
             plan->tuning = "not autotuned (no other candidate fits the caller's workspace)";
@@ -243,7 +241,7 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
       }
       void* ws = plan->workspace <= 0 ? nullptr
                  : in_given
-                     ? given_ws
+                     ? given_at.workspace
                      : st.workspace.get(static_cast<std::size_t>(plan->workspace), stream, op);
       context.account_buffers();
       if (!st.plans.run_or_decline(key, handle, uids[0], uids[1], uids[2], ws, op)) {

@@ -67,6 +67,12 @@ class WorkspaceBinding {
   Layer& op_;
 };
 
+// A workspace planned at `at`: its aligned bytes as fp32 words (its dtype does not count).
+TensorView workspace_view(std::byte* at, std::size_t bytes) {
+  const std::size_t aligned = aligned_buffer_bytes(bytes, kDefaultBufferAlignment);
+  return {at, DType::fp32, sdk::Shape{static_cast<std::int64_t>(aligned / 4)}};
+}
+
 // An arena of at least `bytes`, fp32-typed (any dtype is viewed into it).
 Tensor arena(const std::shared_ptr<sdk::DeviceBackend>& backend, std::size_t bytes) {
   return Tensor(backend, DType::fp32, sdk::Shape{static_cast<std::int64_t>(bytes / 4 + 1)});
@@ -229,13 +235,9 @@ Executor::Placement Executor::place(std::int64_t rows, const LivenessPlan& arena
   for (const auto& [node, at] : unfused) p.unfused[node] = at;
   for (std::size_t i = 0; i < ops_.size(); ++i)
     if (const auto home = output_home(plan_, ops_, i, rows)) p.unfused[i] = p.output[*home];
-  // A workspace's view covers its aligned bytes, as fp32 words (its dtype does not count).
   const auto workspace = [&](std::size_t k) -> TensorView {
-    if (k == kNoBuffer) return {};
-    const std::size_t bytes =
-        aligned_buffer_bytes(workspaces.lives[k].bytes, kDefaultBufferAlignment);
-    return {base + arena_plan.offset[k], DType::fp32,
-            sdk::Shape{static_cast<std::int64_t>(bytes / 4)}};
+    return k == kNoBuffer ? TensorView{}
+                          : workspace_view(base + arena_plan.offset[k], workspaces.lives[k].bytes);
   };
   p.forward_workspace.resize(ops_.size());
   p.backward_workspace.resize(ops_.size());
@@ -264,9 +266,7 @@ TensorView Executor::backward_workspace(std::size_t node, const GradientBuffers&
   // The all-FP32 pass's own, in its arena.
   const auto& planned = step_plan_.gradients.fp32_workspace;
   if (node >= planned.size() || planned[node].offset == kNoBuffer) return {};
-  const std::size_t bytes = aligned_buffer_bytes(planned[node].bytes, kDefaultBufferAlignment);
-  return {buffers.base + planned[node].offset, DType::fp32,
-          sdk::Shape{static_cast<std::int64_t>(bytes / 4)}};
+  return workspace_view(buffers.base + planned[node].offset, planned[node].bytes);
 }
 
 const Executor::Placement& Executor::placed() const {
@@ -449,6 +449,7 @@ void Executor::forward(Extent e, const ForwardVisitor& visit) {
   check_pass("forward", e.samples, false);
   std::vector<TensorView> xs;
   next_death_ = 0;  // a new pass: every buffer is written again before it is read
+  const Placement& p = placed();
   for (std::size_t i = 0; i < ops_.size(); ++i) {
     poison_through(static_cast<int>(i) - 1);
     if (ops_[i]->is_view()) continue;  // a view computes nothing
@@ -458,7 +459,6 @@ void Executor::forward(Extent e, const ForwardVisitor& visit) {
     }
     gather_inputs(i, e, xs);
     ProfileScope scope(profile_scope(i));
-    const Placement& p = placed();
     {
       const WorkspaceBinding bound(
           *ops_[i], i < p.forward_workspace.size() ? p.forward_workspace[i] : TensorView{});
