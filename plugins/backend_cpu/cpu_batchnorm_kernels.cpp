@@ -14,17 +14,22 @@
 // at a time across all its slices, the gradient sums going straight into the thread's
 // per-channel doubles. C = 16, 32, 64 (and any multiple of 64) run slices whose width is a
 // compile-time constant. bf16 is converted in the loops themselves (a shift in, RNE out): a
-// separate conversion pass per block cost as much as the arithmetic.
+// separate conversion pass per block cost as much as the arithmetic. fp16 runs the fp32 loops on
+// chunks of rows decoded with F16C (Fp16Chunks, below).
 #include "cpu_batchnorm_kernels.h"
 
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <span>
+#include <type_traits>
 #include <vector>
 
 #include "cpu_access.h"  // kChunk, parallel_worth
 #include "cpu_isa.h"
+#include "mixtrain/sdk/support/float_formats.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -405,6 +410,65 @@ int max_team() {
   return std::max(1, omp_get_max_threads());
 }
 
+// fp16 storage. bf16 is decoded and rounded in the kernels' loops (a shift); fp16 is not: an
+// in-loop integer decode and encode (what F16C does, written in integer operations, since GCC 12
+// and clang 14 generate no F16C conversions from scalar code) vectorised but ran the kernels 3-9x
+// slower than bf16. Instead each thread walks its rows in chunks of whole blocks (the fp32
+// kernels' blocks, block_rows), decodes a chunk's inputs into its own fp32 buffers with the SDK's
+// bulk conversion (F16C where the CPU has it), runs the fp32 range kernel on the chunk and
+// encodes its output once. The blocks and their order are the fp32 kernel's, so the results are
+// the fp32 kernel's on the decoded values, each output rounded once, bit for bit; the scratch is
+// a few chunks a thread (at most 4 × 128 KiB), not fp32 copies of whole tensors.
+constexpr std::int64_t kFp16ChunkElements = 16384;
+
+class Fp16Chunks {
+ public:
+  explicit Fp16Chunks(std::int64_t channels)
+      : channels_(channels),
+        rows_(block_rows(channels) *
+              std::max<std::int64_t>(1, kFp16ChunkElements / (block_rows(channels) * channels))) {}
+
+  // Calls body(first_row, row_count) for each chunk of [r0, r1), in order.
+  template <class Body>
+  void for_each(std::int64_t r0, std::int64_t r1, Body&& body) const {
+    for (std::int64_t r = r0; r < r1; r += rows_) body(r, std::min(rows_, r1 - r));
+  }
+
+  // Rows [r, r + nr) of src decoded into buffer `slot` (0-2); nullptr for a null src.
+  const float* decode(int slot, const Fp16Bits* src, std::int64_t r, std::int64_t nr) {
+    if (src == nullptr) return nullptr;
+    const auto n = static_cast<std::size_t>(nr * channels_);
+    std::vector<float>& b = buffer(slot, n);
+    sdk::convert(std::span(reinterpret_cast<const std::uint16_t*>(src + r * channels_), n),
+                 sdk::DType::fp16, std::span(b.data(), n));
+    return b.data();
+  }
+  // The output buffer for nr rows.
+  float* output(std::int64_t nr) {
+    return buffer(3, static_cast<std::size_t>(nr * channels_)).data();
+  }
+  // The output buffer's nr rows, rounded once, into rows [r, r + nr) of dst.
+  void encode(Fp16Bits* dst, std::int64_t r, std::int64_t nr) {
+    const auto n = static_cast<std::size_t>(nr * channels_);
+    sdk::convert(std::span<const float>(buffers_[3].data(), n),
+                 std::span(reinterpret_cast<std::uint16_t*>(dst + r * channels_), n),
+                 sdk::DType::fp16);
+  }
+
+ private:
+  std::vector<float>& buffer(int slot, std::size_t n) {
+    std::vector<float>& b = buffers_[static_cast<std::size_t>(slot)];
+    if (b.size() < n) b.resize(n);
+    return b;
+  }
+
+  std::int64_t channels_, rows_;
+  std::array<std::vector<float>, 4> buffers_;
+};
+
+template <class T>
+inline constexpr bool kChunkedFp16 = std::is_same_v<T, Fp16Bits>;
+
 #undef MIXTRAIN_INLINE
 
 }  // namespace
@@ -414,7 +478,15 @@ void channel_moments(const T* x, std::int64_t rows, std::int64_t channels, float
                      float* var) {
   std::vector<Moments> parts(static_cast<std::size_t>(max_team()), Moments(channels));
   for_row_ranges(rows, channels, [&](int t, std::int64_t r0, std::int64_t r1) {
-    range_moments_best(x, r0, r1, channels, &parts[static_cast<std::size_t>(t)]);
+    Moments* part = &parts[static_cast<std::size_t>(t)];
+    if constexpr (kChunkedFp16<T>) {
+      Fp16Chunks chunks(channels);
+      chunks.for_each(r0, r1, [&](std::int64_t r, std::int64_t nr) {
+        range_moments_best(chunks.decode(0, x, r, nr), std::int64_t{0}, nr, channels, part);
+      });
+    } else {
+      range_moments_best(x, r0, r1, channels, part);
+    }
   });
   Moments all(channels);
   for (const Moments& p : parts) {
@@ -441,7 +513,19 @@ void channel_affine_add(const T* x, const T* residual, T* y, std::int64_t rows,
                         std::int64_t channels, const float* mean, const float* scale,
                         const float* shift, bool relu) {
   for_row_ranges(rows, channels, [&](int, std::int64_t r0, std::int64_t r1) {
-    range_affine_best(x, residual, y, r0, r1, channels, mean, scale, shift, relu);
+    if constexpr (kChunkedFp16<T>) {
+      // The chunk's x and residual are read before its y is written: y may be either.
+      Fp16Chunks chunks(channels);
+      chunks.for_each(r0, r1, [&](std::int64_t r, std::int64_t nr) {
+        const float* xs = chunks.decode(0, x, r, nr);
+        const float* rs = chunks.decode(1, residual, r, nr);
+        range_affine_best(xs, rs, chunks.output(nr), std::int64_t{0}, nr, channels, mean, scale,
+                          shift, relu);
+        chunks.encode(y, r, nr);
+      });
+    } else {
+      range_affine_best(x, residual, y, r0, r1, channels, mean, scale, shift, relu);
+    }
   });
 }
 
@@ -452,17 +536,31 @@ void channel_grad_sums(const T* x, const T* dy, const ReluMask& mask, std::int64
   const auto team = static_cast<std::size_t>(max_team());
   const auto c = static_cast<std::size_t>(channels);
   std::vector<double> parts(2 * team * c, 0.0);
-  for_row_ranges(rows, channels, [&](int t, std::int64_t r0, std::int64_t r1) {
-    double* g = parts.data() + 2 * static_cast<std::size_t>(t) * c;
-    if (mask.kind == K::recompute)
-      range_grad_sums_best(std::integral_constant<K, K::recompute>{}, x, dy, &mask, r0, r1,
-                           channels, mean, g, g + c);
-    else if (mask.kind == K::from_y)
-      range_grad_sums_best(std::integral_constant<K, K::from_y>{}, x, dy, &mask, r0, r1, channels,
+  // The sums of rows [r0, r1) of x, dy and the mask's y (element type U) added into g.
+  auto sums = [&](auto* xs, auto* dys, const ReluMask& m, std::int64_t r0, std::int64_t r1,
+                  double* g) {
+    if (m.kind == K::recompute)
+      range_grad_sums_best(std::integral_constant<K, K::recompute>{}, xs, dys, &m, r0, r1, channels,
+                           mean, g, g + c);
+    else if (m.kind == K::from_y)
+      range_grad_sums_best(std::integral_constant<K, K::from_y>{}, xs, dys, &m, r0, r1, channels,
                            mean, g, g + c);
     else
-      range_grad_sums_best(std::integral_constant<K, K::none>{}, x, dy, &mask, r0, r1, channels,
+      range_grad_sums_best(std::integral_constant<K, K::none>{}, xs, dys, &m, r0, r1, channels,
                            mean, g, g + c);
+  };
+  for_row_ranges(rows, channels, [&](int t, std::int64_t r0, std::int64_t r1) {
+    double* g = parts.data() + 2 * static_cast<std::size_t>(t) * c;
+    if constexpr (kChunkedFp16<T>) {
+      Fp16Chunks chunks(channels);
+      chunks.for_each(r0, r1, [&](std::int64_t r, std::int64_t nr) {
+        ReluMask m = mask;
+        m.y = chunks.decode(2, static_cast<const Fp16Bits*>(mask.y), r, nr);
+        sums(chunks.decode(0, x, r, nr), chunks.decode(1, dy, r, nr), m, std::int64_t{0}, nr, g);
+      });
+    } else {
+      sums(x, dy, mask, r0, r1, g);
+    }
   });
   for (std::size_t j = 0; j < c; ++j) {
     sum_g[j] = 0.0;
@@ -479,16 +577,33 @@ void channel_grad_input(const T* x, const T* dy, const ReluMask& mask, T* dx, st
                         std::int64_t channels, const float* mean, const float* a, const float* b,
                         const float* d) {
   using K = ReluMask::Kind;
-  for_row_ranges(rows, channels, [&](int, std::int64_t r0, std::int64_t r1) {
-    if (mask.kind == K::recompute)
-      range_grad_input_best(std::integral_constant<K, K::recompute>{}, x, dy, &mask, dx, r0, r1,
+  // dx of rows [r0, r1) from x, dy and the mask's y.
+  auto input = [&](auto* xs, auto* dys, const ReluMask& m, auto* dxs, std::int64_t r0,
+                   std::int64_t r1) {
+    if (m.kind == K::recompute)
+      range_grad_input_best(std::integral_constant<K, K::recompute>{}, xs, dys, &m, dxs, r0, r1,
                             channels, mean, a, b, d);
-    else if (mask.kind == K::from_y)
-      range_grad_input_best(std::integral_constant<K, K::from_y>{}, x, dy, &mask, dx, r0, r1,
+    else if (m.kind == K::from_y)
+      range_grad_input_best(std::integral_constant<K, K::from_y>{}, xs, dys, &m, dxs, r0, r1,
                             channels, mean, a, b, d);
     else
-      range_grad_input_best(std::integral_constant<K, K::none>{}, x, dy, &mask, dx, r0, r1,
+      range_grad_input_best(std::integral_constant<K, K::none>{}, xs, dys, &m, dxs, r0, r1,
                             channels, mean, a, b, d);
+  };
+  for_row_ranges(rows, channels, [&](int, std::int64_t r0, std::int64_t r1) {
+    if constexpr (kChunkedFp16<T>) {
+      // The chunk's inputs are read before its dx is written: dx may be dy.
+      Fp16Chunks chunks(channels);
+      chunks.for_each(r0, r1, [&](std::int64_t r, std::int64_t nr) {
+        ReluMask m = mask;
+        m.y = chunks.decode(2, static_cast<const Fp16Bits*>(mask.y), r, nr);
+        input(chunks.decode(0, x, r, nr), chunks.decode(1, dy, r, nr), m, chunks.output(nr),
+              std::int64_t{0}, nr);
+        chunks.encode(dx, r, nr);
+      });
+    } else {
+      input(x, dy, mask, dx, r0, r1);
+    }
   });
 }
 
@@ -505,6 +620,7 @@ void channel_grad_input(const T* x, const T* dy, const ReluMask& mask, T* dx, st
                                       const float*);
 MIXTRAIN_BATCHNORM_KERNELS(float)
 MIXTRAIN_BATCHNORM_KERNELS(Bf16Bits)
+MIXTRAIN_BATCHNORM_KERNELS(Fp16Bits)
 #undef MIXTRAIN_BATCHNORM_KERNELS
 
 }  // namespace mixtrain::backend_cpu

@@ -1,9 +1,13 @@
 // The per-channel kernels of the CPU backend's batch norm over channels-last activations.
 //
 // Contract
-// - x, y, dy, dx are [rows, C] (rows = N·H·W of [N, H, W, C] images), T = float (fp32 storage) or
+// - x, y, dy, dx are [rows, C] (rows = N·H·W of [N, H, W, C] images), T = float (fp32 storage),
 //   Bf16Bits (bf16 storage: the value's top 16 bits, decoded exactly, outputs rounded once RNE,
-//   NaNs quieted: cpu_bf16_bits.h). Per-channel vectors are fp32 [C], caller-owned.
+//   NaNs quieted: cpu_bf16_bits.h) or Fp16Bits (IEEE fp16 storage, decoded exactly, outputs
+//   rounded once RNE: the SDK's conversions). A 16-bit type's results are the fp32 kernel's on the
+//   decoded inputs, each output rounded once, bit for bit. Per-channel vectors are fp32 [C],
+//   caller-owned. fp16 takes a few chunks of fp32 scratch a thread (at most 512 KiB, freed on
+//   return), never a copy of a whole tensor.
 // - Statistics are computed in FP32 within blocks of rows (about 2048 elements, at least 16 rows:
 //   block mean, then the block's sum of squared deviations from it) and merged in double across
 //   blocks and threads (Chan et al.'s pairwise update): one pass over memory, no E[x²] − E[x]²
@@ -27,6 +31,9 @@
 #include "cpu_bf16_bits.h"
 
 namespace mixtrain::backend_cpu {
+
+// fp16 storage codes (IEEE binary16): a type of its own, as Bf16Bits is uint16_t.
+enum class Fp16Bits : std::uint16_t {};
 
 // mean[c] and var[c] (biased: the sum of squared deviations / rows) of x [rows, C].
 template <class T>

@@ -23,10 +23,9 @@
 #include <string_view>
 #include <vector>
 
-#include "cpu_access.h"
+#include "cpu_access.h"  // checks()
 #include "cpu_batchnorm_kernels.h"
 #include "cpu_context.h"
-#include "cpu_primitive_cache.h"
 #include "mixtrain/sdk/backend_batch_norm.h"
 #include "mixtrain/sdk/support/facet_registry.h"
 
@@ -34,43 +33,30 @@ namespace mixtrain::backend_cpu {
 
 using sdk::DType;
 using sdk::TensorView;
-using Slot = PrimitiveCache::Slot;
-using dnnl::memory;
 
 namespace {
 
-// Runs `kernel` with typed pointers: fp32 storage as float, bf16 as its bits; fp16 (not worth a
-// kernel of its own on a CPU) through fp32 scratch: exact decode, the float kernel, one RNE
-// encode of each output. `inputs` and `outputs` are the tensors the kernel reads and writes (an
-// input may be nullptr: none, passed on as a null pointer); the first input sets the dtype.
+// Runs `kernel` with typed pointers: fp32 storage as float, bf16 and fp16 as their bits, which
+// the kernels decode and round in their loops (no fp32 copy of a tensor: the backend's scratch
+// does not grow with a batch norm's activations). `inputs` and `outputs` are the tensors the kernel
+// reads and writes (an input may be nullptr: none, passed on as a null pointer); the first input
+// sets the dtype, which the argument checks hold the others to.
 template <class Kernel>
-void with_typed(PrimitiveCache& cache, std::initializer_list<const TensorView*> inputs,
+void with_typed(std::initializer_list<const TensorView*> inputs,
                 std::initializer_list<const TensorView*> outputs, Kernel&& kernel) {
-  const DType dt = (*inputs.begin())->dtype;
   std::vector<void*> in, out;
-  if (dt == DType::bf16 || is_fp32_storage(dt)) {
-    for (const TensorView* v : inputs) in.push_back(v != nullptr ? v->data : nullptr);
-    for (const TensorView* v : outputs) out.push_back(v->data);
-    if (dt == DType::bf16)
+  for (const TensorView* v : inputs) in.push_back(v != nullptr ? v->data : nullptr);
+  for (const TensorView* v : outputs) out.push_back(v->data);
+  switch ((*inputs.begin())->dtype) {
+    case DType::bf16:
       kernel(Bf16Bits{}, in, out);
-    else
-      kernel(float{}, in, out);
-    return;
-  }
-  constexpr Slot kInSlots[] = {Slot::src, Slot::weights, Slot::extra_a};
-  std::size_t k = 0;
-  for (const TensorView* v : inputs) {
-    const Slot slot = kInSlots[k++];
-    in.push_back(v != nullptr ? const_cast<void*>(as_input(cache, *v, memory::data_type::f32, slot))
-                              : nullptr);
-  }
-  for (const TensorView* v : outputs)
-    out.push_back(as_output(cache, *v, memory::data_type::f32, Slot::dst));
-  kernel(float{}, in, out);
-  auto o = outputs.begin();
-  for (void* p : out) {
-    encode_tensor(**o, static_cast<const float*>(p), (*o)->numel());
-    ++o;
+      return;
+    case DType::fp16:
+      kernel(Fp16Bits{}, in, out);
+      return;
+    default:
+      kernel(float{}, in, out);  // fp32 storage (fp32, tf32): the checks allow no other dtype
+      return;
   }
 }
 
@@ -182,15 +168,14 @@ void CpuBatchNorm::batchnorm_forward_training(TensorView x, TensorView gamma, Te
     scale = local.data();
   }
   float* shift = scale + c;
-  // One pass for the statistics, one for y, over x as decoded once (fp16) or as stored.
-  with_typed(context_.prims(), {&x}, {&y}, [&](auto t, auto& in, auto& out) {
+  // One pass for the statistics, one for y, over x as stored.
+  with_typed({&x}, {&y}, [&](auto t, auto& in, auto& out) {
     using T = decltype(t);
     const auto* xs = static_cast<const T*>(in[0]);
     channel_moments(xs, shape.rows, c, mean, var);
     scale_and_shift(var, gamma, beta, c, shape.eps, scale, shift);
     channel_affine(xs, static_cast<T*>(out[0]), shape.rows, c, mean, scale, shift, shape.relu);
   });
-  context_.account_scratch();
   update_running(running_mean, running_var, mean, var, c, shape.rows, momentum);
 }
 
@@ -203,7 +188,7 @@ void CpuBatchNorm::batchnorm_add_forward(const sdk::BatchNormAddArgs& a) {
   float* scale = coefficients.data();
   float* shift = scale + c;
   const float* mean = a.training ? a.save_mean.as<float>() : a.running_mean.as<const float>();
-  with_typed(context_.prims(), {&a.x, &a.residual}, {&a.y}, [&](auto t, auto& in, auto& out) {
+  with_typed({&a.x, &a.residual}, {&a.y}, [&](auto t, auto& in, auto& out) {
     using T = decltype(t);
     const auto* xs = static_cast<const T*>(in[0]);
     if (a.training)
@@ -213,7 +198,6 @@ void CpuBatchNorm::batchnorm_add_forward(const sdk::BatchNormAddArgs& a) {
     channel_affine_add(xs, static_cast<const T*>(in[1]), static_cast<T*>(out[0]), shape.rows, c,
                        mean, scale, shift, shape.relu);
   });
-  context_.account_scratch();
   if (a.training)
     update_running(a.running_mean, a.running_var, a.save_mean.as<const float>(),
                    a.save_var.as<const float>(), c, shape.rows, a.momentum);
@@ -229,12 +213,11 @@ void CpuBatchNorm::batchnorm_forward_inference(TensorView x, TensorView gamma, T
   std::vector<float> coefficients(static_cast<std::size_t>(2 * c));
   float* scale = coefficients.data();
   scale_and_shift(running_var.as<const float>(), gamma, beta, c, shape.eps, scale, scale + c);
-  with_typed(context_.prims(), {&x}, {&y}, [&](auto t, auto& in, auto& out) {
+  with_typed({&x}, {&y}, [&](auto t, auto& in, auto& out) {
     using T = decltype(t);
     channel_affine(static_cast<const T*>(in[0]), static_cast<T*>(out[0]), shape.rows, c,
                    running_mean.as<const float>(), scale, scale + c, shape.relu);
   });
-  context_.account_scratch();
 }
 
 void CpuBatchNorm::batchnorm_backward(TensorView dy, TensorView x, TensorView y, TensorView gamma,
@@ -285,7 +268,7 @@ void CpuBatchNorm::batchnorm_backward(TensorView dy, TensorView x, TensorView y,
     }
   };
   const TensorView* mask_y = mask.kind == ReluMask::Kind::from_y ? &y : nullptr;
-  with_typed(context_.prims(), {&x, &dy, mask_y}, {&dx}, [&](auto t, auto& in, auto& out) {
+  with_typed({&x, &dy, mask_y}, {&dx}, [&](auto t, auto& in, auto& out) {
     using T = decltype(t);
     ReluMask typed = mask;
     typed.y = in[2];
@@ -295,7 +278,6 @@ void CpuBatchNorm::batchnorm_backward(TensorView dy, TensorView x, TensorView y,
     finish_sums();
     channel_grad_input(xs, dys, typed, static_cast<T*>(out[0]), shape.rows, c, mean, ka, kb, kd);
   });
-  context_.account_scratch();
 }
 
 }  // namespace mixtrain::backend_cpu
@@ -311,12 +293,11 @@ void CpuBatchNorm::batchnorm_statistics(TensorView x, const sdk::BatchNormShape&
                                         TensorView mean, TensorView var) {
   context_.use_threads();
   checks().batchnorm_statistics(x, shape, mean, var);
-  with_typed(context_.prims(), {&x}, {}, [&](auto t, auto& in, auto&) {
+  with_typed({&x}, {}, [&](auto t, auto& in, auto&) {
     using T = decltype(t);
     channel_moments(static_cast<const T*>(in[0]), shape.rows, shape.channels, mean.as<float>(),
                     var.as<float>());
   });
-  context_.account_scratch();
 }
 
 void CpuBatchNorm::batchnorm_backward_reduce(TensorView dy, TensorView x, TensorView y,
@@ -330,14 +311,13 @@ void CpuBatchNorm::batchnorm_backward_reduce(TensorView dy, TensorView x, Tensor
   if (shape.relu) mask.kind = ReluMask::Kind::from_y;
   std::vector<double> sums(2 * cs);
   const TensorView* mask_y = shape.relu ? &y : nullptr;
-  with_typed(context_.prims(), {&x, &dy, mask_y}, {}, [&](auto t, auto& in, auto&) {
+  with_typed({&x, &dy, mask_y}, {}, [&](auto t, auto& in, auto&) {
     using T = decltype(t);
     ReluMask typed = mask;
     typed.y = in[2];
     channel_grad_sums(static_cast<const T*>(in[0]), static_cast<const T*>(in[1]), typed, shape.rows,
                       shape.channels, mean.as<const float>(), sums.data(), sums.data() + cs);
   });
-  context_.account_scratch();
   const float* v = var.as<const float>();
   for (std::size_t j = 0; j < cs; ++j) {
     const double inv = 1.0 / std::sqrt(static_cast<double>(v[j]) + static_cast<double>(shape.eps));
@@ -371,14 +351,13 @@ void CpuBatchNorm::batchnorm_backward_elementwise(TensorView dy, TensorView x, T
   ReluMask mask;
   if (shape.relu) mask.kind = ReluMask::Kind::from_y;
   const TensorView* mask_y = shape.relu ? &y : nullptr;
-  with_typed(context_.prims(), {&x, &dy, mask_y}, {&dx}, [&](auto t, auto& in, auto& out) {
+  with_typed({&x, &dy, mask_y}, {&dx}, [&](auto t, auto& in, auto& out) {
     using T = decltype(t);
     ReluMask typed = mask;
     typed.y = in[2];
     channel_grad_input(static_cast<const T*>(in[0]), static_cast<const T*>(in[1]), typed,
                        static_cast<T*>(out[0]), shape.rows, c, mean.as<const float>(), ka, kb, kd);
   });
-  context_.account_scratch();
 }
 
 }  // namespace mixtrain::backend_cpu

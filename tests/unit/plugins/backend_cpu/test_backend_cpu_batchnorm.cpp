@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -248,6 +249,98 @@ TEST(BackendCpuBatchNorm, InLoopBf16EncodeIsTheSdksBitForBit) {
     const auto h = static_cast<Bf16Bits>(b >> 16);
     if (!std::isnan(sdk::decode_bf16(h))) {
       ASSERT_EQ(float_from_bf16(h), sdk::decode_bf16(h));
+    }
+  }
+}
+
+// fp16 batch norm is the fp32 kernels' arithmetic on the decoded values, each output rounded once
+// (the kernels run it on chunks of decoded rows): the forward (statistics, y with and without the
+// residual add) and the backward (dx, dgamma, dbeta, with the ReLU mask from the workspace and
+// from y) against the fp32 facet run on the decoded inputs, bit for bit, on every ISA variant and
+// with two threads, on shapes of several chunks and a partial one, narrow and wide (C > 64).
+TEST(BackendCpuBatchNorm, Fp16IsTheFp32KernelsOnTheDecodedValuesRoundedOnce) {
+  const auto bits_of = [](const std::vector<float>& v) {
+    std::vector<std::uint32_t> out(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) out[i] = std::bit_cast<std::uint32_t>(v[i]);
+    return out;
+  };
+  const auto rounded = [](std::vector<float> v) {
+    for (float& e : v) e = sdk::decode_fp16(sdk::encode_fp16(e, sdk::Overflow::to_inf_or_nan));
+    return v;
+  };
+  for (const auto& [threads, isa] : thread_and_isa_runs()) {
+    const IsaScope as_isa(isa);
+    CpuBackend be(threads);
+    auto* bn = sdk::facet<sdk::BatchNormFacet>(be);
+    for (const std::int64_t c : {16, 80, 256, 6}) {
+      const std::int64_t rows = 65536 / c + 5;
+      const auto n = static_cast<std::size_t>(rows * c);
+      const sdk::BatchNormShape s{rows, c, 1e-5f, true};
+      const Shape shape{rows, c};
+      const std::string what =
+          isa_name(isa) + ", threads " + std::to_string(threads) + ", C " + std::to_string(c);
+      // Values down to fp16's subnormals.
+      auto xv = random_values(n, 31, -3.0f, 3.0f);
+      for (std::size_t i = 0; i < n; i += 7) xv[i] *= 1e-6f;
+      DeviceTensor x16(be, DType::fp16, shape, xv),
+          res16(be, DType::fp16, shape, random_values(n, 32));
+      DeviceTensor dy16(be, DType::fp16, shape, random_values(n, 33));
+      DeviceTensor x32(be, DType::fp32, shape, x16.get()),
+          res32(be, DType::fp32, shape, res16.get());
+      DeviceTensor dy32(be, DType::fp32, shape, dy16.get());
+      DeviceTensor gamma(be, DType::fp32, Shape{c},
+                         random_values(static_cast<std::size_t>(c), 34, 0.5f, 1.5f));
+      DeviceTensor beta(be, DType::fp32, Shape{c},
+                        random_values(static_cast<std::size_t>(c), 35, -0.3f, 0.3f));
+      struct Run {
+        DeviceTensor y, mean, var, ws, dx, dg, db;
+      };
+      const auto run = [&](DType dt, const DeviceTensor& x, const DeviceTensor& res,
+                           const DeviceTensor& dy, const DeviceTensor* y_for_mask, bool add) {
+        // DeviceTensor does not move: the run is built in place.
+        std::unique_ptr<Run> run_out(new Run{
+            DeviceTensor(be, dt, shape), DeviceTensor(be, DType::fp32, Shape{c}),
+            DeviceTensor(be, DType::fp32, Shape{c}), DeviceTensor(be, DType::fp32, Shape{2 * c}),
+            DeviceTensor(be, dt, shape), DeviceTensor(be, DType::fp32, Shape{c}),
+            DeviceTensor(be, DType::fp32, Shape{c})});
+        Run& r = *run_out;
+        if (add) {
+          sdk::BatchNormAddArgs a;
+          a.x = x;
+          a.residual = res;
+          a.gamma = gamma;
+          a.beta = beta;
+          a.shape = s;
+          a.training = true;
+          a.momentum = 0.1f;
+          a.y = r.y;
+          a.save_mean = r.mean;
+          a.save_var = r.var;
+          bn->batchnorm_add_forward(a);
+        } else {
+          bn->batchnorm_forward_training(x, gamma, beta, s, 0.1f, r.y, r.mean, r.var, {}, {}, r.ws);
+        }
+        // The mask from y when one is given (the fp32 run reads the fp16 run's y, decoded), else
+        // recomputed from the forward's workspace.
+        const TensorView y = y_for_mask != nullptr ? y_for_mask->view() : r.y.view();
+        const TensorView ws = add ? TensorView{} : r.ws.view();
+        bn->batchnorm_backward(dy, x, y, gamma, r.mean, r.var, s, ws, r.dx, r.dg, r.db, false);
+        return run_out;
+      };
+      for (const bool add : {false, true}) {
+        const std::string w = what + (add ? ", add + relu (mask from y)" : ", relu (workspace)");
+        const auto hp = run(DType::fp16, x16, res16, dy16, nullptr, add);
+        const Run& h = *hp;
+        DeviceTensor y16_decoded(be, DType::fp32, shape, h.y.get());
+        const auto fp = run(DType::fp32, x32, res32, dy32, add ? &y16_decoded : nullptr, add);
+        const Run& f = *fp;
+        EXPECT_EQ(bits_of(h.mean.get()), bits_of(f.mean.get())) << "mean, " << w;
+        EXPECT_EQ(bits_of(h.var.get()), bits_of(f.var.get())) << "var, " << w;
+        EXPECT_EQ(bits_of(h.y.get()), bits_of(rounded(f.y.get()))) << "y, " << w;
+        EXPECT_EQ(bits_of(h.dx.get()), bits_of(rounded(f.dx.get()))) << "dx, " << w;
+        EXPECT_EQ(bits_of(h.dg.get()), bits_of(f.dg.get())) << "dgamma, " << w;
+        EXPECT_EQ(bits_of(h.db.get()), bits_of(f.db.get())) << "dbeta, " << w;
+      }
     }
   }
 }
