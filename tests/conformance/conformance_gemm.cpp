@@ -399,6 +399,9 @@ TEST_P(Conformance, CastTransposeRejectsBadArguments) {
   auto two = good();
   two.cast.amax = amax.tested->view();
   EXPECT_THROW(tested_gemm->cast_transpose(two), sdk::BackendError) << "an amax of [2]";
+  auto amax_in_src = good();
+  amax_in_src.cast.amax = {src.tested->view().data, DType::fp32, Shape{1}};
+  EXPECT_THROW(tested_gemm->cast_transpose(amax_in_src), sdk::BackendError) << "amax in src";
 }
 
 // gemm 1.7: cast_transpose_gradient is the backend's own activation_backward (gelu), then its
@@ -545,6 +548,9 @@ TEST_P(Conformance, CastTransposeGradientRejectsBadArguments) {
   auto no_output = good();
   no_output.cast.out_transposed = {};
   EXPECT_THROW(tested_gemm->cast_transpose_gradient(no_output), sdk::BackendError) << "no output";
+  auto amax_in_z = good();
+  amax_in_z.cast.cast.amax = {z.tested->view().data, DType::fp32, Shape{1}};
+  EXPECT_THROW(tested_gemm->cast_transpose_gradient(amax_in_z), sdk::BackendError) << "amax in z";
 }
 
 TEST_P(Conformance, GemmStridedBatchedEqualsOneGemmPerBatch) {

@@ -420,6 +420,7 @@ BackendArgumentChecks::RowsCols BackendArgumentChecks::cast_transpose_gradient_s
            "give the activation's input of the forward, of src's dtype and shape");
     for (int i = 0; i < 2; ++i)
       require_disjoint(op, out_names[i], *outs[i], "pre_activation", args.pre_activation);
+    require_disjoint(op, "amax", args.cast.cast.amax, "pre_activation", args.pre_activation);
   } else if (!args.pre_activation.empty()) {
     fail(op, "pre_activation " + describe(args.pre_activation) + " is given without an activation",
          "set has_activation_grad, or leave pre_activation empty");
@@ -475,6 +476,9 @@ BackendArgumentChecks::RowsCols BackendArgumentChecks::cast_layouts_shape(
   if (!args.cast.amax.empty()) {
     require_fp32(op, "amax", args.cast.amax);
     require_numel(op, "amax", args.cast.amax, 1);
+    // The amax is folded in while other threads still read src: inside src, the codes would
+    // depend on timing.
+    require_disjoint(op, "amax", args.cast.amax, "src", args.src);
   }
   return rc;
 }

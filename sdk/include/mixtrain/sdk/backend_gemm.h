@@ -194,7 +194,8 @@ struct GemmGradientArgs {
 // given output: `out` [rows, cols] as stored and `out_transposed` [cols, rows], its transpose,
 // both of one FP8 dtype (fp8_e4m3 or fp8_e5m2). Each element is exactly what DeviceBackend::cast
 // writes with `cast`'s scale and saturate, and cast.amax (fp32 [1], optional) folds in max|src| by
-// cast's rule. Either output may be empty, not both; neither may overlap src, the other or amax.
+// cast's rule. Either output may be empty, not both; neither may overlap src, the other or amax,
+// and amax may not overlap src (it is folded in while src is still read).
 // Why: FP8 Tensor Cores take both operands with the reduction dim contiguous (cuBLASLt's "TN"),
 // so a linear's dgrad reads Wᵀ and its wgrad reads xᵀ and dyᵀ; writing the transpose during the
 // cast saves a pass over each (Transformer Engine's cast_transpose), and a host that keeps only
@@ -217,10 +218,10 @@ struct CastTransposeArgs {
 //     by the shape (the same sums within FP32 rounding as the activation facet's bias_grad of d);
 //     it accumulates with `accumulate_column_sums`, else overwrites.
 // The codes and cast.amax are of d: exactly what activation_backward, then cast_transpose, write.
-// Neither column_sums nor pre_activation may overlap an output, and column_sums none of src,
-// pre_activation or amax. Why: the gradient a linear's backward casts to FP8 is also the one its
-// bias gradient sums, and after a gelu it is that gelu's gradient: one read of dy (and z) instead
-// of three passes (Transformer Engine's cast_transpose_dbias_dgelu).
+// Neither column_sums nor pre_activation may overlap an output, column_sums none of src,
+// pre_activation or amax, and amax not pre_activation. Why: the gradient a linear's backward casts
+// to FP8 is also the one its bias gradient sums, and after a gelu it is that gelu's gradient: one
+// read of dy (and z) instead of three passes (Transformer Engine's cast_transpose_dbias_dgelu).
 // BackendArgumentChecks::cast_transpose_gradient_shape checks all of this.
 struct CastTransposeGradientArgs {
   CastTransposeArgs cast;

@@ -4,6 +4,7 @@
 // agree to ~1e-5 relative and 16-bit outputs to one unit of their format. The ungated optimizer
 // updates are the exception: the same element steps as the CPU's, so the same bits, on aligned and
 // unaligned views.
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -42,6 +43,36 @@ TEST_F(backend_cuda_vs_cpu, BiasGrad) {
         gpu<sdk::ActivationFacet>().bias_grad(gy, gd, accumulate);
         EXPECT_EQ(gd.get(), first) << "bias_grad not reproducible, " << what;
       }
+    }
+  }
+}
+
+// bias_grad's two column-sum paths give the same bits: a 16-byte-aligned dy whose rows are whole
+// 16-byte packs (every storage dtype at 768 columns) runs a thread per pack, and the same values
+// one element into a larger buffer (unaligned to 16 bytes) run the element path; the partition
+// and each column's order of terms are the same (cuda_column_sums.cu). Rows across several
+// splits and a partial last one.
+TEST_F(backend_cuda_vs_cpu, BiasGradPacksAreTheElementPathBitForBit) {
+  const std::int64_t rows = 3000, n = 768;
+  const auto y0 = random_values(static_cast<std::size_t>(rows * n), 3);
+  std::vector<float> padded(1, 0.0f);
+  padded.insert(padded.end(), y0.begin(), y0.end());
+  const auto bias = random_values(static_cast<std::size_t>(n), 4);
+  for (DType dt : kStorage) {
+    Tensor aligned(gpu(), dt, {rows, n}, y0);
+    Tensor spare(gpu(), dt, {rows * n + 1}, padded);
+    TensorView unaligned = spare.view();
+    unaligned.data = static_cast<std::byte*>(unaligned.data) + sdk::dtype_size(dt);
+    unaligned.shape = Shape{rows, n};
+    for (bool accumulate : {false, true}) {
+      Tensor packs(gpu(), DType::fp32, {n}, bias), elements(gpu(), DType::fp32, {n}, bias);
+      gpu<sdk::ActivationFacet>().bias_grad(aligned, packs, accumulate);
+      gpu<sdk::ActivationFacet>().bias_grad(unaligned, elements, accumulate);
+      const auto a = packs.get(), b = elements.get();
+      ASSERT_EQ(a.size(), b.size());
+      for (std::size_t j = 0; j < a.size(); ++j)
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(a[j]), std::bit_cast<std::uint32_t>(b[j]))
+            << sdk::dtype_name(dt) << (accumulate ? " accumulate" : "") << ", column " << j;
     }
   }
 }
