@@ -446,6 +446,7 @@ void ConvPlans::autotune(Plan& plan, cudnnHandle_t handle, cudaStream_t stream, 
     std::swap(plan.plan, won.plan);
     plan.workspace = won.workspace;
     plan.engine = won.engine;
+    plan.fallback_heuristics = won.fallback_heuristics;
     for (Descriptor& d : won.keep) plan.keep.push_back(std::move(d));
     won.keep.clear();
   }

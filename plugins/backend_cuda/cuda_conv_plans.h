@@ -116,17 +116,17 @@ class ConvPlans {
 
 // The backend's convolution state, created on the first convolution: the cuDNN handle, the plans,
 // and grow-only scratch (cuDNN's workspace, decoded operands, the channels-last weights, FP32
-// outputs before their finish). tune_workspace is autotuning's, released after each key's
-// timing: a candidate that loses must not leave its workspace (an FFT engine's can be large) held
-// for the run.
+// outputs before their finish). tune_workspace and tune_out (a beta = 1 key's timing output) are
+// autotuning's, released after each key's timing: a candidate that loses must not leave its
+// workspace (an FFT engine's can be large) held for the run, nor a timing its fp32 output.
 struct ConvState {
   ConvState(bool deterministic_first, int autotune) : plans(deterministic_first, autotune) {}
   CudnnHandle handle;
   ConvPlans plans;
-  DeviceScratch workspace, a, b, out, tune_workspace;
+  DeviceScratch workspace, a, b, out, tune_workspace, tune_out;
   std::size_t device_bytes() const {
     return workspace.capacity() + a.capacity() + b.capacity() + out.capacity() +
-           tune_workspace.capacity();
+           tune_workspace.capacity() + tune_out.capacity();
   }
 };
 

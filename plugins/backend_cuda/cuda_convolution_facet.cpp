@@ -225,9 +225,12 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
             tune_ws = tuning_workspace();
           }
           std::array<void*, 3> tune = uids;
-          if (key.beta_one) {
+          // A beta = 1 candidate's timing output (an fp32 dx) is released with the tuning
+          // workspace: the output scratch would keep it for the run, and in a caller's
+          // workspace the backend is to hold nothing of its own.
+          if (key.beta_one && !plan->untimed.empty()) {
             const std::size_t bytes = static_cast<std::size_t>(c.out.numel()) * 4;
-            tune[out_uid] = st.out.get(bytes, stream, op);
+            tune[out_uid] = st.tune_out.get(bytes, stream, op);
             check_cuda(cudaMemsetAsync(tune[out_uid], 0, bytes, stream), op,
                        "autotuning's scratch output");
           }
@@ -237,6 +240,7 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
           ConvPlans::skip_autotune(*plan, "not autotuned (no device memory to time in)");
         }
         st.tune_workspace.release(stream);
+        st.tune_out.release(stream);
         context.account_buffers();
       }
       void* ws = plan->workspace <= 0 ? nullptr
@@ -421,7 +425,7 @@ void CudaConvolution::conv2d_backward_weights_with_workspace(
 }
 
 std::size_t CudaConvolution::conv2d_workspace_bytes(const sdk::Conv2dWorkspaceQuery& q) const {
-  checks().conv2d_workspace_query(q);
+  layer_checks::conv_workspace_query(q);
   if (!context_.conv_workspace) return 0;  // the option conv_workspace = false
   context_.activate();
   const sdk::Conv2dGeometry& g = q.geometry;

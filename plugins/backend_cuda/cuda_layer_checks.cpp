@@ -15,20 +15,29 @@ using sdk::TensorView;
 
 namespace {
 
-void conv_operand(std::string_view op, std::string_view name, const sdk::GemmOperand& o) {
-  if (!is_conv_operand(o.view.dtype))
+// `what` names the tensor and describes it (a call's view) or its dtype (a query's).
+void conv_operand_dtype(std::string_view op, const std::string& what, DType t) {
+  if (!is_conv_operand(t))
     fail(op,
-         std::string(name) + " is " + describe(o.view) +
+         what +
              "; the cuda backend's convolution operands are fp32, tf32, bf16 or fp16 (fp8 is "
              "not offered: supports() answers false)",
          "cast the tensor to bf16 or fp16 first (backend.cast), or run fp8 convolutions on the "
          "cpu backend");
 }
 
-void conv_output(std::string_view op, std::string_view name, const TensorView& v) {
-  if (!sdk::is_storage_float(v.dtype))
-    fail(op, std::string(name) + " is " + describe(v) + "; outputs are fp32, bf16 or fp16",
+void conv_operand(std::string_view op, std::string_view name, const sdk::GemmOperand& o) {
+  conv_operand_dtype(op, std::string(name) + " is " + describe(o.view), o.view.dtype);
+}
+
+void conv_output_dtype(std::string_view op, const std::string& what, DType t) {
+  if (!sdk::is_storage_float(t))
+    fail(op, what + "; outputs are fp32, bf16 or fp16",
          "allocate the output in fp32, bf16 or fp16");
+}
+
+void conv_output(std::string_view op, std::string_view name, const TensorView& v) {
+  conv_output_dtype(op, std::string(name) + " is " + describe(v), v.dtype);
 }
 
 void conv_compute(std::string_view op, DType compute) {
@@ -96,6 +105,21 @@ void conv_backward_weights(const sdk::Conv2dBackwardWeightsArgs& a) {
   conv_compute(op, a.compute);
   checks().conv2d_backward_weights(a);
   conv_limits(op, a.geometry);
+}
+
+void conv_workspace_query(const sdk::Conv2dWorkspaceQuery& q) {
+  constexpr std::string_view op = "conv2d_workspace_bytes";
+  checks().conv2d_workspace_query(q);
+  const auto named = [](const char* name, DType t) {
+    return std::string("query.") + name + " is " + std::string(sdk::dtype_name(t));
+  };
+  conv_operand_dtype(op, named("a", q.a), q.a);
+  conv_operand_dtype(op, named("b", q.b), q.b);
+  // The accumulate's dx rule is the shared check's; a weight gradient is always fp32.
+  if (q.op == sdk::ConvolutionOp::conv2d_forward ||
+      q.op == sdk::ConvolutionOp::conv2d_backward_data)
+    conv_output_dtype(op, named("out", q.out), q.out);
+  conv_limits(op, q.geometry);
 }
 
 void pool_limits(std::string_view op, const sdk::Pool2dGeometry& g) {

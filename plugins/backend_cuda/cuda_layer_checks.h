@@ -31,6 +31,9 @@ void conv_backward_data(const sdk::Conv2dBackwardDataArgs& args);
 // The same, with the shared accumulate check (dx fp32) in place of the output's dtype check.
 void conv_backward_data_accumulate(const sdk::Conv2dBackwardDataArgs& args);
 void conv_backward_weights(const sdk::Conv2dBackwardWeightsArgs& args);
+// conv2d_workspace_bytes' query, as the call it describes is checked: the shared query checks,
+// then the operand, output and compute dtypes and the 2^31 limit.
+void conv_workspace_query(const sdk::Conv2dWorkspaceQuery& q);
 
 // The pooling kernels' 32-bit window, strides and padding.
 void pool_limits(std::string_view op, const sdk::Pool2dGeometry& g);

@@ -218,6 +218,17 @@ void BackendArgumentChecks::conv2d_workspace_query(const Conv2dWorkspaceQuery& q
   if (q.compute != DType::fp32 && q.compute != DType::tf32)
     fail(op, "query.compute is " + std::string(dtype_name(q.compute)) + ", not fp32 or tf32",
          "ask with the compute the call will pass");
+  // The call's one dtype rule of the shared checks: an accumulating dx is an fp32 sum or a 16-bit
+  // one of dy's dtype (conv2d_backward_data_accumulate).
+  if (q.op == ConvolutionOp::conv2d_backward_data_accumulate) {
+    const bool sixteen = (q.out == DType::bf16 || q.out == DType::fp16) && q.out == q.a;
+    if (!sixteen && !is_fp32_storage(q.out))
+      fail(op,
+           "query.out is " + std::string(dtype_name(q.out)) + " with dy " +
+               std::string(dtype_name(q.a)) +
+               "; an accumulating data gradient adds into fp32 or into dy's 16-bit dtype",
+           "ask with the dx the call will pass");
+  }
 }
 
 void BackendArgumentChecks::pool2d_geometry(std::string_view op, const Pool2dGeometry& g) const {

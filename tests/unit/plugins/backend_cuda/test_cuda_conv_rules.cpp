@@ -592,6 +592,39 @@ TEST(cuda_layer_checks, ConvRefusesFp8AndBadGeometryBeforeLaunching) {
   EXPECT_NE(e.find("compute = bf16"), std::string::npos) << e;
 }
 
+// conv2d_workspace_bytes' query is checked as the call it describes: fp8 operands, a non-float
+// output, an accumulate into neither fp32 nor dy's 16-bit dtype and an activation past 2^31
+// elements are refused before any plan is built, naming the query's field.
+TEST(cuda_layer_checks, AWorkspaceQueryIsCheckedAsItsCall) {
+  sdk::Conv2dWorkspaceQuery q;
+  q.op = sdk::ConvolutionOp::conv2d_forward;
+  q.geometry = resnet_like();
+  q.a = q.b = q.out = DType::bf16;
+  EXPECT_NO_THROW(checks::conv_workspace_query(q));
+  q.a = DType::fp8_e4m3;
+  std::string e = backend_error_of([&] { checks::conv_workspace_query(q); });
+  EXPECT_NE(e.find("backend_cuda.conv2d_workspace_bytes: query.a is fp8_e4m3"), std::string::npos)
+      << e;
+  q.a = DType::bf16;
+  q.out = DType::int32;
+  e = backend_error_of([&] { checks::conv_workspace_query(q); });
+  EXPECT_NE(e.find("query.out is int32"), std::string::npos) << e;
+  q.op = sdk::ConvolutionOp::conv2d_backward_weights;  // dw is fp32 whatever the query's out
+  EXPECT_NO_THROW(checks::conv_workspace_query(q));
+  q.op = sdk::ConvolutionOp::conv2d_backward_data_accumulate;
+  q.out = DType::fp32;
+  EXPECT_NO_THROW(checks::conv_workspace_query(q));
+  q.out = DType::bf16;
+  EXPECT_NO_THROW(checks::conv_workspace_query(q));
+  q.out = DType::fp16;
+  e = backend_error_of([&] { checks::conv_workspace_query(q); });
+  EXPECT_NE(e.find("query.out is fp16 with dy bf16"), std::string::npos) << e;
+  q.out = DType::fp32;
+  q.geometry.batch = 1 << 20;
+  e = backend_error_of([&] { checks::conv_workspace_query(q); });
+  EXPECT_NE(e.find("more than 2^31 - 1 elements"), std::string::npos) << e;
+}
+
 // An FP32 sum, or a 16-bit sum of dy's dtype (model.fp32_gradient_sums = false); any other dx is
 // refused, naming it.
 TEST(cuda_layer_checks, AccumulatingDataGradientAddsIntoAnFp32DxOrA16BitSumOfDysDtype) {

@@ -267,7 +267,8 @@ class BackendArgumentChecks {
   void conv2d_workspace(std::string_view op, const TensorView& workspace,
                         const Conv2dBackwardWeightsArgs& args) const;
   // conv2d_workspace_bytes' query: one of the four convolution ops, the geometry, compute fp32 or
-  // tf32. Not the operands' dtypes: those are the backend's, as for the calls.
+  // tf32, and an accumulating dx fp32 or dy's 16-bit dtype (the calls' shared dtype rule). Not the
+  // operands' dtypes: those are the backend's to check, as for the calls.
   void conv2d_workspace_query(const Conv2dWorkspaceQuery& query) const;
 
   // Every dimension >= 1 (padding >= 0), padding at most half the kernel, a kernel that fits.
