@@ -418,7 +418,8 @@ int max_team() {
 // bulk conversion (F16C where the CPU has it), runs the fp32 range kernel on the chunk and
 // encodes its output once. The blocks and their order are the fp32 kernel's, so the results are
 // the fp32 kernel's on the decoded values, each output rounded once, bit for bit; the scratch is
-// a few chunks a thread (at most 4 × 128 KiB), not fp32 copies of whole tensors.
+// four chunks a thread, not fp32 copies of whole tensors. A chunk is about 16K elements, or one
+// block where a block is larger (16 rows: 128 KiB at 2048 channels).
 constexpr std::int64_t kFp16ChunkElements = 16384;
 
 class Fp16Chunks {
@@ -536,7 +537,7 @@ void channel_grad_sums(const T* x, const T* dy, const ReluMask& mask, std::int64
   const auto team = static_cast<std::size_t>(max_team());
   const auto c = static_cast<std::size_t>(channels);
   std::vector<double> parts(2 * team * c, 0.0);
-  // The sums of rows [r0, r1) of x, dy and the mask's y (element type U) added into g.
+  // The sums of rows [r0, r1) of x, dy and the mask's y (stored, or a decoded chunk) added into g.
   auto sums = [&](auto* xs, auto* dys, const ReluMask& m, std::int64_t r0, std::int64_t r1,
                   double* g) {
     if (m.kind == K::recompute)

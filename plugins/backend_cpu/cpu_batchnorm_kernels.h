@@ -6,8 +6,8 @@
 //   NaNs quieted: cpu_bf16_bits.h) or Fp16Bits (IEEE fp16 storage, decoded exactly, outputs
 //   rounded once RNE: the SDK's conversions). A 16-bit type's results are the fp32 kernel's on the
 //   decoded inputs, each output rounded once, bit for bit. Per-channel vectors are fp32 [C],
-//   caller-owned. fp16 takes a few chunks of fp32 scratch a thread (at most 512 KiB, freed on
-//   return), never a copy of a whole tensor.
+//   caller-owned. fp16 takes four chunks of fp32 scratch a thread (about 64 KiB each, one
+//   16-row block where that is larger; freed on return), never a copy of a whole tensor.
 // - Statistics are computed in FP32 within blocks of rows (about 2048 elements, at least 16 rows:
 //   block mean, then the block's sum of squared deviations from it) and merged in double across
 //   blocks and threads (Chan et al.'s pairwise update): one pass over memory, no E[x²] − E[x]²
