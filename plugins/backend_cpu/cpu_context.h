@@ -9,7 +9,7 @@
 //   facet op calls it first, as ops run synchronously on the caller's thread.
 // - Memory: allocate() returns 64-byte aligned host memory and records it; deallocate() frees
 //   only what allocate() returned (anything else, nullptr included, is ignored). account_scratch()
-//   folds growth of the GEMM, convolution and batch-norm scratch (grow-only) into current / peak
+//   folds growth of the GEMM's and the primitive cache's scratch (grow-only) into current / peak
 //   bytes, not into the allocation count; the facets that use scratch call it after each op.
 //   scratch_bytes() is that scratch as last folded in (what the scratch facet reports).
 //   Statistics are guarded by a mutex; the destructor frees what is still allocated.
@@ -66,7 +66,7 @@ class CpuContext {
 
   GemmEngine& gemm() const noexcept { return *gemm_; }
   EltwiseEngine& eltwise() const noexcept { return *eltwise_; }
-  // Convolution, pooling and batch-norm primitives and their scratch.
+  // Convolution and pooling primitives and their scratch.
   PrimitiveCache& prims() const noexcept { return *prims_; }
 
   // --- convolution decisions (cpu_conv_decisions.cpp) ------------------------------------------

@@ -1,5 +1,5 @@
 // PrimitiveCache: the oneDNN engine, stream, cached primitives and grow-only scratch of the
-// convolution facet (conv2d, pooling); batch norm borrows its scratch.
+// convolution facet (conv2d, pooling); the layout permutes borrow its scratch.
 //
 // Contract
 // - A primitive (with its descriptors and the reorders around it) is created once per key and
