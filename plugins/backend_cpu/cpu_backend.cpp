@@ -12,6 +12,7 @@
 #include "cpu_gemm.h"
 #include "cpu_primitive_cache.h"
 #include "cpu_sum_of_squares.h"
+#include "mixtrain/sdk/support/backend_features.h"
 #include "mixtrain/sdk/support/float_format_rules.h"
 
 namespace mixtrain::backend_cpu {
@@ -45,6 +46,9 @@ sdk::BackendCapabilities CpuBackend::capabilities() const {
   caps.memory_bytes = cpu.memory_bytes;
   caps.threads = threads;
   caps.features = cpu.features;
+  // oneDNN's GEMMs block by cache: a few hundred rows run at full rate, and the chunked loss's
+  // smaller blocks shrink the logits and the GEMMs' fp32 copies of them (backend_features.h).
+  caps.features.emplace_back(sdk::kFeatureGemmFullRateAtFewRows);
   context_.use_threads();
   const std::string impl = context_.gemm().fp32_implementation();
   const std::string fp32_gemm = "oneDNN fp32 matmul (" + impl + ")";

@@ -578,7 +578,9 @@ sdk::OptionSchema model_schema() {
                               "compute the classifier (a language model's LM head) and the loss "
                               "this many rows at a time, so the whole [rows, classes] logits and "
                               "their gradient never exist; 0 = the whole batch at once; unset: "
-                              "1024 for a model of 4096 classes or more, else 0")
+                              "for a model of 4096 classes or more, 256 on a backend whose GEMMs "
+                              "reach their rate at a few hundred rows (the CPU) and 1024 on "
+                              "others (CUDA), else 0")
               .at_least(0)
               .at_most(2147483647),
           OptionSpec::integer("loss_pad_classes", 0,

@@ -26,9 +26,11 @@ ResolvedSection model_section_of(const sdk::Options& model) {
     std::erase_if(m.values, [&](const auto& v) { return v.first == key; });
     m.comments.push_back(std::move(note));
   };
-  leave_unset("loss_chunk_rows",
-              "loss_chunk_rows unset: 1024 rows for a model of 4096 classes or more, else 0 "
-              "(whole)");
+  leave_unset(
+      "loss_chunk_rows",
+      "loss_chunk_rows unset: for a model of 4096 classes or more, 256 rows on a backend whose "
+      "GEMMs reach their rate at a few hundred rows (the CPU) and 1024 on others (CUDA), "
+      "else 0 (whole)");
   leave_unset("loss_pad_classes",
               "loss_pad_classes unset: 64 on a backend whose GEMMs want rows 16 bytes apart (CUDA) "
               "for a class count that is not a multiple of 8, else 0");

@@ -26,6 +26,15 @@ bool adds_in_16_bits(sdk::DeviceBackend& backend) {
 }
 }  // namespace
 
+std::int64_t default_loss_chunk_rows(const sdk::DeviceBackend& backend, std::int64_t classes) {
+  if (classes < kLossChunkClasses) return 0;
+  const auto features = backend.capabilities().features;
+  return std::find(features.begin(), features.end(), sdk::kFeatureGemmFullRateAtFewRows) !=
+                 features.end()
+             ? kLossChunkRowsFewRows
+             : kLossChunkRows;
+}
+
 std::int64_t default_loss_pad_classes(const sdk::DeviceBackend& backend, std::int64_t classes) {
   if (classes % 8 == 0) return 0;
   const auto features = backend.capabilities().features;
@@ -42,8 +51,7 @@ Model::Model(std::shared_ptr<sdk::DeviceBackend> backend, const ModelSpec& spec,
       executor_(backend_, plan_, ops_),
       label_smoothing_(static_cast<float>(spec.label_smoothing)),
       epilogue_fusion_(spec.fuse_epilogues),
-      loss_chunk_rows_(
-          spec.loss_chunk_rows.value_or(classes >= kLossChunkClasses ? kLossChunkRows : 0)),
+      loss_chunk_rows_(spec.loss_chunk_rows.value_or(default_loss_chunk_rows(*backend_, classes))),
       // Padded classes would take a share of label smoothing's ε / classes.
       loss_pad_classes_(
           spec.label_smoothing != 0.0

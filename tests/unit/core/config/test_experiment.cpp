@@ -829,9 +829,10 @@ TEST(sdk_Experiment, RunDirAndPluginPathsResolveLikeEveryOtherPath) {
   std::filesystem::remove_all(dir);
 }
 
-// model.loss_chunk_rows unset means "by the class count" (1024 from 4096 classes, else 0): the
-// resolved config must leave it unset, or an evaluation or resume reading it would chunk a small
-// vocabulary's loss that the run computed whole (another summation order, other last bits).
+// model.loss_chunk_rows unset means "by the class count and the backend" (from 4096 classes 1024,
+// or 256 on the CPU; else 0): the resolved config must leave it unset, or an evaluation or resume
+// reading it would chunk a small vocabulary's loss that the run computed whole (another summation
+// order, other last bits).
 TEST(sdk_Experiment, AnUnsetLossChunkStaysUnsetInTheResolvedConfig) {
   const auto e = parse(kFull);
   ASSERT_FALSE(e.model.loss_chunk_rows.has_value());

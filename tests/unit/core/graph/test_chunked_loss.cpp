@@ -222,17 +222,46 @@ TEST(ChunkedLoss, ALogitsNodeWithoutBlocksSaysWhyAndRunsWhole) {
   m->backward(6);
 }
 
-// Unset, the block is 1024 rows for a model of 4096 classes or more (a vocabulary), and the
-// logits of fewer classes are computed whole.
-TEST(ChunkedLoss, UnsetBlocksOnlyAVocabularyOfLogits) {
+// The CPU backend without sdk::kFeatureGemmFullRateAtFewRows, as a GPU backend declares its
+// features: a GEMM of a few hundred rows is not at its rate there.
+class GpuLikeRowsBackend final : public test_support::ForwardingBackend {
+ public:
+  sdk::BackendCapabilities capabilities() const override {
+    auto caps = ForwardingBackend::capabilities();
+    std::erase(caps.features, std::string(sdk::kFeatureGemmFullRateAtFewRows));
+    return caps;
+  }
+};
+
+// Unset, the block is 256 rows on the CPU (its GEMMs are at their rate there, and the logits and
+// the GEMMs' copies take a quarter of 1024 rows' bytes), 1024 on a backend without the feature,
+// for a model of 4096 classes or more (a vocabulary); the logits of fewer classes are computed
+// whole. Set, 0 included, it is what it says.
+TEST(ChunkedLoss, UnsetBlocksOnlyAVocabularyOfLogitsByTheBackendsGemmRate) {
+  const auto gpu_like = std::make_shared<GpuLikeRowsBackend>();
+  EXPECT_EQ(default_loss_chunk_rows(*cpu(), 4096), kLossChunkRowsFewRows);
+  EXPECT_EQ(default_loss_chunk_rows(*gpu_like, 4096), kLossChunkRows);
+  EXPECT_EQ(default_loss_chunk_rows(*cpu(), 4095), 0);
+  EXPECT_EQ(default_loss_chunk_rows(*gpu_like, 4095), 0);
   for (const std::int32_t classes : {4095, 4096}) {
     ModelSpec spec;
     spec.layers = {op("linear", "head", {{"out", static_cast<int>(classes)}})};
     Model m(cpu(), spec, 2, classes);
     for (auto& l : m.layers()) l->set_precision({});
     m.allocate(1025);
-    EXPECT_EQ(m.loss_chunking().rows, classes == 4096 ? kLossChunkRows : 0) << classes;
+    EXPECT_EQ(m.loss_chunking().rows, classes == 4096 ? kLossChunkRowsFewRows : 0) << classes;
+    Model g(gpu_like, spec, 2, classes);
+    for (auto& l : g.layers()) l->set_precision({});
+    g.allocate(1025);
+    EXPECT_EQ(g.loss_chunking().rows, classes == 4096 ? kLossChunkRows : 0) << classes;
   }
+  ModelSpec set;
+  set.layers = {op("linear", "head", {{"out", 4096}})};
+  set.loss_chunk_rows = 0;
+  Model whole(cpu(), set, 2, 4096);
+  for (auto& l : whole.layers()) l->set_precision({});
+  whole.allocate(1025);
+  EXPECT_EQ(whole.loss_chunking().rows, 0);
 }
 
 }  // namespace

@@ -71,6 +71,10 @@ class OperandStaging;  // graph/ops/operand_scaler.h
 // ModelSpec::loss_pad_classes when unset: kLossPadClasses on a backend that declares
 // sdk::kFeatureGemmWantsAlignedRows for a class count that is not a multiple of 8, else 0.
 std::int64_t default_loss_pad_classes(const sdk::DeviceBackend& backend, std::int64_t classes);
+// ModelSpec::loss_chunk_rows when unset: 0 below kLossChunkClasses classes, else
+// kLossChunkRowsFewRows on a backend that declares sdk::kFeatureGemmFullRateAtFewRows and
+// kLossChunkRows on any other.
+std::int64_t default_loss_chunk_rows(const sdk::DeviceBackend& backend, std::int64_t classes);
 
 class Model {
  public:

@@ -50,6 +50,9 @@ sdk::Options layer_options(const LayerSpec& layer, const std::string& table = "m
 inline constexpr const char* kGraphInput = "input";
 
 inline constexpr std::int64_t kLossChunkRows = 1024, kLossChunkClasses = 4096;
+// The block on a backend whose GEMMs reach their rate at a few hundred rows
+// (sdk::kFeatureGemmFullRateAtFewRows: the CPU's).
+inline constexpr std::int64_t kLossChunkRowsFewRows = 256;
 // llm.c's padded vocabulary: GPT-2's 50257 classes in blocks of 50304.
 inline constexpr std::int64_t kLossPadClasses = 64;
 
@@ -66,7 +69,8 @@ struct ModelSpec {
   // sums; graph/memory_plan.h).
   bool fp32_gradient_sums = true;
   // [model] loss_chunk_rows: the logits node and the loss run this many rows at a time (graph/
-  // chunked_loss.h); 0 computes the logits whole. Unset: kLossChunkRows for a model of at least
+  // chunked_loss.h); 0 computes the logits whole. Unset: kLossChunkRows (kLossChunkRowsFewRows on
+  // a backend declaring sdk::kFeatureGemmFullRateAtFewRows) for a model of at least
   // kLossChunkClasses classes (a language model's vocabulary), else 0: the logits of a few
   // classes are small, and blocks would only change the order of the weight gradient's sums.
   std::optional<std::int64_t> loss_chunk_rows;

@@ -21,4 +21,12 @@ inline constexpr std::string_view kFeatureGemmRealignsRows = "gemm_realigns_rows
 // its logits blocks to a multiple of 64 classes when model.loss_pad_classes is unset.
 inline constexpr std::string_view kFeatureGemmWantsAlignedRows = "gemm_wants_aligned_rows";
 
+// The GEMM facet runs a GEMM of a few hundred rows at its full rate (a CPU library blocks by cache,
+// not by a GPU's waves of output tiles), while its scratch grows with the rows (a 16-bit C's fp32
+// copy before its rounding, an emulated operand's decoded copy). The chunked loss then takes
+// blocks of kLossChunkRowsFewRows rows when model.loss_chunk_rows is unset: GPT-2 small's
+// [rows, 50257] logits block, its gradient and the GEMMs' copies of them take a quarter of the
+// bytes of 1024-row blocks, at the same speed (bench/RESULTS.md, session 61).
+inline constexpr std::string_view kFeatureGemmFullRateAtFewRows = "gemm_full_rate_at_few_rows";
+
 }  // namespace mixtrain::sdk
