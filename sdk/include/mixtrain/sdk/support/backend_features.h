@@ -26,7 +26,7 @@ inline constexpr std::string_view kFeatureGemmWantsAlignedRows = "gemm_wants_ali
 // copy before its rounding, an emulated operand's decoded copy). The chunked loss then takes
 // blocks of kLossChunkRowsFewRows rows when model.loss_chunk_rows is unset: GPT-2 small's
 // [rows, 50257] logits block, its gradient and the GEMMs' copies of them take a quarter of the
-// bytes of 1024-row blocks, at the same speed (bench/RESULTS.md, session 61).
+// bytes of 1024-row blocks, in the same wall time (bench/RESULTS.md, session 61).
 inline constexpr std::string_view kFeatureGemmFullRateAtFewRows = "gemm_full_rate_at_few_rows";
 
 }  // namespace mixtrain::sdk
