@@ -163,8 +163,14 @@ class LinearLayer final : public Layer {
   std::int64_t padded_out_ = 0;
   Tensor padded_w_, padded_bias_, padded_dw_;
   // Between begin_loss_blocks() and end_loss_blocks(): the weight operand of the pass's blocks,
-  // made once (weight_operand() returns it), empty otherwise.
+  // made once (weight_operand() returns it), empty otherwise; decoded_w_ holds it in fp32 where
+  // the backend's GEMMs decode the weight's dtype (gemm_decodes), and padded_w_ is then fp32 too.
   sdk::TensorView block_weight_;
+  Tensor decoded_w_;
+  // Whether the backend's gemm takes `weight` (bf16 or fp16) by decoding it to fp32
+  // (BackendCapabilities: supported, not native); asked once.
+  bool gemm_decodes(sdk::DType weight);
+  bool gemm_decodes_known_ = false, decodes_bf16_ = false, decodes_fp16_ = false;
   bool wgrad_padded_ = false;
   bool padded_block(sdk::TensorView y) const {
     return padded_out_ > 0 && y.shape.cols() == padded_out_;

@@ -39,8 +39,9 @@ inline std::unique_ptr<Model> tiny_gpt_model(const ModelSpec& spec, std::int64_t
                                              std::int64_t vocab, std::int64_t batch, float noise,
                                              const sdk::OpPrecision& precision = {},
                                              bool reserve_fp32 = false,
-                                             std::optional<std::int64_t> train_rows = {}) {
-  auto m = std::make_unique<Model>(cpu(), spec, tokens, static_cast<std::int32_t>(vocab),
+                                             std::optional<std::int64_t> train_rows = {},
+                                             std::shared_ptr<sdk::DeviceBackend> backend = cpu()) {
+  auto m = std::make_unique<Model>(backend, spec, tokens, static_cast<std::int32_t>(vocab),
                                    InputSpec{sdk::DType::int32, tokens, {}});
   for (auto& l : m->layers()) l->set_precision(precision);
   // `batch` rows for both passes, or a training step of train_rows and an evaluation of batch.
