@@ -1,6 +1,8 @@
 #include "graph/ops/linear.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <limits>
 #include <stdexcept>
 
@@ -338,8 +340,43 @@ bool LinearLayer::gemm_decodes(DType weight) {
   return weight == DType::bf16 ? decodes_bf16_ : decodes_fp16_;
 }
 
+namespace {
+
+// Rows [first, first + count) of a row-major [rows, cols] view.
+TensorView row_range(const TensorView& v, std::int64_t first, std::int64_t count,
+                     std::int64_t cols) {
+  return {static_cast<std::byte*>(v.data) +
+              static_cast<std::size_t>(first * cols) * sdk::dtype_size(v.dtype),
+          v.dtype, sdk::Shape{count, cols}};
+}
+
+}  // namespace
+
 void LinearLayer::begin_loss_blocks() {
   block_weight_ = {};
+  const DType want = storage_of(precision_.weight);
+  ModelParameter& param = weight();
+  if (padded_out_ == 0 && tied() != nullptr && !param.quantized() &&
+      param.compute_view().dtype != want && gemm_decodes(want)) {
+    // A tied head (GPT-2's LM head reads the embedding's fp32 weight) whose backend decodes
+    // `want`: weight_operand() would round the whole weight into a `want` copy (73.6 MiB for
+    // GPT-2) to decode it here. Instead each 4 MiB slice of rows is rounded into a small buffer
+    // and decoded into the fp32 copy: the same values, without the whole 16-bit copy at the
+    // loss step's peak.
+    decoded_w_ = Tensor(backend_, DType::fp32, sdk::Shape{out_, in_});
+    const std::int64_t rows = std::max<std::int64_t>(
+        1, (std::int64_t{4} << 20) / (in_ * static_cast<std::int64_t>(sdk::dtype_size(want))));
+    Tensor rounded(backend_, want, sdk::Shape{std::min(rows, out_), in_});
+    const TensorView source = param.value();
+    for (std::int64_t r = 0; r < out_; r += rows) {
+      const std::int64_t n = std::min(rows, out_ - r);
+      const TensorView mid = row_range(rounded.view(), 0, n, in_);
+      backend_->cast(row_range(source, r, n, in_), mid);
+      backend_->cast(mid, row_range(decoded_w_.view(), r, n, in_));
+    }
+    block_weight_ = decoded_w_.view();
+    return;
+  }
   const TensorView w = weight_operand();
   // Where the backend's GEMMs take this dtype by decoding it to fp32 (the CPU's emulated bf16 and
   // fp16), the pass's GEMMs read W decoded once, in fp32: the same products (the decode is exact)

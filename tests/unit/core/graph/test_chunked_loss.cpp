@@ -238,51 +238,58 @@ class NativeBf16Backend final : public test::ForwardingBackend {
 };
 
 // Where the backend's bf16 GEMMs decode their operands (the CPU without AMX), the chunked head
-// decodes W to fp32 once per loss pass instead of at every block's forward and data gradient: the
-// same products, so a bf16 step is the bits of the one that reads the bf16 W in each GEMM; and the
-// GEMMs' own scratch no longer holds a decoded W (4096 × 8 fp32: 128 KiB; the pass's copy is freed
-// at its end).
+// decodes W to fp32 once per loss pass instead of at every block's forward and data gradient (a
+// tied head rounds the embedding's fp32 weight to bf16 a 4 MiB slice of rows at a time on the
+// way): the same products, so a bf16 step is the bits of the one that reads the bf16 W in each
+// GEMM. At width 8 the GEMMs' own scratch no longer holds a decoded W (4096 × 8 fp32: 128 KiB;
+// the pass's copy is freed at its end); at width 576 the weight is rounded in two slices.
 TEST(ChunkedLoss, AWeightDecodedOncePerPassGivesTheBitsOfOneDecodedInEveryGemm) {
-  auto decoding = std::make_shared<backend_cpu::CpuBackend>(1);
-  if (decoding->capabilities().native(DType::bf16))
+  if (cpu()->capabilities().native(DType::bf16))
     GTEST_SKIP() << "this CPU's bf16 GEMMs are native: nothing is decoded";
-  auto native = std::make_shared<NativeBf16Backend>();
   constexpr std::int64_t kWide = 4096;
-  ModelSpec spec = test_support::tiny_gpt_spec(1, 2, 8, kWide);
-  spec.loss_chunk_rows = 5;
-  const sdk::OpPrecision bf16{DType::bf16, DType::bf16, DType::bf16, DType::bf16};
-  auto once =
-      test_support::tiny_gpt_model(spec, kTokens, kWide, kBatch, 0.3f, bf16, false, {}, decoding);
-  auto every =
-      test_support::tiny_gpt_model(spec, kTokens, kWide, kBatch, 0.3f, bf16, false, {}, native);
-  const auto scratch = [](sdk::DeviceBackend& b) {
-    return sdk::facet<sdk::ScratchFacet>(b)->scratch_bytes();
-  };
-  std::vector<std::int32_t> ids(static_cast<std::size_t>(kBatch * kTokens)), labels(ids.size());
-  const auto r = random_vector(2 * ids.size(), 44, 0.0f, static_cast<float>(kWide) - 0.01f);
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    ids[i] = static_cast<std::int32_t>(r[i]);
-    labels[i] = static_cast<std::int32_t>(r[ids.size() + i]);
+  for (const std::int64_t width : {8, 576}) {
+    auto decoding = std::make_shared<backend_cpu::CpuBackend>(1);
+    auto native = std::make_shared<NativeBf16Backend>();
+    ModelSpec spec = test_support::tiny_gpt_spec(1, 2, width, kWide);
+    spec.loss_chunk_rows = 5;
+    const sdk::OpPrecision bf16{DType::bf16, DType::bf16, DType::bf16, DType::bf16};
+    auto once =
+        test_support::tiny_gpt_model(spec, kTokens, kWide, kBatch, 0.3f, bf16, false, {}, decoding);
+    auto every =
+        test_support::tiny_gpt_model(spec, kTokens, kWide, kBatch, 0.3f, bf16, false, {}, native);
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(kBatch * kTokens)), labels(ids.size());
+    const auto r = random_vector(2 * ids.size(), 44, 0.0f, static_cast<float>(kWide) - 0.01f);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      ids[i] = static_cast<std::int32_t>(r[i]);
+      labels[i] = static_cast<std::int32_t>(r[ids.size() + i]);
+    }
+    LossValues loss[2];
+    Model* models[2] = {once.get(), every.get()};
+    for (int k = 0; k < 2; ++k) {
+      Model& m = *models[k];
+      cpu()->copy_from_host(m.input(kBatch), ids.data());
+      cpu()->copy_from_host(m.labels(kBatch), labels.data());
+      m.forward(kBatch);
+      loss[k] = m.loss(kBatch, 8.0f, true);
+      m.backward(kBatch);
+    }
+    const std::string what = "width " + std::to_string(width);
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(loss[0].loss),
+              std::bit_cast<std::uint32_t>(loss[1].loss))
+        << what;
+    const auto po = once->parameters(), pe = every->parameters();
+    ASSERT_EQ(po.size(), pe.size());
+    for (std::size_t i = 0; i < po.size(); ++i)
+      EXPECT_EQ(read(po[i]->grad.view()), read(pe[i]->grad.view())) << po[i]->name << ", " << what;
+    if (width != 8) continue;
+    // Less by W's fp32 bytes but for the largest other operand its B-side scratch keeps (the
+    // block's other GEMMs are small at this width).
+    const auto scratch = [](sdk::DeviceBackend& b) {
+      return sdk::facet<sdk::ScratchFacet>(b)->scratch_bytes();
+    };
+    const std::size_t w_bytes = kWide * 8 * sizeof(float);
+    EXPECT_GE(scratch(*native), scratch(*decoding) + w_bytes * 9 / 10);
   }
-  LossValues loss[2];
-  Model* models[2] = {once.get(), every.get()};
-  for (int k = 0; k < 2; ++k) {
-    Model& m = *models[k];
-    cpu()->copy_from_host(m.input(kBatch), ids.data());
-    cpu()->copy_from_host(m.labels(kBatch), labels.data());
-    m.forward(kBatch);
-    loss[k] = m.loss(kBatch, 8.0f, true);
-    m.backward(kBatch);
-  }
-  EXPECT_EQ(std::bit_cast<std::uint32_t>(loss[0].loss), std::bit_cast<std::uint32_t>(loss[1].loss));
-  const auto po = once->parameters(), pe = every->parameters();
-  ASSERT_EQ(po.size(), pe.size());
-  for (std::size_t i = 0; i < po.size(); ++i)
-    EXPECT_EQ(read(po[i]->grad.view()), read(pe[i]->grad.view())) << po[i]->name;
-  // Less by W's fp32 bytes but for the largest other operand its B-side scratch keeps (the block's
-  // other GEMMs are small).
-  const std::size_t w_bytes = kWide * 8 * sizeof(float);
-  EXPECT_GE(scratch(*native), scratch(*decoding) + w_bytes * 9 / 10);
 }
 
 // The CPU backend without sdk::kFeatureGemmFullRateAtFewRows, as a GPU backend declares its
