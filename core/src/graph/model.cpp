@@ -28,18 +28,14 @@ bool adds_in_16_bits(sdk::DeviceBackend& backend) {
 
 std::int64_t default_loss_chunk_rows(const sdk::DeviceBackend& backend, std::int64_t classes) {
   if (classes < kLossChunkClasses) return 0;
-  const auto features = backend.capabilities().features;
-  return std::find(features.begin(), features.end(), sdk::kFeatureGemmFullRateAtFewRows) !=
-                 features.end()
+  return sdk::has_feature(backend.capabilities(), sdk::kFeatureGemmFullRateAtFewRows)
              ? kLossChunkRowsFewRows
              : kLossChunkRows;
 }
 
 std::int64_t default_loss_pad_classes(const sdk::DeviceBackend& backend, std::int64_t classes) {
   if (classes % 8 == 0) return 0;
-  const auto features = backend.capabilities().features;
-  return std::find(features.begin(), features.end(), sdk::kFeatureGemmWantsAlignedRows) !=
-                 features.end()
+  return sdk::has_feature(backend.capabilities(), sdk::kFeatureGemmWantsAlignedRows)
              ? kLossPadClasses
              : 0;
 }

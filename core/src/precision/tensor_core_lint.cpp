@@ -8,9 +8,8 @@ namespace mixtrain::core {
 
 std::vector<std::string> tensor_core_warnings(const Model& model) {
   std::vector<std::string> warnings;
-  const auto features = model.backend_ptr()->capabilities().features;
   const bool realigns =
-      std::find(features.begin(), features.end(), sdk::kFeatureGemmRealignsRows) != features.end();
+      sdk::has_feature(model.backend_ptr()->capabilities(), sdk::kFeatureGemmRealignsRows);
   const auto& layers = model.layers();
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const Layer& l = *layers[i];

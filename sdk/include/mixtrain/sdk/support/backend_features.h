@@ -1,11 +1,14 @@
 // Feature names the host reads from sdk::BackendCapabilities::features. The other entries of that
 // list ("avx512_bf16", "sm_90", ...) are informational; these change what the host says or does.
 //
-// Contract: header-only constants, in no ABI record (support/); a backend lists a name only when
-// what it describes holds for every call of this backend object.
+// Contract: header-only constants and has_feature(), in no ABI record (support/); a backend lists
+// a name only when what it describes holds for every call of this backend object.
 #pragma once
 
+#include <algorithm>
 #include <string_view>
+
+#include "mixtrain/sdk/device_backend.h"
 
 namespace mixtrain::sdk {
 
@@ -28,5 +31,10 @@ inline constexpr std::string_view kFeatureGemmWantsAlignedRows = "gemm_wants_ali
 // [rows, 50257] logits block, its gradient and the GEMMs' copies of them take a quarter of the
 // bytes of 1024-row blocks, in the same wall time (bench/RESULTS.md, session 61).
 inline constexpr std::string_view kFeatureGemmFullRateAtFewRows = "gemm_full_rate_at_few_rows";
+
+// Whether `caps` lists the feature `name`.
+inline bool has_feature(const BackendCapabilities& caps, std::string_view name) {
+  return std::find(caps.features.begin(), caps.features.end(), name) != caps.features.end();
+}
 
 }  // namespace mixtrain::sdk
