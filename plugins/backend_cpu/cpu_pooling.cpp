@@ -4,7 +4,7 @@
 // - fp32 and bf16 run natively in oneDNN's pooling (bf16 results rounded by oneDNN, RNE; a bf16
 //   key whose kernel is a reference kernel, and every bf16 key on a CPU without AVX-512, where
 //   oneDNN 2.6 has no bf16 pooling, take the fp32 route instead); fp16 goes through fp32 scratch
-//   (exact decode, one RNE encode of the result).
+//   (exact decode, one RNE encode of the result), max pooling in chunks of images (below).
 // - Max pooling's forward in training (a workspace given) keeps oneDNN's argmax indices in the
 //   caller's workspace (pool2d_workspace_bytes: oneDNN's workspace_desc, u8 indices for windows of
 //   fewer than 256 elements); its backward routes dy through them. Without a workspace the
@@ -21,6 +21,7 @@
 // - PyTorch's floor arithmetic: the right padding equals the left and oneDNN floors the window
 //   count the same way, so the windows a floor drops are never computed. As in PyTorch, the
 //   padding may be at most half the kernel, so every window overlaps the image.
+#include <algorithm>
 #include <string>
 #include <string_view>
 
@@ -34,6 +35,7 @@ namespace mixtrain::backend_cpu {
 
 using dnnl::memory;
 using sdk::DType;
+using sdk::Shape;
 using sdk::TensorView;
 using Slot = PrimitiveCache::Slot;
 
@@ -184,6 +186,108 @@ std::size_t pooling_workspace_bytes(CpuContext& context, const sdk::Pool2dGeomet
   return forward_entry(context.prims(), op, geometry, dt, true).ws_md.get_size();
 }
 
+namespace {
+
+// fp16 max pooling (and bf16 where oneDNN has no bf16 pooling) decodes to fp32 scratch. Max
+// pooling is per image: every window lies in one image, and the argmax workspace holds one index
+// per output in the output's own dense nhwc layout, so a chunk of images' indices are a slice of
+// the whole batch's. Those run a chunk of about kPoolChunkBytes of decoded source at a time
+// (whole images, at least one): the scratch is a chunk's, not fp32 copies of whole tensors
+// (ResNet-50 at batch 16 in fp16: the backend's scratch 157 -> 29 MiB). Average pooling runs whole:
+// oneDNN's backward on a one-image chunk summed differently from the whole batch (bench/RESULTS.md,
+// session 61).
+constexpr std::int64_t kPoolChunkBytes = std::int64_t{1} << 20;
+
+// Images per chunk for this call; the batch (one chunk) where nothing is decoded, for average
+// pooling, or where oneDNN's workspace is not the output's dense nhwc layout.
+std::int64_t images_per_chunk(const PoolEntry& e, const sdk::Pool2dGeometry& g, DType dtype,
+                              memory::data_type dt) {
+  if (g.kind != sdk::PoolKind::max || dt != memory::data_type::f32 || is_fp32_storage(dtype))
+    return g.batch;
+  if (!e.ws_md.is_zero() &&
+      e.ws_md != memory::desc({g.batch, g.channels, g.out_height(), g.out_width()},
+                              e.ws_md.data_type(), memory::format_tag::nhwc))
+    return g.batch;
+  const std::int64_t image_bytes = g.height * g.width * g.channels * std::int64_t{4};
+  return std::clamp<std::int64_t>(kPoolChunkBytes / std::max<std::int64_t>(image_bytes, 1), 1,
+                                  g.batch);
+}
+
+// Images [n0, n0 + count) of a checked image tensor of `per_image` elements an image (an empty
+// view stays empty).
+TensorView images(const TensorView& v, std::int64_t per_image, std::int64_t n0,
+                  std::int64_t count) {
+  if (v.empty()) return v;
+  TensorView out = v;
+  out.data = static_cast<char*>(v.data) +
+             static_cast<std::size_t>(n0 * per_image) * sdk::dtype_size(v.dtype);
+  out.shape = Shape{count * per_image};
+  return out;
+}
+
+// The workspace of images [n0, ...): its data moved on (the chunk's primitive reads only that).
+TensorView workspace_images(const TensorView& ws, std::size_t per_image, std::int64_t n0) {
+  if (ws.empty()) return ws;
+  TensorView out = ws;
+  out.data = static_cast<char*>(ws.data) + static_cast<std::size_t>(n0) * per_image;
+  return out;
+}
+
+// Runs body(geometry, n0) for each chunk of `per_chunk` images, the geometry's batch the chunk's.
+template <class Body>
+void for_each_chunk(const sdk::Pool2dGeometry& g, std::int64_t per_chunk, Body&& body) {
+  for (std::int64_t n0 = 0; n0 < g.batch; n0 += per_chunk) {
+    sdk::Pool2dGeometry c = g;
+    c.batch = std::min(per_chunk, g.batch - n0);
+    body(c, n0);
+  }
+}
+
+// One forward over checked arguments (a chunk or the whole batch).
+void run_forward(CpuContext& context, std::string_view op, const sdk::Pool2dGeometry& g,
+                 memory::data_type dt, bool training, TensorView x, TensorView y,
+                 TensorView workspace) {
+  PoolEntry& e = forward_entry(context.prims(), op, g, dt, training);
+  const void* src = as_input(context.prims(), x, dt, Slot::src);
+  void* dst = as_output(context.prims(), y, dt, Slot::dst);
+  std::unordered_map<int, memory> exec{{DNNL_ARG_SRC, context.prims().wrap(e.src_md, src)},
+                                       {DNNL_ARG_DST, context.prims().wrap(e.dst_md, dst)}};
+  if (training) exec.emplace(DNNL_ARG_WORKSPACE, context.prims().wrap(e.ws_md, workspace.data));
+  context.prims().execute(e.primitive, exec);
+  if (dst != y.data) encode_tensor(y, static_cast<const float*>(dst), y.numel());
+}
+
+// One backward over checked arguments (a chunk or the whole batch); an empty workspace of a max
+// pooling recomputes the argmax indices from x (a training forward into scratch).
+void run_backward(CpuContext& context, std::string_view op, const sdk::Pool2dGeometry& g,
+                  memory::data_type dt, TensorView dy, TensorView x, TensorView workspace,
+                  TensorView dx) {
+  const bool max = g.kind == sdk::PoolKind::max;
+  PoolEntry& e = backward_entry(context.prims(), op, g, dt);
+  const void* ws = workspace.data;
+  if (max && workspace.empty()) {
+    PoolEntry& f = forward_entry(context.prims(), op, g, dt, true);
+    const void* src = as_input(context.prims(), x, dt, Slot::extra_a);
+    void* y_tmp = context.prims().scratch<char>(Slot::weights, f.dst_md.get_size());
+    void* ws_tmp = context.prims().scratch<char>(Slot::extra_b, f.ws_md.get_size());
+    context.prims().execute(f.primitive,
+                            {{DNNL_ARG_SRC, context.prims().wrap(f.src_md, src)},
+                             {DNNL_ARG_DST, context.prims().wrap(f.dst_md, y_tmp)},
+                             {DNNL_ARG_WORKSPACE, context.prims().wrap(f.ws_md, ws_tmp)}});
+    ws = ws_tmp;
+  }
+  const void* diff_dst = as_input(context.prims(), dy, dt, Slot::src);
+  void* diff_src = as_output(context.prims(), dx, dt, Slot::dst);
+  std::unordered_map<int, memory> exec{
+      {DNNL_ARG_DIFF_DST, context.prims().wrap(e.dst_md, diff_dst)},
+      {DNNL_ARG_DIFF_SRC, context.prims().wrap(e.src_md, diff_src)}};
+  if (max) exec.emplace(DNNL_ARG_WORKSPACE, context.prims().wrap(e.ws_md, ws));
+  context.prims().execute(e.primitive, exec);
+  if (diff_src != dx.data) encode_tensor(dx, static_cast<const float*>(diff_src), dx.numel());
+}
+
+}  // namespace
+
 void pooling_forward(CpuContext& context, const sdk::Pool2dGeometry& g, TensorView x, TensorView y,
                      TensorView workspace) {
   constexpr std::string_view op = "pool2d_forward";
@@ -191,17 +295,20 @@ void pooling_forward(CpuContext& context, const sdk::Pool2dGeometry& g, TensorVi
   checks().pool2d_forward(g, x, y);
   const bool training = g.kind == sdk::PoolKind::max && !workspace.empty();
   const auto dt = pool_type(context.prims(), op, g, x.dtype);
-  PoolEntry& e = forward_entry(context.prims(), op, g, dt, training);
-  const void* src = as_input(context.prims(), x, dt, Slot::src);
-  void* dst = as_output(context.prims(), y, dt, Slot::dst);
-  std::unordered_map<int, memory> exec{{DNNL_ARG_SRC, context.prims().wrap(e.src_md, src)},
-                                       {DNNL_ARG_DST, context.prims().wrap(e.dst_md, dst)}};
-  if (training) {
-    checks().pool2d_workspace(op, workspace, e.ws_md.get_size());
-    exec.emplace(DNNL_ARG_WORKSPACE, context.prims().wrap(e.ws_md, workspace.data));
+  const PoolEntry& whole = forward_entry(context.prims(), op, g, dt, training);
+  if (training) checks().pool2d_workspace(op, workspace, whole.ws_md.get_size());
+  const std::int64_t per_chunk = images_per_chunk(whole, g, x.dtype, dt);
+  if (per_chunk == g.batch) {
+    run_forward(context, op, g, dt, training, x, y, workspace);
+  } else {
+    const std::size_t ws_per_image = whole.ws_md.get_size() / static_cast<std::size_t>(g.batch);
+    const std::int64_t in_image = g.height * g.width * g.channels;
+    const std::int64_t out_image = g.out_height() * g.out_width() * g.channels;
+    for_each_chunk(g, per_chunk, [&](const sdk::Pool2dGeometry& c, std::int64_t n0) {
+      run_forward(context, op, c, dt, training, images(x, in_image, n0, c.batch),
+                  images(y, out_image, n0, c.batch), workspace_images(workspace, ws_per_image, n0));
+    });
   }
-  context.prims().execute(e.primitive, exec);
-  if (dst != y.data) encode_tensor(y, static_cast<const float*>(dst), y.numel());
   if (g.kind == sdk::PoolKind::max && holds_nan_or_negative_infinity(x))
     restore_max_pool_specials(g, x, y);
   context.account_scratch();
@@ -217,31 +324,21 @@ void pooling_backward(CpuContext& context, const sdk::Pool2dGeometry& g, TensorV
   checks().require_same_storage(op, "dy", dy, "dx", dx, "pooling keeps one dtype");
   const bool max = g.kind == sdk::PoolKind::max;
   const auto dt = pool_type(context.prims(), op, g, dy.dtype);
-  PoolEntry& e = backward_entry(context.prims(), op, g, dt);
-
-  const void* ws = workspace.data;
-  if (max && workspace.empty()) {
-    // No workspace: recompute the argmax indices from x (a training forward into scratch).
-    PoolEntry& f = forward_entry(context.prims(), op, g, dt, true);
-    const void* src = as_input(context.prims(), x, dt, Slot::extra_a);
-    void* y_tmp = context.prims().scratch<char>(Slot::weights, f.dst_md.get_size());
-    void* ws_tmp = context.prims().scratch<char>(Slot::extra_b, f.ws_md.get_size());
-    context.prims().execute(f.primitive,
-                            {{DNNL_ARG_SRC, context.prims().wrap(f.src_md, src)},
-                             {DNNL_ARG_DST, context.prims().wrap(f.dst_md, y_tmp)},
-                             {DNNL_ARG_WORKSPACE, context.prims().wrap(f.ws_md, ws_tmp)}});
-    ws = ws_tmp;
-  } else if (max) {
-    checks().pool2d_workspace(op, workspace, e.ws_md.get_size());
+  const PoolEntry& whole = backward_entry(context.prims(), op, g, dt);
+  if (max && !workspace.empty()) checks().pool2d_workspace(op, workspace, whole.ws_md.get_size());
+  const std::int64_t per_chunk = images_per_chunk(whole, g, dy.dtype, dt);
+  if (per_chunk == g.batch) {
+    run_backward(context, op, g, dt, dy, x, workspace, dx);
+  } else {
+    const std::size_t ws_per_image = whole.ws_md.get_size() / static_cast<std::size_t>(g.batch);
+    const std::int64_t in_image = g.height * g.width * g.channels;
+    const std::int64_t out_image = g.out_height() * g.out_width() * g.channels;
+    for_each_chunk(g, per_chunk, [&](const sdk::Pool2dGeometry& c, std::int64_t n0) {
+      run_backward(context, op, c, dt, images(dy, out_image, n0, c.batch),
+                   images(x, in_image, n0, c.batch), workspace_images(workspace, ws_per_image, n0),
+                   images(dx, in_image, n0, c.batch));
+    });
   }
-  const void* diff_dst = as_input(context.prims(), dy, dt, Slot::src);
-  void* diff_src = as_output(context.prims(), dx, dt, Slot::dst);
-  std::unordered_map<int, memory> exec{
-      {DNNL_ARG_DIFF_DST, context.prims().wrap(e.dst_md, diff_dst)},
-      {DNNL_ARG_DIFF_SRC, context.prims().wrap(e.src_md, diff_src)}};
-  if (max) exec.emplace(DNNL_ARG_WORKSPACE, context.prims().wrap(e.ws_md, ws));
-  context.prims().execute(e.primitive, exec);
-  if (diff_src != dx.data) encode_tensor(dx, static_cast<const float*>(diff_src), dx.numel());
   context.account_scratch();
 }
 

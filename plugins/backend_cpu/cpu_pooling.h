@@ -4,8 +4,9 @@
 //
 // Contract
 // - fp32 and bf16 run natively in oneDNN; fp16 through fp32 scratch (exact decode, one RNE
-//   encode). Primitives are cached in context.prims(); scratch growth is accounted
-//   (context.account_scratch()) before returning.
+//   encode), max pooling a chunk of whole images at a time (about 1 MiB of decoded source; the
+//   same bits as the whole batch), average pooling whole. Primitives are cached in
+//   context.prims(); scratch growth is accounted (context.account_scratch()) before returning.
 // - Errors: sdk::BackendError naming the op, as the facet's contract says.
 #pragma once
 

@@ -2,8 +2,9 @@
 // expected, oneDNN primitives are created once per geometry, the native bf16 convolution agrees
 // with exact emulation, conv_algorithm = winograd agrees with the direct convolution and a double
 // reference within Winograd's measured error where it runs and is bit-identical to direct
-// everywhere else, and the backward ops are the gradients of their forwards (double central
-// differences of the scalar loss L = Σ y·r).
+// everywhere else, fp16 max pooling in chunks of images is the fp32 pooling rounded once, and the
+// backward ops are the gradients of their forwards (double central differences of the scalar
+// loss L = Σ y·r).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -1038,6 +1039,75 @@ TEST(BackendCpuConvolution, ACallsScratchComesFromTheWorkspaceItAskedFor) {
   q.geometry = cases[0].g;
   q.a = q.b = q.out = DType::bf16;
   EXPECT_EQ(sdk::facet<sdk::ConvolutionFacet>(off)->conv2d_workspace_bytes(q), 0u);
+}
+
+// fp16 max pooling decodes a chunk of whole images at a time (cpu_pooling.cpp: about 1 MiB of fp32
+// source a chunk). Its results are the fp32 pooling's of the whole batch on the decoded values,
+// rounded once, bit for bit: forward with and without a workspace, backward through the forward's
+// workspace and through indices recomputed from x. Overlapping windows (3x3, stride 2) make the
+// backward sum several dy into one dx; values on a coarse grid make ties. 8 images of 24x24x128
+// are 3 chunks (3, 3 and 2 images), and the backend's scratch stays below one fp32 copy of x.
+TEST(BackendCpuConvolution, Fp16MaxPoolingInImageChunksIsTheFp32PoolingRoundedOnce) {
+  sdk::Pool2dGeometry g;
+  g.kind = sdk::PoolKind::max;
+  g.batch = 8;
+  g.channels = 128;
+  g.height = g.width = 24;
+  g.kernel_h = g.kernel_w = 3;
+  g.stride_h = g.stride_w = 2;
+  g.pad_h = g.pad_w = 1;
+  const Shape xs{g.batch, g.height, g.width, g.channels};
+  const Shape ys{g.batch, g.out_height(), g.out_width(), g.channels};
+  auto xv = random_values(static_cast<std::size_t>(xs.numel()), 71, -2.0f, 2.0f);
+  for (auto& v : xv) v = std::round(v * 4.0f) / 4.0f;  // a grid of 17 values: many ties
+  const auto dyv =
+      representable(random_values(static_cast<std::size_t>(ys.numel()), 72), DType::fp16);
+
+  // Whole-batch fp32 on the same values: the reference.
+  CpuBackend ref_be(1);
+  auto& ref = *sdk::facet<sdk::ConvolutionFacet>(ref_be);
+  DeviceTensor x32(ref_be, DType::fp32, xs, xv), y32(ref_be, DType::fp32, ys);
+  DeviceTensor dy32(ref_be, DType::fp32, ys, dyv), dx32(ref_be, DType::fp32, xs);
+  std::vector<std::byte> ws32(ref.pool2d_workspace_bytes(g, DType::fp32));
+  const TensorView ws32v{ws32.data(), DType::fp32, Shape{static_cast<std::int64_t>(ws32.size())}};
+  ref.pool2d_forward(g, x32, y32, ws32v);
+  ref.pool2d_backward(g, dy32, x32, y32, ws32v, dx32);
+
+  // The reference's values rounded once, as fp16 bits.
+  const auto expect_bits = [](const DeviceTensor& got, const std::vector<float>& want,
+                              const char* what) {
+    const auto* bits = got.view().as<const std::uint16_t>();
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < want.size(); ++i)
+      if (bits[i] != float_to_fp16(want[i]) && bad++ < 3)
+        ADD_FAILURE() << what << " element " << i << ": " << fp16_to_float(bits[i])
+                      << ", the fp32 pooling's " << want[i];
+    EXPECT_EQ(bad, 0u) << what;
+  };
+
+  CpuBackend be(2);
+  auto& conv = *sdk::facet<sdk::ConvolutionFacet>(be);
+  const auto& scratch = *sdk::facet<sdk::ScratchFacet>(be);
+  DeviceTensor x(be, DType::fp16, xs, xv), y(be, DType::fp16, ys);
+  DeviceTensor dy(be, DType::fp16, ys, dyv), dx(be, DType::fp16, xs);
+  const std::size_t ws_bytes = conv.pool2d_workspace_bytes(g, DType::fp16);
+  ASSERT_EQ(ws_bytes, ws32.size()) << "fp16 pools in fp32: the same indices";
+  std::vector<std::byte> ws(ws_bytes);
+  const TensorView wsv{ws.data(), DType::fp32, Shape{static_cast<std::int64_t>(ws.size())}};
+
+  conv.pool2d_forward(g, x, y, wsv);
+  expect_bits(y, y32.get(), "forward with a workspace");
+  EXPECT_EQ(ws, ws32) << "the chunks' argmax indices are the whole batch's";
+  conv.pool2d_backward(g, dy, x, y, wsv, dx);
+  expect_bits(dx, dx32.get(), "backward through the workspace");
+  EXPECT_LT(scratch.scratch_bytes(), static_cast<std::size_t>(xs.numel()) * sizeof(float))
+      << "the decoded scratch is a chunk's, not a copy of x";
+
+  DeviceTensor y_eval(be, DType::fp16, ys), dx_again(be, DType::fp16, xs);
+  conv.pool2d_forward(g, x, y_eval, {});
+  expect_bits(y_eval, y32.get(), "forward without a workspace");
+  conv.pool2d_backward(g, dy, x, y, {}, dx_again);
+  expect_bits(dx_again, dx32.get(), "backward through indices recomputed from x");
 }
 
 TEST(BackendCpuConvolution, BatchNormBackwardIsTheGradientOfTheTrainingForward) {
