@@ -285,6 +285,17 @@ MIXTRAIN_HD float xent_target_off(float eps, long long classes) {
 MIXTRAIN_HD float xent_target_on(float eps, long long classes) {
   return (1.0f - eps) + xent_target_off(eps, classes);
 }
+// A class's probability as the CPU's softmax_row (cpu_softmax_row.h) forms it: the shifted
+// exponential e^(z - max) that the row's sum adds (expf: within 2 ulp on the device, 1 on the
+// host), times the row's reciprocal sum rounded to fp32. Within a few ulp of the exact quotient,
+// where a double e^(z - lse) costs a few dozen FP64 instructions a logit (GPT-2's padded head:
+// 412 M a step).
+MIXTRAIN_HD float xent_inverse_sum(double sum) {
+  return static_cast<float>(1.0 / sum);
+}
+MIXTRAIN_HD float xent_probability(float z, float max, float inverse_sum) {
+  return expf(z - max) * inverse_sum;
+}
 // dlogits of one class: (p - t) * grad_scale / rows.
 MIXTRAIN_HD float xent_grad(float p, float target, float grad_factor) {
   return (p - target) * grad_factor;

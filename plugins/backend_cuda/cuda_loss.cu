@@ -28,7 +28,7 @@ __global__ void check_labels_kernel(const std::int32_t* labels, std::int64_t row
 // the whole block for rows of at least kBlockRowClasses classes. A language model's chunked loss
 // runs 1024 rows of 50257 a launch: a warp per row made 128 blocks of 8 warps, one per SM, too few
 // loads in flight to near the memory's bandwidth; a block per row makes 1024 blocks of 256
-// threads (4 resident per SM at its 56 registers, 8 loads in flight each).
+// threads (6 resident per SM at its 40 registers for bf16, 8 loads in flight each).
 constexpr std::int64_t kBlockRowClasses = 512;
 
 // A candidate maximum: the value and its class (-1: none seen).
@@ -65,12 +65,13 @@ __device__ __forceinline__ T row_reduce(T v, T* partial, Combine&& combine) {
 
 // kRowThreads threads per row: max and argmax (the CPU's scan: first maximum; a NaN z[0] stays),
 // log-sum-exp and the row's loss in double (sum of fp32 exponentials, as the CPU reference),
-// dlogits. L and D are the logits' and dlogits' storage (element::storage), so each load is one
-// typed load. A thread owns the row's elements t, t + kRowThreads, ... (t its index in the row);
-// each pass takes kUnroll of them per round, their loads first, then works through them in order:
-// the same operations in the same order as one at a time (the same bits), with kUnroll loads in
-// flight instead of one. The sums' order is fixed by kRowThreads, so a row's bits are the same run
-// to run.
+// dlogits from each class's exponential times the rounded reciprocal sum (the CPU reference's p,
+// element::xent_probability; a double exponential a logit was the kernel's FP64 bottleneck). L and
+// D are the logits' and dlogits' storage (element::storage), so each load is one typed load. A
+// thread owns the row's elements t, t + kRowThreads, ... (t its index in the row); each pass takes
+// kUnroll of them per round, their loads first, then works through them in order: the same
+// operations in the same order as one at a time (the same bits), with kUnroll loads in flight
+// instead of one. The sums' order is fixed by kRowThreads, so a row's bits are the same run to run.
 // kPacked (a block per row, classes a multiple of 8, logits and dlogits 16-byte aligned: the
 // chunked loss's padded blocks, model.loss_pad_classes): a thread owns packs of 8 consecutive
 // elements instead, packs t, t + kRowThreads, ..., kPackUnroll packs a round, each one 16-byte
@@ -154,8 +155,9 @@ __device__ __forceinline__ void softmax_xent_rows(const typename L::T* logits,
   const auto add = [](double a, double b) { return a + b; };
   double sum = 0.0;
   for_row([&](std::int64_t, float v) { sum += expf(v - best.value); });
-  const double lse =
-      static_cast<double>(best.value) + log(row_reduce<kRowThreads>(sum, sum_partial, add));
+  const double total = row_reduce<kRowThreads>(sum, sum_partial, add);
+  const double lse = static_cast<double>(best.value) + log(total);
+  const float inverse_sum = element::xent_inverse_sum(total);
   // Label smoothing's term needs the row's logit sum; without smoothing the pass is skipped (eps
   // is the same for every thread, so the shuffles and barriers stay uniform).
   double z_sum = 0.0;
@@ -176,7 +178,7 @@ __device__ __forceinline__ void softmax_xent_rows(const typename L::T* logits,
     typename D::T* dz = dlogits + row * classes;
     // Each thread reads its own elements before it writes them: in place over the logits is safe.
     const auto grad = [&](std::int64_t j, float v) {
-      const float p = static_cast<float>(exp(static_cast<double>(v) - lse));
+      const float p = element::xent_probability(v, best.value, inverse_sum);
       return D::store(element::xent_grad(p, j == y ? on : off, grad_factor), false);
     };
     if constexpr (kPacked) {
@@ -202,10 +204,11 @@ __global__ void softmax_xent_rows_kernel(const typename L::T* logits, const std:
                                               classes, row_loss, row_ok, error);
 }
 
-// A block per row in packs. At least 3 blocks an SM: left to itself ptxas gave it 70 to 110
-// registers (3 blocks or 2); capped at 4 blocks (64) it spilled.
+// A block per row in packs, at least 4 blocks an SM: 61 registers for bf16 logits and dlogits, no
+// spills. While each probability took a double exponential it needed 67 (3 blocks an SM), and
+// capped at 4 blocks it spilled.
 template <class L, class D>
-__global__ void __launch_bounds__(kThreads, 3)
+__global__ void __launch_bounds__(kThreads, 4)
     softmax_xent_packed_rows_kernel(const typename L::T* logits, const std::int32_t* labels,
                                     float grad_factor, float eps, typename D::T* dlogits,
                                     std::int64_t rows, std::int64_t classes, double* row_loss,

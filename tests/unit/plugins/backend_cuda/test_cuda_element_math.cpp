@@ -968,4 +968,54 @@ TEST(cuda_element_math, CrossEntropySmoothingFollowsTheCpuBackend) {
   EXPECT_EQ(el::xent_row_loss(2.5, 1.25f, 123.0, 0.0f, 7), 2.5 - 1.25);
 }
 
+// The kernel's probability (cuda_loss.cu): each class's shifted exponential, the one the row's
+// sum adds, times the row's reciprocal sum rounded to fp32, as the CPU's softmax_row forms it.
+// Against a double e^(z - lse) it is within a few ulp beyond what rounding z - max to fp32 moves
+// it by, the bound the CPU backend's p meets on the same row (its absolute error is far below a
+// bf16 dlogit's rounding); a row's probabilities sum to 1 within fp32 rounding. Rows of GPT-2's
+// padded head and a small one, logits spread over [-30, 30] (p down to about e^-60).
+TEST(cuda_element_math, CrossEntropyProbabilityIsTheExponentialTimesTheRoundedReciprocalSum) {
+  std::mt19937 rng(77);
+  for (const std::int64_t classes : {std::int64_t{37}, std::int64_t{50304}}) {
+    for (const float spread : {1.0f, 30.0f}) {
+      std::uniform_real_distribution<float> dist(-spread, spread);
+      std::vector<float> z(static_cast<std::size_t>(classes));
+      for (auto& v : z) v = dist(rng);
+      const float max = *std::max_element(z.begin(), z.end());
+      double total = 0.0;  // the kernel's sum: fp32 exponentials added in double
+      for (const float v : z) total += static_cast<double>(expf(v - max));
+      const double lse = static_cast<double>(max) + std::log(total);
+      const float inverse = el::xent_inverse_sum(total);
+      std::vector<float> cpu_p(z.size());
+      (void)mixtrain::backend_cpu::softmax_row(z.data(), classes, cpu_p.data(), false);
+      double p_sum = 0.0, worst_exact = 0.0, worst_cpu = 0.0;  // ulp beyond the argument's
+      for (std::size_t j = 0; j < z.size(); ++j) {
+        const float p = el::xent_probability(z[j], max, inverse);
+        const double exact = std::exp(static_cast<double>(z[j]) - lse);
+        // Errors in units of the exact value's fp32 ulp (its spacing at that magnitude), less
+        // what rounding z - max to fp32 moves e^(z - max) by (half an ulp of the argument,
+        // relative), which the CPU's p has too.
+        const double ulp = std::ldexp(1.0, std::ilogb(exact) - 23);
+        const double argument = std::fabs(static_cast<double>(z[j]) - max) * 0x1p-24 * exact;
+        const auto excess = [&](double v) {
+          return std::max(0.0, std::fabs(v - exact) - argument) / ulp;
+        };
+        worst_exact = std::max(worst_exact, excess(p));
+        worst_cpu = std::max(worst_cpu, excess(cpu_p[j]));
+        p_sum += p;
+      }
+      const std::string what =
+          std::to_string(classes) + " classes, logits in +-" + std::to_string(spread);
+      EXPECT_LE(worst_exact, 4.0) << what;
+      EXPECT_LE(worst_cpu, 4.0) << what << ": the CPU's p, the same bound";
+      EXPECT_NEAR(p_sum, 1.0, 1e-5) << what;
+    }
+  }
+  // The label's probability of a row whose other logits are far below is 1, as the double
+  // exponential gave: e^0 = 1 times 1 / (1 + tiny) rounded.
+  EXPECT_EQ(el::xent_probability(3.0f, 3.0f, el::xent_inverse_sum(1.0 + 1e-12)), 1.0f);
+  // A NaN sum (a NaN or +inf logit) makes every probability NaN, as lse NaN did.
+  EXPECT_TRUE(std::isnan(el::xent_probability(1.0f, 2.0f, el::xent_inverse_sum(std::nan("")))));
+}
+
 }  // namespace
