@@ -213,35 +213,57 @@ std::int64_t images_per_chunk(const PoolEntry& e, const sdk::Pool2dGeometry& g, 
                                   g.batch);
 }
 
-// Images [n0, n0 + count) of a checked image tensor of `per_image` elements an image (an empty
-// view stays empty).
-TensorView images(const TensorView& v, std::int64_t per_image, std::int64_t n0,
-                  std::int64_t count) {
-  if (v.empty()) return v;
-  TensorView out = v;
-  out.data = static_cast<char*>(v.data) +
-             static_cast<std::size_t>(n0 * per_image) * sdk::dtype_size(v.dtype);
-  out.shape = Shape{count * per_image};
-  return out;
-}
+// A call's batch as chunks of `per_chunk` images (the last may be smaller; one chunk when
+// per_chunk is the batch): each chunk's geometry, and its images' slices of the call's checked
+// tensors and workspace.
+class ImageChunks {
+ public:
+  ImageChunks(const sdk::Pool2dGeometry& g, std::int64_t per_chunk, std::size_t workspace_bytes)
+      : g_(g),
+        per_chunk_(per_chunk),
+        in_image_(g.height * g.width * g.channels),
+        out_image_(g.out_height() * g.out_width() * g.channels),
+        workspace_image_(workspace_bytes / static_cast<std::size_t>(g.batch)) {}
 
-// The workspace of images [n0, ...): its data moved on (the chunk's primitive reads only that).
-TensorView workspace_images(const TensorView& ws, std::size_t per_image, std::int64_t n0) {
-  if (ws.empty()) return ws;
-  TensorView out = ws;
-  out.data = static_cast<char*>(ws.data) + static_cast<std::size_t>(n0) * per_image;
-  return out;
-}
-
-// Runs body(geometry, n0) for each chunk of `per_chunk` images, the geometry's batch the chunk's.
-template <class Body>
-void for_each_chunk(const sdk::Pool2dGeometry& g, std::int64_t per_chunk, Body&& body) {
-  for (std::int64_t n0 = 0; n0 < g.batch; n0 += per_chunk) {
-    sdk::Pool2dGeometry c = g;
-    c.batch = std::min(per_chunk, g.batch - n0);
-    body(c, n0);
+  // body(chunk geometry, first image) for each chunk in order.
+  template <class Body>
+  void for_each(Body&& body) const {
+    for (std::int64_t n0 = 0; n0 < g_.batch; n0 += per_chunk_) {
+      sdk::Pool2dGeometry c = g_;
+      c.batch = std::min(per_chunk_, g_.batch - n0);
+      body(c, n0);
+    }
   }
-}
+  // Images [n0, n0 + count) of an input-sized (x, dx) or output-sized (y, dy) tensor; the
+  // workspace from image n0 on (the chunk's primitive reads only its data). Empty stays empty.
+  TensorView input(const TensorView& v, std::int64_t n0, std::int64_t count) const {
+    return slice(v, in_image_, n0, count);
+  }
+  TensorView output(const TensorView& v, std::int64_t n0, std::int64_t count) const {
+    return slice(v, out_image_, n0, count);
+  }
+  TensorView workspace(const TensorView& ws, std::int64_t n0) const {
+    if (ws.empty()) return ws;
+    TensorView out = ws;
+    out.data = static_cast<char*>(ws.data) + static_cast<std::size_t>(n0) * workspace_image_;
+    return out;
+  }
+
+ private:
+  static TensorView slice(const TensorView& v, std::int64_t per_image, std::int64_t n0,
+                          std::int64_t count) {
+    if (v.empty()) return v;
+    TensorView out = v;
+    out.data = static_cast<char*>(v.data) +
+               static_cast<std::size_t>(n0 * per_image) * sdk::dtype_size(v.dtype);
+    out.shape = Shape{count * per_image};
+    return out;
+  }
+
+  sdk::Pool2dGeometry g_;
+  std::int64_t per_chunk_, in_image_, out_image_;
+  std::size_t workspace_image_;
+};
 
 // One forward over checked arguments (a chunk or the whole batch).
 void run_forward(CpuContext& context, std::string_view op, const sdk::Pool2dGeometry& g,
@@ -297,18 +319,11 @@ void pooling_forward(CpuContext& context, const sdk::Pool2dGeometry& g, TensorVi
   const auto dt = pool_type(context.prims(), op, g, x.dtype);
   const PoolEntry& whole = forward_entry(context.prims(), op, g, dt, training);
   if (training) checks().pool2d_workspace(op, workspace, whole.ws_md.get_size());
-  const std::int64_t per_chunk = images_per_chunk(whole, g, x.dtype, dt);
-  if (per_chunk == g.batch) {
-    run_forward(context, op, g, dt, training, x, y, workspace);
-  } else {
-    const std::size_t ws_per_image = whole.ws_md.get_size() / static_cast<std::size_t>(g.batch);
-    const std::int64_t in_image = g.height * g.width * g.channels;
-    const std::int64_t out_image = g.out_height() * g.out_width() * g.channels;
-    for_each_chunk(g, per_chunk, [&](const sdk::Pool2dGeometry& c, std::int64_t n0) {
-      run_forward(context, op, c, dt, training, images(x, in_image, n0, c.batch),
-                  images(y, out_image, n0, c.batch), workspace_images(workspace, ws_per_image, n0));
-    });
-  }
+  const ImageChunks chunks(g, images_per_chunk(whole, g, x.dtype, dt), whole.ws_md.get_size());
+  chunks.for_each([&](const sdk::Pool2dGeometry& c, std::int64_t n0) {
+    run_forward(context, op, c, dt, training, chunks.input(x, n0, c.batch),
+                chunks.output(y, n0, c.batch), chunks.workspace(workspace, n0));
+  });
   if (g.kind == sdk::PoolKind::max && holds_nan_or_negative_infinity(x))
     restore_max_pool_specials(g, x, y);
   context.account_scratch();
@@ -326,19 +341,11 @@ void pooling_backward(CpuContext& context, const sdk::Pool2dGeometry& g, TensorV
   const auto dt = pool_type(context.prims(), op, g, dy.dtype);
   const PoolEntry& whole = backward_entry(context.prims(), op, g, dt);
   if (max && !workspace.empty()) checks().pool2d_workspace(op, workspace, whole.ws_md.get_size());
-  const std::int64_t per_chunk = images_per_chunk(whole, g, dy.dtype, dt);
-  if (per_chunk == g.batch) {
-    run_backward(context, op, g, dt, dy, x, workspace, dx);
-  } else {
-    const std::size_t ws_per_image = whole.ws_md.get_size() / static_cast<std::size_t>(g.batch);
-    const std::int64_t in_image = g.height * g.width * g.channels;
-    const std::int64_t out_image = g.out_height() * g.out_width() * g.channels;
-    for_each_chunk(g, per_chunk, [&](const sdk::Pool2dGeometry& c, std::int64_t n0) {
-      run_backward(context, op, c, dt, images(dy, out_image, n0, c.batch),
-                   images(x, in_image, n0, c.batch), workspace_images(workspace, ws_per_image, n0),
-                   images(dx, in_image, n0, c.batch));
-    });
-  }
+  const ImageChunks chunks(g, images_per_chunk(whole, g, dy.dtype, dt), whole.ws_md.get_size());
+  chunks.for_each([&](const sdk::Pool2dGeometry& c, std::int64_t n0) {
+    run_backward(context, op, c, dt, chunks.output(dy, n0, c.batch), chunks.input(x, n0, c.batch),
+                 chunks.workspace(workspace, n0), chunks.input(dx, n0, c.batch));
+  });
   context.account_scratch();
 }
 
