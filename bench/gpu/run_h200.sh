@@ -946,8 +946,9 @@ profile_mixtrain() {
   return $rc
 }
 
-# mixtrain_profile_section TITLE LOG: a profile.md section with LOG's profile table, then the
-# device's kernels (the kernel_trace: CUPTI's records, the top 30 by device time, as
+# mixtrain_profile_section TITLE LOG: a profile.md section with LOG's profile tables (its op
+# table, then its node table: the top 30 (layer, op) rows, a convolution's with its shapes and
+# TFLOP/s, to read beside PyTorch's convolutions by input shapes), then the device's kernels (the kernel_trace: CUPTI's records, the top 30 by device time, as
 # torch.profiler's table lists PyTorch's), then the plans that ran its ops (the backend's
 # plan_report: each cuBLASLt, cuDNN convolution and SDPA plan, its engine and notes, runs, and
 # what autotuning measured), and its first errors.
@@ -956,7 +957,7 @@ mixtrain_profile_section() {
   echo "## $1"
   echo
   echo '```'
-  sed -n '/^profile: /,/^plans: /p' "$2" 2>/dev/null | grep -v '^plans: ' | head -n 80
+  sed -n '/^profile: /,/^plans: /p' "$2" 2>/dev/null | grep -v '^plans: ' | head -n 120
   sed -n '/^kernels: /,$p' "$2" 2>/dev/null | grep -E '^(kernels: |  )' | head -n 40
   sed -n '/^plans: /,/^kernels: /p' "$2" 2>/dev/null | grep -E '^(plans: |  )' | head -n 400
   grep -m3 -iE 'error|exit' "$2" 2>/dev/null

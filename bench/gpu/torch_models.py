@@ -36,8 +36,9 @@ device asked for is missing.
 --profile-steps N (the kit's profile stage): instead of the timed windows, N steps after the
 warm-up under torch.profiler; --profile-out FILE gets its table of the top --profile-top kernels
 and ops by self GPU time (self CPU time on the CPU), headed on CUDA by the self GPU time per step
-of every cuDNN convolution kernel named wgrad, dgrad or fprop, and the JSON the per-step totals
-(conv_kernels: the same sums).
+of every cuDNN convolution kernel named wgrad, dgrad or fprop, then the convolution ops' time by
+input shapes (record_shapes: forward, and the backward's both gradients, beside the node table of
+mixtrain's `train --profile`), and the JSON the per-step totals (conv_kernels: the same sums).
 """
 import argparse
 import json
@@ -159,11 +160,34 @@ def gpt(torch, a):
     return GPT(), ("sdpa" if sdpa else "math")
 
 
+def convolutions_by_shape(prof, a, cuda):
+    """The convolution ops' time by input shapes (record_shapes), most first: beside the node
+    table of mixtrain's `train --profile`, which times each convolution layer's forward, data
+    gradient and weight gradient apart (aten::convolution_backward computes both gradients)."""
+    ops = ("aten::cudnn_convolution", "aten::mkldnn_convolution", "aten::convolution_backward")
+    names = (["device_time_total", "cuda_time_total"] if cuda else ["cpu_time_total"])
+    rows = []
+    for e in prof.key_averages(group_by_input_shape=True):
+        if e.key not in ops:
+            continue
+        us = next((getattr(e, n) for n in names if hasattr(e, n)), None)
+        if us is None:
+            continue
+        shapes = " ".join(str(list(s)) for s in (e.input_shapes or []) if s)
+        rows.append((us / 1000.0 / a.profile_steps, e.count / a.profile_steps, e.key, shapes))
+    rows.sort(reverse=True)
+    what = "device" if cuda else "CPU"
+    out = [f"convolutions by input shapes ({what} time of the op and what it launched, ms/step):",
+           f"  {'ms/step':>8} {'calls/step':>10}  op  input shapes"]
+    out += [f"  {ms:8.3f} {calls:10.1f}  {key}  {shapes}" for ms, calls, key, shapes in rows]
+    return "\n".join(out) + "\n"
+
+
 def profile(torch, a, meta, step, sync, cuda):
     """--profile-steps: the steps under torch.profiler; writes the top table, returns totals."""
     from torch.profiler import ProfilerActivity, profile as torch_profile
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with torch_profile(activities=activities) as prof:
+    with torch_profile(activities=activities, record_shapes=True) as prof:
         for _ in range(a.profile_steps):
             loss = step()
         sync()
@@ -201,6 +225,7 @@ def profile(torch, a, meta, step, sync, cuda):
         head += ("convolution kernels by name, self GPU ms/step (all of them, not only the top): " +
                  ", ".join(f"{w} {f['ms_per_step']:.3f} ({f['kernels']} kernels)"
                            for w, f in families.items()) + "\n")
+    table += "\n" + convolutions_by_shape(prof, a, cuda)
     if a.profile_out:
         with open(a.profile_out, "w") as f:
             f.write(head + table + "\n")

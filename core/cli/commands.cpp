@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -78,13 +79,19 @@ void keep_earlier_profile(const fs::path& file) {
 // the kernel trace). A profile.json there already (an earlier segment of a resumed run) is kept
 // beside it as profile.steps-A-B.json, named by its own steps.
 void write_profile(core::ProfilingBackend& p, std::int64_t first, std::int64_t last,
-                   const fs::path& dir) {
+                   const fs::path& dir, const core::ModelSummary& model) {
   const std::int64_t steps = last - first + 1;
   if (steps < 1) {
     std::printf("profile: nothing recorded (the run needs at least 2 steps)\n");
     return;
   }
   std::printf("%s", core::format_profile(p, steps).c_str());
+  std::map<std::string, core::ProfileNodeInfo> node_info;
+  for (const core::NodeSummary& n : model.nodes)
+    node_info[n.name] = {
+        core::node_shapes_text(n),
+        static_cast<double>(n.forward_flops_per_sample) * static_cast<double>(model.batch_rows)};
+  std::printf("%s", core::format_node_profile(p, steps, node_info).c_str());
   // The plan reports are asked for once: printed, then kept in profile.json.
   const auto* plan_facet = sdk::facet<sdk::PlanReportFacet>(p);
   const std::vector<sdk::PlanReport> reports =
@@ -99,11 +106,19 @@ void write_profile(core::ProfilingBackend& p, std::int64_t first, std::int64_t l
                     {"group", core::profile_group(e)},
                     {"calls", e.calls},
                     {"seconds", e.seconds}});
+  nlohmann::json nodes = nlohmann::json::array();
+  for (const auto& n : p.node_entries())
+    nodes.push_back({{"node", n.node},
+                     {"type", n.entry.scope},
+                     {"op", n.entry.op},
+                     {"calls", n.entry.calls},
+                     {"seconds", n.entry.seconds}});
   nlohmann::json plans = nlohmann::json::object();
   for (const sdk::PlanReport& r : reports) plans[r.library] = r.plans;
   nlohmann::json doc = {{"steps", steps},    {"first_step", first},
                         {"last_step", last}, {"recorded_seconds", p.recorded_seconds()},
-                        {"entries", rows},   {"plans", plans}};
+                        {"entries", rows},   {"nodes", nodes},
+                        {"plans", plans}};
   if (kernels.offered) {
     nlohmann::json list = nlohmann::json::array();
     for (const auto& k : kernels.trace.kernels)
@@ -265,7 +280,10 @@ int train_with(core::Experiment& experiment, core::Components components,
               static_cast<double>(s.peak_memory_bytes) / (1 << 20), s.wall_seconds,
               s.run_dir.string().c_str());
   if (s.stopped_early) std::printf("stopped early: %s\n", s.early_stopping_reason.c_str());
-  if (profiler) write_profile(*profiler, first_profiled, last_profiled, s.run_dir);
+  if (profiler)
+    write_profile(*profiler, first_profiled, last_profiled, s.run_dir,
+                  core::summarize_model(trainer.model(), experiment.data.batch_size,
+                                        experiment.run.accumulate));
   std::fflush(stdout);
   if (s.interrupted) return core::interrupted_exit_code();
   if (s.diverged) {

@@ -458,7 +458,7 @@ void Executor::forward(Extent e, const ForwardVisitor& visit) {
       continue;
     }
     gather_inputs(i, e, xs);
-    ProfileScope scope(profile_scope(i));
+    ProfileScope scope(profile_scope(i), ops_[i]->name().c_str());
     {
       const WorkspaceBinding bound(
           *ops_[i], i < p.forward_workspace.size() ? p.forward_workspace[i] : TensorView{});
@@ -476,7 +476,7 @@ void Executor::decode(std::int64_t start, std::int64_t tokens,
   for (std::size_t i = 0; i < ops_.size(); ++i) {
     if (ops_[i]->is_view()) continue;
     gather_inputs(i, e, xs);
-    ProfileScope scope(profile_scope(i));
+    ProfileScope scope(profile_scope(i), ops_[i]->name().c_str());
     ops_[i]->decode_forward(xs, start, plan_.rows(TensorId::node(i), e), states[i].get());
   }
 }
@@ -485,7 +485,7 @@ TensorView Executor::logits(Extent e) {
   if (logits_stale_) {
     std::vector<TensorView> xs;
     gather_inputs(chunked_node_, e, xs);
-    ProfileScope scope(profile_scope(chunked_node_));
+    ProfileScope scope(profile_scope(chunked_node_), ops_[chunked_node_]->name().c_str());
     ops_[chunked_node_]->forward_inputs(xs, plan_.rows(TensorId::node(chunked_node_), e));
     logits_stale_ = false;
   }
@@ -512,7 +512,8 @@ void Executor::compute_loss(std::int64_t rows, float grad_scale, float label_smo
       const TensorView dx = gradient(x, e, *gradients);
       pass.dx = {dx.data, dx.dtype, sdk::Shape{dx.shape.rows(), dx.shape.cols()}};
     }
-    ProfileScope scope("classifier");
+    // The blocks' GEMMs are the logits node's; their loss rows are filed under it too.
+    ProfileScope scope("classifier", ops_[chunked_node_]->name().c_str());
     last_loss_blocks_ = compute_loss_in_blocks(*ops_[chunked_node_], *backend_, facets_, blocks_,
                                                pass, loss_.view(), visit);
     return;
@@ -621,7 +622,7 @@ void Executor::backward(Extent e, const GradientBuffers& buffers, bool last_micr
         pending.push_back({k, r, g});
       }
     }
-    ProfileScope scope(profile_scope(i));
+    ProfileScope scope(profile_scope(i), ops_[i]->name().c_str());
     const bool accumulates =
         std::find(accumulate.begin(), accumulate.end(), true) != accumulate.end();
     if (accumulates) op.set_input_gradient_accumulation(accumulate);

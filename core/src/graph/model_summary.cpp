@@ -141,6 +141,12 @@ ModelSummary summarize_model(const Model& model, std::int64_t batch_rows,
   return s;
 }
 
+std::string node_shapes_text(const NodeSummary& n) {
+  std::string inputs;
+  for (const auto& in : n.input_shapes) inputs += (inputs.empty() ? "" : " ") + ops::shape_text(in);
+  return inputs + " -> " + ops::shape_text(n.output_shape);
+}
+
 std::string render_model_summary(const ModelSummary& s) {
   std::string out = "# model:\n";
   char line[512];

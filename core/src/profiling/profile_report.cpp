@@ -97,4 +97,47 @@ std::string format_profile(const ProfilingBackend& p, std::int64_t steps) {
   return out;
 }
 
+std::string format_node_profile(const ProfilingBackend& p, std::int64_t steps,
+                                const std::map<std::string, ProfileNodeInfo>& info,
+                                std::size_t top) {
+  const auto rows = p.node_entries();
+  if (rows.empty() || steps < 1) return {};
+  const double total = p.recorded_seconds();
+  const double per_step = 1.0 / static_cast<double>(steps);
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "nodes: the top %zu of %zu (node, op) rows by time; TFLOP/s for a convolution's "
+                "forward and gradients (one forward's FLOPs each)\n",
+                std::min(top, rows.size()), rows.size());
+  out += line;
+  std::snprintf(line, sizeof line, "  %-22s %-12s %-34s %9s %10s %7s %9s  %s\n", "node", "type",
+                "op", "calls/step", "ms/step", "%", "TFLOP/s", "shapes (per sample)");
+  out += line;
+  for (std::size_t i = 0; i < rows.size() && i < top; ++i) {
+    const ProfileNodeEntry& r = rows[i];
+    const auto it = info.find(r.node);
+    std::string rate = "-", shapes;
+    if (it != info.end()) {
+      shapes = it->second.shapes;
+      const std::string_view op = r.entry.op;
+      const bool conv = op == "conv2d_forward" || op == "conv2d_backward_data" ||
+                        op == "conv2d_backward_data_accumulate" || op == "conv2d_backward_weights";
+      if (conv && r.entry.seconds > 0.0 && it->second.forward_flops_per_call > 0.0) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.1f",
+                      it->second.forward_flops_per_call * static_cast<double>(r.entry.calls) /
+                          r.entry.seconds * 1e-12);
+        rate = buf;
+      }
+    }
+    std::snprintf(line, sizeof line, "  %-22s %-12s %-34s %9.1f %10.3f %6.1f%% %9s  %s\n",
+                  r.node.c_str(), r.entry.scope.c_str(), r.entry.op.c_str(),
+                  static_cast<double>(r.entry.calls) * per_step, 1e3 * r.entry.seconds * per_step,
+                  total > 0 ? 100.0 * r.entry.seconds / total : 0.0, rate.c_str(), shapes.c_str());
+    out += line;
+  }
+  return out;
+}
+
 }  // namespace mixtrain::core

@@ -20,6 +20,7 @@
 namespace mixtrain::core {
 
 thread_local const char* ProfileScope::current_ = nullptr;
+thread_local const char* ProfileScope::node_ = nullptr;
 
 namespace {
 
@@ -51,6 +52,7 @@ class ProfilingBackendImpl final : public ProfilingBackend {
 
   // --- the profiler ---
   std::vector<ProfileEntry> entries() const override { return rec_.entries(); }
+  std::vector<ProfileNodeEntry> node_entries() const override { return rec_.node_entries(); }
   double recorded_seconds() const override { return rec_.recorded_seconds(); }
   void set_recording(bool on) override {
     rec_.raise_pending();

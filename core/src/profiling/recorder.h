@@ -6,7 +6,9 @@
 //   is the op's device time, and adds it under the calling thread's ProfileScope.
 // - An error the wait raises is never dropped: timed() raises it, and one found after a facet call
 //   (end(), noexcept) is raised by the next timed() or raise_pending().
-// - entries() lists the table, slowest first; recorded_seconds() the wall time spent recording.
+// - entries() lists the table, slowest first; node_entries() the same times by model node (the
+//   ops run inside a node's ProfileScope), slowest first; recorded_seconds() the wall time spent
+//   recording.
 #pragma once
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -71,6 +74,15 @@ class Recorder {
               [](const ProfileEntry& a, const ProfileEntry& b) { return a.seconds > b.seconds; });
     return out;
   }
+  std::vector<ProfileNodeEntry> node_entries() const {
+    std::vector<ProfileNodeEntry> out;
+    out.reserve(nodes_.size());
+    for (const auto& [key, e] : nodes_) out.push_back(e);
+    std::sort(out.begin(), out.end(), [](const ProfileNodeEntry& a, const ProfileNodeEntry& b) {
+      return a.entry.seconds > b.entry.seconds;
+    });
+    return out;
+  }
   bool recording() const { return recording_; }
   double recorded_seconds() const { return recorded_ + (recording_ ? seconds_since(since_) : 0.0); }
   void set_recording(bool on) {
@@ -81,6 +93,7 @@ class Recorder {
   }
   void reset() {
     table_.clear();
+    nodes_.clear();
     recorded_ = 0.0;
     since_ = Clock::now();
   }
@@ -95,11 +108,19 @@ class Recorder {
     }
     it->second.calls += 1;
     it->second.seconds += s;
+    if (const char* node = ProfileScope::node(); node != nullptr) {
+      auto [n, first] = nodes_.try_emplace({std::string(node), it->first.first, it->first.second});
+      if (first) n->second = {node, {it->second.scope, it->second.op, 0, 0.0}};
+      n->second.entry.calls += 1;
+      n->second.entry.seconds += s;
+    }
   }
 
   sdk::DeviceBackend& in_;
   Clock::time_point started_;
   std::map<std::pair<std::string, std::string>, ProfileEntry> table_;  // by (scope, op)
+  std::map<std::tuple<std::string, std::string, std::string>, ProfileNodeEntry>
+      nodes_;  // by (node, scope, op)
   bool recording_ = true;
   double recorded_ = 0.0;
   std::exception_ptr pending_;

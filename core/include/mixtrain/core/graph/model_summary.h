@@ -67,5 +67,8 @@ struct ModelSummary {
 ModelSummary summarize_model(const Model& model, std::int64_t batch_rows,
                              std::int64_t micro_batches = 1);
 std::string render_model_summary(const ModelSummary& summary);
+// A node's inputs and output per sample as render_model_summary() prints them: "[64, 56, 56] ->
+// [256, 56, 56]" (inputs separated by spaces).
+std::string node_shapes_text(const NodeSummary& node);
 
 }  // namespace mixtrain::core

@@ -16,6 +16,8 @@
 // - The scope of an op is the innermost ProfileScope open on the calling thread when it is
 //   called (core/src/profiling/profile_scope.h: the model names each node's type, the trainer names
 //   the optimizer, gradient checks and data), "other" outside any.
+// - Ops run inside a model node's ProfileScope (the executor's, one per node) are also added up by
+//   that node (node_entries()): which layer of a model a convolution's time belongs to.
 // - Recording is on from construction; set_recording(false) pauses it, reset() clears the table,
 //   recording() says which. The Trainer pauses it around the evaluations and checkpoints inside
 //   its loop and closes it when the loop ends, however it ends: what is recorded is steps alone.
@@ -30,6 +32,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +50,12 @@ struct ProfileEntry {
   double seconds = 0.0;
 };
 
+// A ProfileEntry of one model node (its name: "layer1.0.conv2"); entry.scope is its type.
+struct ProfileNodeEntry {
+  std::string node;
+  ProfileEntry entry;
+};
+
 // The device's kernels over the recording spans (sdk::KernelTrace), or why there are none.
 struct KernelTraceResult {
   bool offered = false;    // the inner backend has a kernel_trace facet
@@ -61,6 +70,8 @@ class ProfilingBackend : public sdk::DeviceBackend {
  public:
   // Entries recorded so far, most time first.
   virtual std::vector<ProfileEntry> entries() const = 0;
+  // The same ops' entries by model node, most time first (those run outside a node: none).
+  virtual std::vector<ProfileNodeEntry> node_entries() const = 0;
   // Wall time since the last reset() (or construction) while recording, ops or not.
   virtual double recorded_seconds() const = 0;
   virtual void set_recording(bool on) = 0;
@@ -73,6 +84,21 @@ class ProfilingBackend : public sdk::DeviceBackend {
 // layer norm, classifier, optimizer, ...; see profile_group()) over `steps` steps, then every
 // (scope, op) row. Percentages are of recorded_seconds(); "outside backend ops" is the rest.
 std::string format_profile(const ProfilingBackend& p, std::int64_t steps);
+// What the node table prints of a model node beside its times: its shapes ("[64, 56, 56] ->
+// [256, 56, 56]", per sample) and the FLOPs of one forward call of it (a micro-batch's: core's
+// summarize_model, forward_flops_per_sample x batch rows).
+struct ProfileNodeInfo {
+  std::string shapes;
+  double forward_flops_per_call = 0.0;
+};
+// The node table `mixtrain train --profile` prints after its op table: the `top` (node, op) rows by
+// time over `steps` steps (node, its type, op, calls/step, ms/step, share of recorded_seconds()),
+// each with the node's shapes where `info` names it and, for a convolution's forward, data gradient
+// and weight gradient (each one forward's FLOPs), the TFLOP/s it ran at. Nothing when no op ran
+// inside a node.
+std::string format_node_profile(const ProfilingBackend& p, std::int64_t steps,
+                                const std::map<std::string, ProfileNodeInfo>& info,
+                                std::size_t top = 30);
 // What ran the ops: the backend's plan reports (sdk/backend_plan_report.h: `reports`, its
 // plan_report facet's answer, or nullptr when it offers none), as `mixtrain train --profile`
 // prints them after its table: "plans:", then per library its name and plan count and a line per
