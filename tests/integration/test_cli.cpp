@@ -1,4 +1,5 @@
 // Integration tests: drive the real `mixtrain` executable and read what it writes.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -102,6 +103,20 @@ TEST_F(Cli, TheProfileHoldsTrainingStepsAlone) {
                 .exit_code,
             0);
   EXPECT_EQ(calls_per_step(busy), calls_per_step(quiet));
+  // The node table: every model node's ops, each a share of its (scope, op) row.
+  const json q = json::parse(slurp(quiet / "profile.json"));
+  ASSERT_FALSE(q["nodes"].empty());
+  std::map<std::string, std::int64_t> node_calls;
+  for (const auto& n : q["nodes"])
+    node_calls[n["type"].get<std::string>() + " " + n["op"].get<std::string>()] +=
+        n["calls"].get<std::int64_t>();
+  for (const auto& [key, calls] : node_calls) {
+    const auto row = std::find_if(q["entries"].begin(), q["entries"].end(), [&](const json& e) {
+      return e["scope"].get<std::string>() + " " + e["op"].get<std::string>() == key;
+    });
+    ASSERT_NE(row, q["entries"].end()) << key;
+    EXPECT_LE(calls, (*row)["calls"].get<std::int64_t>()) << key;
+  }
   // An evaluation that never improves by 100 stops the run at its second one (step 8 of 200).
   auto r = run(common +
                " --set run.steps=200 --set run.eval_every=4 --set checkpoint.every=0"
