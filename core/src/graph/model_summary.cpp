@@ -60,6 +60,13 @@ std::string share_lines(const char* what, const ModelSummary::Share& share,
   return out + line + "\n";
 }
 
+// A node's input shapes per sample, separated by spaces.
+std::string inputs_text(const NodeSummary& n) {
+  std::string inputs;
+  for (const auto& in : n.input_shapes) inputs += (inputs.empty() ? "" : " ") + ops::shape_text(in);
+  return inputs;
+}
+
 }  // namespace
 
 ModelSummary summarize_model(const Model& model, std::int64_t batch_rows,
@@ -142,9 +149,7 @@ ModelSummary summarize_model(const Model& model, std::int64_t batch_rows,
 }
 
 std::string node_shapes_text(const NodeSummary& n) {
-  std::string inputs;
-  for (const auto& in : n.input_shapes) inputs += (inputs.empty() ? "" : " ") + ops::shape_text(in);
-  return inputs + " -> " + ops::shape_text(n.output_shape);
+  return inputs_text(n) + " -> " + ops::shape_text(n.output_shape);
 }
 
 std::string render_model_summary(const ModelSummary& s) {
@@ -154,9 +159,7 @@ std::string render_model_summary(const ModelSummary& s) {
                 "inputs", "output", "params", "FLOPs/sample", "weight/gemm_in/act/act_grad");
   out += line;
   for (const auto& n : s.nodes) {
-    std::string inputs;
-    for (const auto& in : n.input_shapes)
-      inputs += (inputs.empty() ? "" : " ") + ops::shape_text(in);
+    const std::string inputs = inputs_text(n);
     const auto& p = n.precision;
     std::snprintf(line, sizeof line, "#   %-16s %-10s %-24s %-12s %10s %12s  %s/%s/%s/%s\n",
                   n.name.c_str(), n.op.c_str(), inputs.c_str(),
