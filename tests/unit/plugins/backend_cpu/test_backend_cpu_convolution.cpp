@@ -51,6 +51,21 @@ sdk::Conv2dGeometry geometry(std::int64_t n, std::int64_t c, std::int64_t h, std
   return g;
 }
 
+// A square max pooling over [N, H, W, C] = [n, h, w, c].
+sdk::Pool2dGeometry pool_geometry(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w,
+                                  std::int64_t kernel, std::int64_t stride, std::int64_t pad) {
+  sdk::Pool2dGeometry g;
+  g.kind = sdk::PoolKind::max;
+  g.batch = n;
+  g.channels = c;
+  g.height = h;
+  g.width = w;
+  g.kernel_h = g.kernel_w = kernel;
+  g.stride_h = g.stride_w = stride;
+  g.pad_h = g.pad_w = pad;
+  return g;
+}
+
 Shape x_shape(const sdk::Conv2dGeometry& g) {
   return Shape{g.batch, g.height, g.width, g.in_channels};
 }
@@ -239,13 +254,7 @@ TEST(BackendCpuConvolution, PrimitivesAreCreatedOncePerGeometry) {
   run_conv(geometry(4, 16, 8, 8, 32, 1, 1, 2, 0));
   EXPECT_EQ(be.cached_dnnl_primitives(), after_first + 3);
 
-  sdk::Pool2dGeometry p;
-  p.batch = 2;
-  p.channels = 16;
-  p.height = p.width = 8;
-  p.kernel_h = p.kernel_w = 3;
-  p.stride_h = p.stride_w = 2;
-  p.pad_h = p.pad_w = 1;
+  const sdk::Pool2dGeometry p = pool_geometry(2, 16, 8, 8, 3, 2, 1);
   DeviceTensor px(be, DType::fp32, Shape{2, 8, 8, 16}, random_values(2 * 8 * 8 * 16, 3));
   DeviceTensor py(be, DType::fp32, Shape{2, 4, 4, 16});
   DeviceTensor pdx(be, DType::fp32, Shape{2, 8, 8, 16});
@@ -1048,14 +1057,7 @@ TEST(BackendCpuConvolution, ACallsScratchComesFromTheWorkspaceItAskedFor) {
 // backward sum several dy into one dx; values on a coarse grid make ties. 8 images of 24x24x128
 // are 3 chunks (3, 3 and 2 images), and the backend's scratch stays below one fp32 copy of x.
 TEST(BackendCpuConvolution, Fp16MaxPoolingInImageChunksIsTheFp32PoolingRoundedOnce) {
-  sdk::Pool2dGeometry g;
-  g.kind = sdk::PoolKind::max;
-  g.batch = 8;
-  g.channels = 128;
-  g.height = g.width = 24;
-  g.kernel_h = g.kernel_w = 3;
-  g.stride_h = g.stride_w = 2;
-  g.pad_h = g.pad_w = 1;
+  const sdk::Pool2dGeometry g = pool_geometry(8, 128, 24, 24, 3, 2, 1);
   const Shape xs{g.batch, g.height, g.width, g.channels};
   const Shape ys{g.batch, g.out_height(), g.out_width(), g.channels};
   auto xv = random_values(static_cast<std::size_t>(xs.numel()), 71, -2.0f, 2.0f);
