@@ -110,7 +110,10 @@ TEST_F(Cli, TheProfileHoldsTrainingStepsAlone) {
   for (const auto& n : q["nodes"])
     node_calls[n["type"].get<std::string>() + " " + n["op"].get<std::string>()] +=
         n["calls"].get<std::int64_t>();
-  for (const auto& [key, calls] : node_calls) {
+  for (const auto& node : node_calls) {
+    // clang 14 cannot capture a structured binding in a lambda, so name the key plainly.
+    const std::string& key = node.first;
+    const std::int64_t calls = node.second;
     const auto row = std::find_if(q["entries"].begin(), q["entries"].end(), [&](const json& e) {
       return e["scope"].get<std::string>() + " " + e["op"].get<std::string>() == key;
     });
