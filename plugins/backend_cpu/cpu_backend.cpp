@@ -96,6 +96,10 @@ void CpuBackend::copy(TensorView dst, TensorView src) {
 std::size_t CpuBackend::cached_gemm_primitives() const noexcept {
   return context_.gemm().cached_primitives();
 }
+bool CpuBackend::bf16_gemm_native() const {
+  return context_.gemm().bf16_native();
+}
+
 std::string CpuBackend::last_gemm_implementation() const {
   return context_.gemm().last_implementation();
 }

@@ -1,13 +1,15 @@
 // CpuContext's convolution decisions: whether bf16 convolutions run in oneDNN's bf16 kernels,
-// whether the direct convolution's blocked layout pays here, and whether oneDNN has an fp32
-// Winograd kernel. Each is probed once, on first use, by asking oneDNN which kernel it would run
-// for a ResNet-like convolution.
+// whether the direct convolution's blocked layout pays here, whether oneDNN has an fp32
+// Winograd kernel, and which 1x1 weight gradients run as GEMMs. The first three are probed once,
+// on first use, by asking oneDNN which kernel it would run for a ResNet-like convolution; the
+// last reads the CPU's features once.
 #include <string>
 
 #include "cpu_context.h"
 #include "cpu_conv_algorithm.h"
 #include "cpu_conv_primitives.h"
 #include "cpu_features.h"
+#include "cpu_gemm.h"
 #include "cpu_primitive_cache.h"
 
 namespace mixtrain::backend_cpu {
@@ -91,6 +93,44 @@ bool CpuContext::conv_winograd_available() const {
   }
   winograd_state_ = usable ? 1 : 0;
   return usable;
+}
+
+bool CpuContext::has_amx_bf16() const {
+  if (amx_state_ < 0) amx_state_ = detect_cpu().has("amx_bf16") ? 1 : 0;
+  return amx_state_ == 1;
+}
+
+bool CpuContext::pointwise_wgrad_as_gemm(const sdk::Conv2dGeometry& g, bool native_bf16,
+                                         bool fp8_dy_with_bias) const {
+  if (!pointwise_wgrad_shape(g) || fp8_dy_with_bias) return false;
+  switch (pointwise_wgrad_) {
+    case PointwiseWgrad::gemm:
+      return true;
+    case PointwiseWgrad::convolution:
+      return false;
+    case PointwiseWgrad::automatic:
+      break;
+  }
+  return native_bf16 && has_amx_bf16() && gemm_->bf16_native();
+}
+
+std::string CpuContext::pointwise_wgrad_note() const {
+  switch (pointwise_wgrad_) {
+    case PointwiseWgrad::gemm:
+      return "pointwise_wgrad = gemm: every 1x1 weight gradient as one GEMM";
+    case PointwiseWgrad::convolution:
+      return "pointwise_wgrad = convolution: 1x1 weight gradients in oneDNN's convolution";
+    case PointwiseWgrad::automatic:
+      break;
+  }
+  if (!has_amx_bf16())
+    return "pointwise_wgrad = auto: 1x1 weight gradients in oneDNN's convolution (the GEMM is "
+           "taken with AMX-BF16 only)";
+  if (!bf16_conv_native() || !gemm_->bf16_native())
+    return "pointwise_wgrad = auto: 1x1 weight gradients in oneDNN's convolution (bf16 "
+           "convolutions or GEMMs are emulated here)";
+  return "pointwise_wgrad = auto: bf16 1x1 weight gradients as one AMX-BF16 GEMM, the others in "
+         "oneDNN's convolution";
 }
 
 bool CpuContext::blocked_layout_pays() const {

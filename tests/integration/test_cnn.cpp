@@ -8,6 +8,8 @@
 #include <cmath>
 #include <fstream>
 #include <numeric>
+#include <sstream>
+#include <string>
 
 #include "cli_test_support.h"
 
@@ -198,19 +200,21 @@ TEST_F(Cnn, ResnetTrainsWithWinogradConvolutionsCloseToDirect) {
   EXPECT_NE(r.err.find("one of: direct, winograd"), std::string::npos) << r.err;
 }
 
+// configs/resnet50-bf16.toml's Bottleneck network (imagenet stem, v1.5 blocks) cut to one block
+// in each of two stages of 8/16 channels (outputs 32/64), on 32×32 synthetic images of 4
+// classes: 24 steps of 32 rows take a few seconds on two cores.
+const std::string kReducedResNet50 =
+    " --set 'model.resnet.blocks=[1, 1]' --set 'model.resnet.widths=[8, 16]'"
+    " --set model.resnet.classes=4 --set data.synthetic.num_classes=4"
+    " --set data.synthetic.height=32 --set data.synthetic.width=32"
+    " --set data.synthetic.max_shift=3 --set data.synthetic.rows=512 --set data.batch_size=32"
+    " --set data.eval_batch_size=64 --set data.eval_fraction=0.125 --set run.steps=24"
+    " --set run.log_every=1 --set run.eval_every=0 --set optimizer.warmup_steps=4"
+    " --set optimizer.sgd.lr=0.1 --set data.synthetic.noise=0.2 --set checkpoint.every=0"
+    " --set backend.threads=2";
+
 TEST_F(Cnn, ReducedResNet50LearnsAtSmallResolutionInFp32AndBf16Mixed) {
-  // configs/resnet50-bf16.toml's Bottleneck network (imagenet stem, v1.5 blocks) cut to one
-  // block in each of two stages of 8/16 channels (outputs 32/64), on 32×32 synthetic images of
-  // 4 classes: 24 steps of 32 rows take a few seconds on two cores.
-  const std::string small =
-      " --set 'model.resnet.blocks=[1, 1]' --set 'model.resnet.widths=[8, 16]'"
-      " --set model.resnet.classes=4 --set data.synthetic.num_classes=4"
-      " --set data.synthetic.height=32 --set data.synthetic.width=32"
-      " --set data.synthetic.max_shift=3 --set data.synthetic.rows=512 --set data.batch_size=32"
-      " --set data.eval_batch_size=64 --set data.eval_fraction=0.125 --set run.steps=24"
-      " --set run.log_every=1 --set run.eval_every=0 --set optimizer.warmup_steps=4"
-      " --set optimizer.sgd.lr=0.1 --set data.synthetic.noise=0.2 --set checkpoint.every=0"
-      " --set backend.threads=2";
+  const std::string& small = kReducedResNet50;
   for (const char* policy : {"fp32", "bf16-mixed"}) {
     const auto run_dir = dir_ / policy;
     auto r = run("train " + config("resnet50-bf16.toml") + small +
@@ -233,6 +237,61 @@ TEST_F(Cnn, ReducedResNet50LearnsAtSmallResolutionInFp32AndBf16Mixed) {
     // Measured 0.77 (fp32) after 24 steps; chance is 0.25.
     EXPECT_GT(s["eval_accuracy"].get<double>(), 0.45) << policy;
   }
+}
+
+TEST_F(Cnn, PointwiseWeightGradientsAsGemmsTrainTheReducedResNet50AsTheConvolutionDoes) {
+  // The Bottleneck's 1x1 convolutions (three a block, and the stride-2 downsample) with their
+  // weight gradients as GEMMs (backend.cpu.pointwise_wgrad = gemm) against oneDNN's convolution:
+  // the same FP32 sums in another order, so the losses agree closely but need not be the same bits.
+  // The 1x1 weight gradients among the convolution plans `train --profile` lists.
+  const auto pointwise_wgrad_plans = [](const std::string& out) {
+    std::size_t n = 0;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);)
+      n += line.find("conv2d_backward_weights") != std::string::npos &&
+           line.find("kernel 1x1") != std::string::npos;
+    return n;
+  };
+  auto losses = [&](const std::string& choice, std::string& err, std::size_t& plans) {
+    const auto run_dir = dir_ / ("pointwise_" + choice);
+    auto r = run("train " + config("resnet50-bf16.toml") + kReducedResNet50 +
+                 " --profile --set run.steps=8 --set backend.cpu.pointwise_wgrad=" + choice +
+                 " --run-dir " + run_dir.string());
+    EXPECT_EQ(r.exit_code, 0) << choice << ": " << r.err;
+    err = r.err;
+    plans = pointwise_wgrad_plans(r.out);
+    std::vector<double> out;
+    for (const auto& rec : records(run_dir / "metrics.jsonl"))
+      if (rec.contains("loss")) out.push_back(rec["loss"].get<double>());
+    return out;
+  };
+  std::string gemm_err, conv_err;
+  std::size_t gemm_plans = 0, conv_plans = 0;
+  const auto gemm = losses("gemm", gemm_err, gemm_plans);
+  const auto conv = losses("convolution", conv_err, conv_plans);
+  // Five 1x1 convolutions (the block's three and the downsample, stride 2, of each stage but the
+  // first's stride-1 one): oneDNN ran their weight gradients in one run and not in the other.
+  EXPECT_GT(conv_plans, 0u);
+  EXPECT_EQ(gemm_plans, 0u);
+  ASSERT_EQ(conv.size(), 8u);
+  ASSERT_EQ(gemm.size(), conv.size());
+  // The backend says what runs whenever the option is set (info log).
+  EXPECT_NE(gemm_err.find("pointwise_wgrad = gemm: every 1x1 weight gradient as one GEMM"),
+            std::string::npos)
+      << gemm_err;
+  EXPECT_NE(conv_err.find("pointwise_wgrad = convolution"), std::string::npos) << conv_err;
+  // Measured the same to the last bit on an AMX Xeon (bf16 operands summed in AMX tiles by both
+  // at these sizes); other CPUs may sum otherwise. The Winograd test above measured how far a
+  // reordered FP32 sum grows over five steps (≈ 1e-5 relative): 1e-3 leaves room for that while a
+  // wrong weight gradient moves a loss by far more.
+  for (std::size_t i = 0; i < conv.size(); ++i)
+    EXPECT_NEAR(gemm[i], conv[i], 1e-3 * std::abs(conv[i])) << "step " << i + 1;
+  // A bad value is refused by the option's declared choices.
+  auto r = run("check " + config("resnet50-bf16.toml") + kReducedResNet50 +
+               " --set backend.cpu.pointwise_wgrad=sometimes");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("'sometimes' is not a valid choice"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("one of: auto, gemm, convolution"), std::string::npos) << r.err;
 }
 
 TEST_F(Cnn, ShippedResNet50ChecksAsTorchvisionsResNet50) {

@@ -36,6 +36,10 @@
 //   reordered to its blocked layout around the call (cpu_conv_primitives.h). Everything else, and
 //   every convolution oneDNN has no Winograd kernel for, runs direct.
 //
+// Weight gradients of 1x1 convolutions: one GEMM dyᵀ·x (cpu_pointwise_wgrad.h) where
+// cpu_conv_algorithm.h's rule takes it (the option pointwise_wgrad; by default bf16 with AMX),
+// oneDNN's convolution otherwise.
+//
 // The primitives, their cached descriptors and reorders live in cpu_conv_primitives.{h,cpp};
 // this file checks the arguments, picks the route and the algorithm, and runs them.
 #include <omp.h>
@@ -54,7 +58,9 @@
 #include "cpu_conv_algorithm.h"
 #include "cpu_conv_primitives.h"
 #include "cpu_features.h"
+#include "cpu_gemm.h"
 #include "cpu_permute.h"
+#include "cpu_pointwise_wgrad.h"
 #include "cpu_pooling.h"
 #include "cpu_primitive_cache.h"
 #include "mixtrain/sdk/backend_convolution.h"
@@ -499,6 +505,19 @@ void run_backward_weights(CpuContext& context, const sdk::Conv2dBackwardWeightsA
   const float b_scale = fp8_scale(args.dy);
   Route r =
       route_of(args.x.view.dtype, args.dy.view.dtype, args.compute, context.bf16_conv_native());
+  if (context.pointwise_wgrad_as_gemm(g, r.native_bf16,
+                                      has_bias && sdk::is_fp8(args.dy.view.dtype))) {
+    // A 1x1 weight gradient as one GEMM (cpu_conv_algorithm.h): its only scratch is x's pixels at
+    // the stride.
+    const std::size_t gather = pointwise_gather_bytes(g, args.x.view.dtype);
+    std::optional<PrimitiveCache::Lease> lease;
+    if (measure_or_lend(context.prims(), s, {gather}, lease)) return;
+    void* gathered = gather > 0 ? context.prims().scratch<char>(Slot::src, gather) : nullptr;
+    pointwise_weight_gradient(context, args, gathered);
+    context.record_conv_implementation("gemm " + context.gemm().last_implementation());
+    context.account_scratch();
+    return;
+  }
   const ConvMethod method =
       method_for(context, Direction::backward_weights, g, r, args.x.view.dtype, args.dy.view.dtype);
   BackwardWeightsEntry* e = &pick_entry(
