@@ -85,7 +85,7 @@ std::vector<sdk::ComponentInfo> backend_cpu_components() {
             sdk::OptionSpec::string(
                 "pointwise_wgrad", "auto",
                 "1x1 convolution weight gradients: auto (one GEMM dy^T x for bf16 where the CPU "
-                "has AMX-BF16, measured 2.4-6.6x faster there; oneDNN's convolution elsewhere), "
+                "has AMX-BF16, measured 1.6-5.1x faster there; oneDNN's convolution elsewhere), "
                 "gemm (always the GEMM), convolution (never)")
                 .one_of({"auto", "gemm", "convolution"})},
            &create_cpu_backend}};

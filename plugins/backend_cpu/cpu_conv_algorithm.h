@@ -143,17 +143,17 @@ inline bool blocked_pays(Direction dir, const sdk::Conv2dGeometry& g) {
 //   route (both operands bf16, read as stored), the GEMM engine's bf16 GEMMs are native too, and
 //   the CPU has AMX-BF16. There oneDNN 2.6's convolution weight gradient is its
 //   jit:avx512_core_amx_bf16 kernel and its bf16 matmul is brg:avx512_core_amx_bf16, measured
-//   2.4-6.6x faster on ResNet-50's 1x1 shapes (a probe of both primitives, Intel Xeon with AMX,
-//   2 threads, batch 8, bf16, fp32 dw, best of 7, ms convolution / GEMM; the strided GEMMs
-//   without their gather, which is a copy of a quarter of x):
-//     C->O       HxW  stride   ms                C->O      HxW  stride   ms
-//     1024->2048  14    2      5.82 / 0.88       1024->512  14    1      2.72 / 0.94
-//     256->512    56    2      2.85 / 0.65       512->2048   7    1      2.63 / 0.55
-//     2048->512    7    1      2.57 / 0.54       256->64    56    1      0.99 / 0.42
-//     512->1024   28    2      3.53 / 0.62       64->256    56    1      1.51 / 0.44
-//   On the same CPU the fp32 route (jit_1x1:avx512_core against brg:avx512_core) measured 0.8-1.3x
-//   either way, so fp32, tf32, fp16, fp8 and emulated bf16 keep the convolution; other CPUs were
-//   not measured. Static, so a shape takes the same route in every run on one CPU.
+//   1.6-5.1x faster on ResNet-50's 1x1 shapes (bench/cnn/onednn_wgrad_gemm.cpp: Intel Xeon with
+//   AMX, 2 threads, batch 8, bf16, fp32 dw, best of 7; ms convolution / gather + GEMM):
+//     C->O       HxW  stride   ms                      C->O      HxW  stride   ms
+//     64->256     56    1      1.62 / 1.04             256->64    56    1      1.93 / 1.02
+//     256->512    56    2      3.86 / 0.16 + 0.96      512->128   28    1      1.16 / 0.58
+//     128->512    28    1      1.07 / 0.61             512->1024  28    2      3.61 / 0.05 + 1.04
+//     1024->256   14    1      1.54 / 0.52             1024->2048 14    2      6.08 / 0.01 + 1.18
+//     2048->512    7    1      2.60 / 0.58             512->2048   7    1      2.59 / 0.55
+//   On the same CPU the fp32 route (jit_1x1:avx512_core against brg:avx512_core) measured 0.86-
+//   1.36x either way, so fp32, tf32, fp16, fp8 and emulated bf16 keep the convolution; other CPUs
+//   were not measured. Static, so a shape takes the same route in every run on one CPU.
 // - gemm ("gemm"): every 1x1 weight gradient the GEMM can take (pointwise_wgrad_shape, and no
 //   fp8 dy with a bias gradient), on any route: the GEMM engine's precision rules, which are the
 //   convolution's (exact FP32 on the rounded operands, FP32 accumulation). For measurements and
