@@ -26,11 +26,10 @@ std::unique_ptr<sdk::Component> create_cpu_backend(const sdk::Options& options,
       std::make_unique<backend_cpu::CpuBackend>(threads, path, conv_path, conv_algorithm);
   if (options.get_bool("flush_denormals")) backend->flush_denormals();
   backend->set_conv_workspace(options.get_bool("conv_workspace"));
-  const std::string pointwise = options.get_string("pointwise_wgrad");
-  backend->set_pointwise_wgrad(pointwise == "gemm" ? backend_cpu::PointwiseWgrad::gemm
-                               : pointwise == "convolution"
-                                   ? backend_cpu::PointwiseWgrad::convolution
-                                   : backend_cpu::PointwiseWgrad::automatic);
+  const std::string wgrad = options.get_string("wgrad_gemm");
+  backend->set_wgrad_gemm(wgrad == "gemm"          ? backend_cpu::WgradGemm::gemm
+                          : wgrad == "convolution" ? backend_cpu::WgradGemm::convolution
+                                                   : backend_cpu::WgradGemm::automatic);
   context.logger.debug("cpu backend with " + std::to_string(backend->threads()) +
                        " threads, bf16_gemm = " + bf16 + ", bf16_conv = " + conv);
   // Winograd changes the numbers: say what runs whenever it was asked for. The direct
@@ -40,11 +39,11 @@ std::unique_ptr<sdk::Component> create_cpu_backend(const sdk::Options& options,
     context.logger.info(backend->conv_algorithm_note());
   else if (context.logger.enabled(sdk::LogLevel::debug))
     context.logger.debug(backend->conv_algorithm_note());
-  // Likewise the 1x1 weight gradient's route: the GEMM sums in another order.
-  if (pointwise != "auto")
-    context.logger.info(backend->pointwise_wgrad_note());
+  // Likewise the weight gradient's route: the GEMM sums in another order.
+  if (wgrad != "auto")
+    context.logger.info(backend->wgrad_gemm_note());
   else if (context.logger.enabled(sdk::LogLevel::debug))
-    context.logger.debug(backend->pointwise_wgrad_note());
+    context.logger.debug(backend->wgrad_gemm_note());
   return backend;
 }
 
@@ -83,10 +82,11 @@ std::vector<sdk::ComponentInfo> backend_cpu_components() {
                 "blocked layouts) from the host's step memory, live at the op's step only; false "
                 "keeps it in the backend's own buffers, grown to the largest call and held"),
             sdk::OptionSpec::string(
-                "pointwise_wgrad", "auto",
-                "1x1 convolution weight gradients: auto (one GEMM dy^T x for bf16 where the CPU "
-                "has AMX-BF16, measured 1.6-5.1x faster there; oneDNN's convolution elsewhere), "
-                "gemm (always the GEMM), convolution (never)")
+                "wgrad_gemm", "auto",
+                "convolution weight gradients: auto (one GEMM dy^T cols, x's pixels gathered "
+                "first past a 1x1 stride-1 kernel, for bf16 1x1 and wide 3x3 convolutions where "
+                "the CPU has AMX-BF16, measured 1.6-5.1x faster there; oneDNN's convolution "
+                "elsewhere), gemm (always the GEMM), convolution (never)")
                 .one_of({"auto", "gemm", "convolution"})},
            &create_cpu_backend}};
 }

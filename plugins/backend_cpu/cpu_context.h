@@ -14,8 +14,8 @@
 //   scratch_bytes() is that scratch as last folded in (what the scratch facet reports).
 //   Statistics are guarded by a mutex; the destructor frees what is still allocated.
 // - The bf16-convolution and Winograd decisions are probed once (lazily, on first use) by asking
-//   oneDNN which kernel a ResNet-like convolution runs (cpu_conv_decisions.cpp); the pointwise
-//   weight-gradient rule reads the CPU's features once.
+//   oneDNN which kernel a ResNet-like convolution runs (cpu_conv_decisions.cpp); the GEMM weight-
+//   gradient rule reads the CPU's features once.
 // - Errors: sdk::BackendError (a negative thread count; an allocation the host cannot serve).
 #pragma once
 
@@ -94,15 +94,14 @@ class CpuContext {
   // the option conv_workspace, default true), or keeps it in the primitive cache's slots.
   bool conv_workspace() const noexcept { return conv_workspace_; }
   void set_conv_workspace(bool on) noexcept { conv_workspace_ = on; }
-  // The `pointwise_wgrad` option (cpu_conv_algorithm.h): how 1x1 weight gradients run.
-  PointwiseWgrad pointwise_wgrad() const noexcept { return pointwise_wgrad_; }
-  void set_pointwise_wgrad(PointwiseWgrad choice) noexcept { pointwise_wgrad_ = choice; }
+  // The `wgrad_gemm` option (cpu_conv_algorithm.h): which weight gradients run as one GEMM.
+  WgradGemm wgrad_gemm() const noexcept { return wgrad_gemm_; }
+  void set_wgrad_gemm(WgradGemm choice) noexcept { wgrad_gemm_ = choice; }
   // Whether this weight gradient runs as one GEMM (cpu_conv_algorithm.h's rule): `native_bf16`
   // says its route reads both operands as bf16; an fp8 dy with a bias gradient never does.
-  bool pointwise_wgrad_as_gemm(const sdk::Conv2dGeometry& g, bool native_bf16,
-                               bool fp8_dy_with_bias) const;
-  // A line saying which 1x1 weight gradients run as GEMMs here, and why.
-  std::string pointwise_wgrad_note() const;
+  bool wgrad_as_gemm(const sdk::Conv2dGeometry& g, bool native_bf16, bool fp8_dy_with_bias) const;
+  // A line saying which weight gradients run as GEMMs here, and why.
+  std::string wgrad_gemm_note() const;
   // oneDNN's implementation of the last convolution primitive run ("gemm " and the matmul's for a
   // weight gradient run as a GEMM).
   const std::string& last_conv_implementation() const noexcept { return last_conv_impl_; }
@@ -132,7 +131,7 @@ class CpuContext {
   mutable std::string direct_impl_;    // blocked_layout_pays()'s probe: the nhwc 3x3 kernel
   mutable int winograd_state_ = -1;    // -1 unprobed, 0 unavailable, 1 available
   mutable std::string winograd_impl_;  // the probe's implementation name, or why none
-  PointwiseWgrad pointwise_wgrad_ = PointwiseWgrad::automatic;
+  WgradGemm wgrad_gemm_ = WgradGemm::automatic;
   mutable int amx_state_ = -1;  // -1 undetected, 0 no AMX-BF16, 1 AMX-BF16
   bool has_amx_bf16() const;
   std::string last_conv_impl_;

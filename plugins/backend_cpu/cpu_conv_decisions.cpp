@@ -1,6 +1,6 @@
 // CpuContext's convolution decisions: whether bf16 convolutions run in oneDNN's bf16 kernels,
 // whether the direct convolution's blocked layout pays here, whether oneDNN has an fp32
-// Winograd kernel, and which 1x1 weight gradients run as GEMMs. The first three are probed once,
+// Winograd kernel, and which weight gradients run as GEMMs. The first three are probed once,
 // on first use, by asking oneDNN which kernel it would run for a ResNet-like convolution; the
 // last reads the CPU's features once.
 #include <string>
@@ -100,37 +100,37 @@ bool CpuContext::has_amx_bf16() const {
   return amx_state_ == 1;
 }
 
-bool CpuContext::pointwise_wgrad_as_gemm(const sdk::Conv2dGeometry& g, bool native_bf16,
-                                         bool fp8_dy_with_bias) const {
-  if (!pointwise_wgrad_shape(g) || fp8_dy_with_bias) return false;
-  switch (pointwise_wgrad_) {
-    case PointwiseWgrad::gemm:
+bool CpuContext::wgrad_as_gemm(const sdk::Conv2dGeometry& g, bool native_bf16,
+                               bool fp8_dy_with_bias) const {
+  if (!wgrad_gemm_shape(g) || fp8_dy_with_bias) return false;
+  switch (wgrad_gemm_) {
+    case WgradGemm::gemm:
       return true;
-    case PointwiseWgrad::convolution:
+    case WgradGemm::convolution:
       return false;
-    case PointwiseWgrad::automatic:
+    case WgradGemm::automatic:
       break;
   }
-  return native_bf16 && has_amx_bf16() && gemm_->bf16_native();
+  return wgrad_gemm_pays(g) && native_bf16 && has_amx_bf16() && gemm_->bf16_native();
 }
 
-std::string CpuContext::pointwise_wgrad_note() const {
-  switch (pointwise_wgrad_) {
-    case PointwiseWgrad::gemm:
-      return "pointwise_wgrad = gemm: every 1x1 weight gradient as one GEMM";
-    case PointwiseWgrad::convolution:
-      return "pointwise_wgrad = convolution: 1x1 weight gradients in oneDNN's convolution";
-    case PointwiseWgrad::automatic:
+std::string CpuContext::wgrad_gemm_note() const {
+  switch (wgrad_gemm_) {
+    case WgradGemm::gemm:
+      return "wgrad_gemm = gemm: every weight gradient of one group as one GEMM";
+    case WgradGemm::convolution:
+      return "wgrad_gemm = convolution: weight gradients in oneDNN's convolution";
+    case WgradGemm::automatic:
       break;
   }
   if (!has_amx_bf16())
-    return "pointwise_wgrad = auto: 1x1 weight gradients in oneDNN's convolution (the GEMM is "
-           "taken with AMX-BF16 only)";
+    return "wgrad_gemm = auto: weight gradients in oneDNN's convolution (the GEMM is taken with "
+           "AMX-BF16 only)";
   if (!bf16_conv_native() || !gemm_->bf16_native())
-    return "pointwise_wgrad = auto: 1x1 weight gradients in oneDNN's convolution (bf16 "
-           "convolutions or GEMMs are emulated here)";
-  return "pointwise_wgrad = auto: bf16 1x1 weight gradients as one AMX-BF16 GEMM, the others in "
-         "oneDNN's convolution";
+    return "wgrad_gemm = auto: weight gradients in oneDNN's convolution (bf16 convolutions or "
+           "GEMMs are emulated here)";
+  return "wgrad_gemm = auto: bf16 weight gradients of 1x1 and wide 3x3 convolutions as one "
+         "AMX-BF16 GEMM, the others in oneDNN's convolution";
 }
 
 bool CpuContext::blocked_layout_pays() const {

@@ -36,9 +36,9 @@
 //   reordered to its blocked layout around the call (cpu_conv_primitives.h). Everything else, and
 //   every convolution oneDNN has no Winograd kernel for, runs direct.
 //
-// Weight gradients of 1x1 convolutions: one GEMM dyᵀ·x (cpu_pointwise_wgrad.h) where
-// cpu_conv_algorithm.h's rule takes it (the option pointwise_wgrad; by default bf16 with AMX),
-// oneDNN's convolution otherwise.
+// Weight gradients: one GEMM dyᵀ·cols over x or its gathered columns (cpu_wgrad_gemm.h) where
+// cpu_conv_algorithm.h's rule takes it (the option wgrad_gemm; by default bf16 1x1 and wide 3x3
+// convolutions with AMX), oneDNN's convolution otherwise.
 //
 // The primitives, their cached descriptors and reorders live in cpu_conv_primitives.{h,cpp};
 // this file checks the arguments, picks the route and the algorithm, and runs them.
@@ -60,9 +60,9 @@
 #include "cpu_features.h"
 #include "cpu_gemm.h"
 #include "cpu_permute.h"
-#include "cpu_pointwise_wgrad.h"
 #include "cpu_pooling.h"
 #include "cpu_primitive_cache.h"
+#include "cpu_wgrad_gemm.h"
 #include "mixtrain/sdk/backend_convolution.h"
 #include "mixtrain/sdk/support/facet_registry.h"
 
@@ -505,15 +505,16 @@ void run_backward_weights(CpuContext& context, const sdk::Conv2dBackwardWeightsA
   const float b_scale = fp8_scale(args.dy);
   Route r =
       route_of(args.x.view.dtype, args.dy.view.dtype, args.compute, context.bf16_conv_native());
-  if (context.pointwise_wgrad_as_gemm(g, r.native_bf16,
-                                      has_bias && sdk::is_fp8(args.dy.view.dtype))) {
-    // A 1x1 weight gradient as one GEMM (cpu_conv_algorithm.h): its only scratch is x's pixels at
-    // the stride.
-    const std::size_t gather = pointwise_gather_bytes(g, args.x.view.dtype);
+  if (context.wgrad_as_gemm(g, r.native_bf16, has_bias && sdk::is_fp8(args.dy.view.dtype))) {
+    // The weight gradient as one GEMM (cpu_conv_algorithm.h): its scratch is x's gathered
+    // columns and, past 1x1, the product before its reorder into OIHW.
+    const std::size_t cols = wgrad_gemm_cols_bytes(g, args.x.view.dtype);
+    const std::size_t product = wgrad_gemm_product_bytes(g);
     std::optional<PrimitiveCache::Lease> lease;
-    if (measure_or_lend(context.prims(), s, {gather}, lease)) return;
-    void* gathered = gather > 0 ? context.prims().scratch<char>(Slot::src, gather) : nullptr;
-    pointwise_weight_gradient(context, args, gathered);
+    if (measure_or_lend(context.prims(), s, {cols, product}, lease)) return;
+    weight_gradient_as_gemm(
+        context, args, cols > 0 ? context.prims().scratch<char>(Slot::src, cols) : nullptr,
+        product > 0 ? context.prims().scratch<float>(Slot::dst, product / 4) : nullptr);
     context.record_conv_implementation("gemm " + context.gemm().last_implementation());
     context.account_scratch();
     return;

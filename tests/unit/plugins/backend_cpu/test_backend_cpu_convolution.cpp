@@ -2,7 +2,7 @@
 // expected, oneDNN primitives are created once per geometry, the native bf16 convolution agrees
 // with exact emulation, conv_algorithm = winograd agrees with the direct convolution and a double
 // reference within Winograd's measured error where it runs and is bit-identical to direct
-// everywhere else, a 1x1 weight gradient as one GEMM is within the FP32 sum's bound as the
+// everywhere else, a weight gradient as one GEMM is within the FP32 sum's bound as the
 // convolution is, fp16 max pooling in chunks of images is the fp32 pooling rounded once, and the
 // backward ops are the gradients of their forwards (double central differences of the scalar
 // loss L = Σ y·r).
@@ -1052,13 +1052,14 @@ TEST(BackendCpuConvolution, ACallsScratchComesFromTheWorkspaceItAskedFor) {
   EXPECT_EQ(sdk::facet<sdk::ConvolutionFacet>(off)->conv2d_workspace_bytes(q), 0u);
 }
 
-// A 1x1 weight gradient as one GEMM (pointwise_wgrad = gemm, cpu_pointwise_wgrad.h) on every
-// operand route: dw and dbias, overwritten and accumulated, within the FP32 summation bound of
-// the exact (double) sum for every element — |err| <= γ(K+2)·Σ|products| with γ(n) = n·u / (1 −
-// n·u), u = 2^-24, K = N·OH·OW summed terms plus the fp8 scale's and the accumulate's roundings —
-// as the convolution is; repeatable bit for bit; its strided gather from the workspace it asked
-// for; and the calls the GEMM cannot take stay on the convolution.
-struct PointwiseCase {
+// A weight gradient as one GEMM (wgrad_gemm = gemm, cpu_wgrad_gemm.h) on every operand route and
+// on 1x1, padded, strided, dilated and non-square kernels: dw and dbias, overwritten and
+// accumulated, within the FP32 summation bound of the exact (double) sum for every element —
+// |err| <= γ(K+2)·Σ|products| with γ(n) = n·u / (1 − n·u), u = 2^-24, K = N·OH·OW summed terms
+// plus the fp8 scale's and the accumulate's roundings — as the convolution is; repeatable bit for
+// bit; its gathered columns and product from the workspace it asked for; and the calls the GEMM
+// cannot take stay on the convolution.
+struct WgradCase {
   DType dtype;
   DType compute;
   float scale_x, scale_dy;  // fp8 scale_inv (1 otherwise)
@@ -1069,15 +1070,15 @@ struct PointwiseCase {
 
 // dw and dbias by one backend, overwritten then accumulated into `dw0` / `db0`, and the
 // implementation that ran.
-struct PointwiseOut {
+struct WgradOut {
   std::vector<float> dw, db, dw_acc, db_acc;
   std::string impl;
 };
-PointwiseOut run_pointwise(PointwiseWgrad choice, const PointwiseCase& k,
-                           const std::vector<float>& xv, const std::vector<float>& dyv,
-                           const std::vector<float>& dw0, const std::vector<float>& db0) {
+WgradOut run_wgrad(WgradGemm choice, const WgradCase& k, const std::vector<float>& xv,
+                   const std::vector<float>& dyv, const std::vector<float>& dw0,
+                   const std::vector<float>& db0) {
   CpuBackend be(2, Bf16GemmPath::automatic, Bf16ConvPath::automatic, ConvAlgorithm::direct);
-  be.set_pointwise_wgrad(choice);
+  be.set_wgrad_gemm(choice);
   const auto& g = k.g;
   DeviceTensor x(be, k.dtype, x_shape(g), xv), dy(be, k.dtype, y_shape(g), dyv);
   DeviceTensor dw(be, DType::fp32, w_shape(g)), db(be, DType::fp32, Shape{g.out_channels});
@@ -1092,7 +1093,7 @@ PointwiseOut run_pointwise(PointwiseWgrad choice, const PointwiseCase& k,
   bw.compute = k.compute;
   auto& conv = *sdk::facet<sdk::ConvolutionFacet>(be);
   conv.conv2d_backward_weights(bw);
-  PointwiseOut out;
+  WgradOut out;
   out.impl = be.last_conv_implementation();
   out.dw = dw.get();
   out.db = k.bias ? db.get() : std::vector<float>{};
@@ -1105,23 +1106,31 @@ PointwiseOut run_pointwise(PointwiseWgrad choice, const PointwiseCase& k,
   return out;
 }
 
-TEST(BackendCpuConvolution, PointwiseWeightGradientAsAGemmIsWithinTheFp32SumBound) {
+TEST(BackendCpuConvolution, WeightGradientAsAGemmIsWithinTheFp32SumBound) {
   sdk::Conv2dGeometry uneven = geometry(2, 12, 9, 7, 20, 1, 1, 1, 0);
   uneven.stride_h = 2;
   uneven.stride_w = 3;
-  const std::vector<PointwiseCase> cases = {
+  sdk::Conv2dGeometry dilated = geometry(2, 8, 9, 9, 12, 3, 3, 1, 2);
+  dilated.dilation_h = dilated.dilation_w = 2;
+  sdk::Conv2dGeometry oblong = geometry(2, 6, 7, 8, 10, 3, 2, 1, 0);
+  oblong.pad_h = 1;
+  const std::vector<WgradCase> cases = {
       {DType::fp32, DType::fp32, 1.0f, 1.0f, true, geometry(3, 24, 6, 5, 40, 1, 1, 1, 0),
-       "fp32, stride 1, bias"},
+       "fp32, 1x1, bias"},
       {DType::bf16, DType::fp32, 1.0f, 1.0f, true, geometry(2, 32, 7, 9, 16, 1, 1, 2, 0),
-       "bf16, stride 2 on odd sizes, bias"},
-      {DType::bf16, DType::fp32, 1.0f, 1.0f, false, uneven, "bf16, strides 2 and 3"},
-      {DType::fp16, DType::fp32, 1.0f, 1.0f, true, geometry(2, 8, 5, 5, 24, 1, 1, 1, 0),
-       "fp16, bias"},
-      {DType::fp32, DType::tf32, 1.0f, 1.0f, false, geometry(2, 16, 6, 6, 8, 1, 1, 2, 0),
-       "tf32 compute on tf32 values, stride 2"},
-      {DType::fp8_e4m3, DType::fp32, 0.5f, 0.25f, false, geometry(2, 16, 6, 6, 32, 1, 1, 1, 0),
-       "fp8 e4m3 with scales"}};
-  for (const PointwiseCase& k : cases) {
+       "bf16, 1x1 stride 2 on odd sizes, bias"},
+      {DType::bf16, DType::fp32, 1.0f, 1.0f, false, uneven, "bf16, 1x1 strides 2 and 3"},
+      {DType::bf16, DType::fp32, 1.0f, 1.0f, true, geometry(2, 16, 9, 7, 24, 3, 3, 2, 1),
+       "bf16, 3x3 stride 2 padded, bias"},
+      {DType::fp32, DType::fp32, 1.0f, 1.0f, false, dilated, "fp32, 3x3 dilation 2"},
+      {DType::fp16, DType::fp32, 1.0f, 1.0f, true, oblong, "fp16, 3x2 padded in h only, bias"},
+      {DType::bf16, DType::fp32, 1.0f, 1.0f, false, geometry(2, 8, 6, 6, 8, 1, 1, 1, 1),
+       "bf16, a padded 1x1"},
+      {DType::fp32, DType::tf32, 1.0f, 1.0f, false, geometry(2, 16, 6, 6, 8, 3, 3, 2, 1),
+       "tf32 compute on tf32 values, 3x3 stride 2"},
+      {DType::fp8_e4m3, DType::fp32, 0.5f, 0.25f, false, geometry(2, 16, 6, 6, 32, 3, 3, 1, 1),
+       "fp8 e4m3 with scales, 3x3"}};
+  for (const WgradCase& k : cases) {
     SCOPED_TRACE(k.what);
     const auto& g = k.g;
     // tf32: values that tf32 holds (bf16 ones), so its rounding of the operands changes nothing.
@@ -1130,21 +1139,21 @@ TEST(BackendCpuConvolution, PointwiseWeightGradientAsAGemmIsWithinTheFp32SumBoun
     const auto dyv = representable(random_values(y_shape(g).numel(), 42), values);
     const auto dw0 = random_values(w_shape(g).numel(), 43);
     const auto db0 = random_values(static_cast<std::size_t>(g.out_channels), 44);
-    const PointwiseOut gemm = run_pointwise(PointwiseWgrad::gemm, k, xv, dyv, dw0, db0);
-    const PointwiseOut conv = run_pointwise(PointwiseWgrad::convolution, k, xv, dyv, dw0, db0);
+    const WgradOut gemm = run_wgrad(WgradGemm::gemm, k, xv, dyv, dw0, db0);
+    const WgradOut conv = run_wgrad(WgradGemm::convolution, k, xv, dyv, dw0, db0);
     EXPECT_EQ(gemm.impl.rfind("gemm ", 0), 0u) << gemm.impl;
-    EXPECT_EQ(conv.impl.find("gemm"), std::string::npos) << conv.impl;
+    EXPECT_NE(conv.impl.rfind("gemm ", 0), 0u) << conv.impl;  // oneDNN's own, e.g. x64:gemm:jit
     // The same call again: the same bits.
-    const PointwiseOut again = run_pointwise(PointwiseWgrad::gemm, k, xv, dyv, dw0, db0);
+    const WgradOut again = run_wgrad(WgradGemm::gemm, k, xv, dyv, dw0, db0);
     EXPECT_EQ(again.dw, gemm.dw);
     EXPECT_EQ(again.dw_acc, gemm.dw_acc);
     EXPECT_EQ(again.db, gemm.db);
 
-    // The exact sums in double, with Σ|products| for the bound.
+    // The exact sums in double, with Σ|products| for the bound; dw is [O, C, KH, KW].
     const std::int64_t oh = g.out_height(), ow = g.out_width(), C = g.in_channels,
                        O = g.out_channels, K = g.batch * oh * ow;
     const double scale = double{k.scale_x} * k.scale_dy;
-    std::vector<double> dw(static_cast<std::size_t>(O * C)), dw_abs(dw.size());
+    std::vector<double> dw(w_shape(g).numel()), dw_abs(dw.size());
     std::vector<double> db(static_cast<std::size_t>(O)), db_abs(db.size());
     for (std::int64_t n = 0; n < g.batch; ++n)
       for (std::int64_t i = 0; i < oh; ++i)
@@ -1153,12 +1162,20 @@ TEST(BackendCpuConvolution, PointwiseWeightGradientAsAGemmIsWithinTheFp32SumBoun
             const double d = dyv[static_cast<std::size_t>(((n * oh + i) * ow + j) * O + o)];
             db[static_cast<std::size_t>(o)] += d * k.scale_dy;
             db_abs[static_cast<std::size_t>(o)] += std::abs(d * k.scale_dy);
-            for (std::int64_t c = 0; c < C; ++c) {
-              const double xe = xv[static_cast<std::size_t>(
-                  ((n * g.height + i * g.stride_h) * g.width + j * g.stride_w) * C + c)];
-              dw[static_cast<std::size_t>(o * C + c)] += d * xe * scale;
-              dw_abs[static_cast<std::size_t>(o * C + c)] += std::abs(d * xe * scale);
-            }
+            for (std::int64_t kh = 0; kh < g.kernel_h; ++kh)
+              for (std::int64_t kw = 0; kw < g.kernel_w; ++kw) {
+                const std::int64_t h = i * g.stride_h - g.pad_h + kh * g.dilation_h,
+                                   w = j * g.stride_w - g.pad_w + kw * g.dilation_w;
+                if (h < 0 || h >= g.height || w < 0 || w >= g.width) continue;
+                for (std::int64_t c = 0; c < C; ++c) {
+                  const double xe =
+                      xv[static_cast<std::size_t>(((n * g.height + h) * g.width + w) * C + c)];
+                  const auto at =
+                      static_cast<std::size_t>(((o * C + c) * g.kernel_h + kh) * g.kernel_w + kw);
+                  dw[at] += d * xe * scale;
+                  dw_abs[at] += std::abs(d * xe * scale);
+                }
+              }
           }
     const double u = 0x1p-24;
     const double gamma = (K + 2) * u / (1.0 - (K + 2) * u);
@@ -1175,7 +1192,7 @@ TEST(BackendCpuConvolution, PointwiseWeightGradientAsAGemmIsWithinTheFp32SumBoun
                         << ", bound " << bound;
       }
     };
-    for (const PointwiseOut* r : {&gemm, &conv}) {
+    for (const WgradOut* r : {&gemm, &conv}) {
       SCOPED_TRACE(r->impl);
       within(r->dw, dw, dw_abs, {}, "dw");
       within(r->dw_acc, dw, dw_abs, dw0, "dw +=");
@@ -1187,64 +1204,79 @@ TEST(BackendCpuConvolution, PointwiseWeightGradientAsAGemmIsWithinTheFp32SumBoun
   }
 }
 
-TEST(BackendCpuConvolution, PointwiseGemmGathersTheStridedPixelsInTheWorkspaceItAskedFor) {
-  const sdk::Conv2dGeometry g = geometry(3, 24, 9, 8, 16, 1, 1, 2, 0);
-  const auto xv = representable(random_values(x_shape(g).numel(), 51), DType::bf16);
-  const auto dyv = representable(random_values(y_shape(g).numel(), 52), DType::bf16);
-  sdk::Conv2dWorkspaceQuery q;
-  q.op = sdk::ConvolutionOp::conv2d_backward_weights;
-  q.geometry = g;
-  q.a = q.b = DType::bf16;
-  q.out = DType::fp32;
-  const auto run = [&](bool with_workspace, std::size_t* asked, std::size_t* grew) {
-    CpuBackend be(1, Bf16GemmPath::automatic, Bf16ConvPath::automatic, ConvAlgorithm::direct);
-    be.set_pointwise_wgrad(PointwiseWgrad::gemm);
-    auto& conv = *sdk::facet<sdk::ConvolutionFacet>(be);
-    const auto& scratch = *sdk::facet<sdk::ScratchFacet>(be);
-    DeviceTensor x(be, DType::bf16, x_shape(g), xv), dy(be, DType::bf16, y_shape(g), dyv);
-    DeviceTensor dw(be, DType::fp32, w_shape(g));
-    *asked = conv.conv2d_workspace_bytes(q);
-    std::vector<std::byte> memory(*asked + 64, std::byte{0xFF});
-    auto* at = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(memory.data()) + 63) /
-                                            64 * 64);
-    sdk::Conv2dBackwardWeightsArgs bw;
-    bw.geometry = g;
-    bw.x.view = x;
-    bw.dy.view = dy;
-    bw.dw = dw;
-    const std::size_t before = scratch.scratch_bytes();
-    if (with_workspace)
-      conv.conv2d_backward_weights_with_workspace(
-          bw, {at, DType::fp32, Shape{static_cast<std::int64_t>((*asked + 3) / 4)}});
-    else
-      conv.conv2d_backward_weights(bw);
-    *grew = scratch.scratch_bytes() - before;
-    return dw.get();
+TEST(BackendCpuConvolution, WeightGradientAsAGemmTakesItsScratchFromTheWorkspaceItAskedFor) {
+  // A 1x1 at stride 2 gathers x's pixels (3 images of 5x4 pixels of 24 bf16 channels); a 3x3 also
+  // gathers its columns (9 taps a pixel) and keeps its product [O, 3, 3, C] in fp32 before the
+  // reorder into OIHW; a 1x1 at stride 1 reads x where it is and writes dw itself: nothing.
+  struct Case {
+    sdk::Conv2dGeometry g;
+    std::size_t least;
   };
-  std::size_t asked = 0, grew = 0, asked_lent = 0, grew_lent = 0;
-  const auto own = run(false, &asked, &grew);
-  const auto lent = run(true, &asked_lent, &grew_lent);
-  // x's pixels at stride 2: 3 images of 5x4 pixels of 24 bf16 channels.
-  EXPECT_GE(asked, std::size_t{3 * 5 * 4 * 24 * 2});
-  EXPECT_LE(asked, std::size_t{3 * 5 * 4 * 24 * 2 + 64});
-  EXPECT_EQ(lent, own);
-  EXPECT_GT(grew, 0u) << "without a workspace the gather is the backend's own scratch";
-  EXPECT_EQ(grew_lent, 0u) << "with it, nothing of the backend's grew";
-  // At stride 1 the GEMM reads x where it is: no workspace.
-  q.geometry = geometry(3, 24, 9, 8, 16, 1, 1, 1, 0);
-  CpuBackend be(1, Bf16GemmPath::automatic, Bf16ConvPath::automatic, ConvAlgorithm::direct);
-  be.set_pointwise_wgrad(PointwiseWgrad::gemm);
-  EXPECT_EQ(sdk::facet<sdk::ConvolutionFacet>(be)->conv2d_workspace_bytes(q), 0u);
+  for (const Case& k :
+       {Case{geometry(3, 24, 9, 8, 16, 1, 1, 2, 0), std::size_t{3 * 5 * 4 * 24 * 2}},
+        Case{geometry(2, 8, 6, 6, 16, 3, 3, 2, 1),
+             std::size_t{2 * 3 * 3 * 9 * 8 * 2 + 16 * 9 * 8 * 4}},
+        Case{geometry(3, 24, 9, 8, 16, 1, 1, 1, 0), std::size_t{0}}}) {
+    const auto& g = k.g;
+    SCOPED_TRACE(::testing::Message()
+                 << g.kernel_h << "x" << g.kernel_w << " stride " << g.stride_h);
+    const auto xv = representable(random_values(x_shape(g).numel(), 51), DType::bf16);
+    const auto dyv = representable(random_values(y_shape(g).numel(), 52), DType::bf16);
+    sdk::Conv2dWorkspaceQuery q;
+    q.op = sdk::ConvolutionOp::conv2d_backward_weights;
+    q.geometry = g;
+    q.a = q.b = DType::bf16;
+    q.out = DType::fp32;
+    const auto run = [&](bool with_workspace, std::size_t* asked, std::size_t* grew) {
+      CpuBackend be(1, Bf16GemmPath::automatic, Bf16ConvPath::automatic, ConvAlgorithm::direct);
+      be.set_wgrad_gemm(WgradGemm::gemm);
+      auto& conv = *sdk::facet<sdk::ConvolutionFacet>(be);
+      const auto& scratch = *sdk::facet<sdk::ScratchFacet>(be);
+      DeviceTensor x(be, DType::bf16, x_shape(g), xv), dy(be, DType::bf16, y_shape(g), dyv);
+      DeviceTensor dw(be, DType::fp32, w_shape(g));
+      *asked = conv.conv2d_workspace_bytes(q);
+      std::vector<std::byte> memory(*asked + 64, std::byte{0xFF});
+      auto* at = reinterpret_cast<std::byte*>(
+          (reinterpret_cast<std::uintptr_t>(memory.data()) + 63) / 64 * 64);
+      sdk::Conv2dBackwardWeightsArgs bw;
+      bw.geometry = g;
+      bw.x.view = x;
+      bw.dy.view = dy;
+      bw.dw = dw;
+      const std::size_t before = scratch.scratch_bytes();
+      if (with_workspace)
+        conv.conv2d_backward_weights_with_workspace(
+            bw, {at, DType::fp32, Shape{static_cast<std::int64_t>((*asked + 3) / 4)}});
+      else
+        conv.conv2d_backward_weights(bw);
+      *grew = scratch.scratch_bytes() - before;
+      EXPECT_EQ(be.last_conv_implementation().rfind("gemm ", 0), 0u);
+      return dw.get();
+    };
+    std::size_t asked = 0, grew = 0, asked_lent = 0, grew_lent = 0;
+    const auto own = run(false, &asked, &grew);
+    const auto lent = run(true, &asked_lent, &grew_lent);
+    EXPECT_EQ(lent, own);
+    if (k.least == 0) {
+      EXPECT_EQ(asked, 0u);
+      EXPECT_EQ(grew, 0u);
+      continue;
+    }
+    // Each request from a 64-byte boundary, and 63 bytes for the workspace's own start.
+    EXPECT_GE(asked, k.least);
+    EXPECT_LE(asked, k.least + 64 * 2 + 63);
+    EXPECT_GT(grew, 0u) << "without a workspace the scratch is the backend's own";
+    EXPECT_EQ(grew_lent, 0u) << "with it, nothing of the backend's grew";
+  }
 }
 
-// What the GEMM does not take (kernels wider than 1x1, padding, groups, an fp8 dy with a bias
-// gradient) stays on the convolution under pointwise_wgrad = gemm; `auto` takes the GEMM only
-// for bf16 operands read natively, with AMX-BF16, and `convolution` never.
-TEST(BackendCpuConvolution, PointwiseWgradRuleTakesOnlyWhatTheGemmComputes) {
-  const auto impl = [](PointwiseWgrad choice, const sdk::Conv2dGeometry& g, DType dtype,
-                       bool bias) {
+// What the GEMM does not take (groups, an fp8 dy with a bias gradient) stays on the convolution
+// under wgrad_gemm = gemm; `auto` takes the GEMM only for the 1x1 and wide 3x3 shapes of the
+// rule, bf16 operands read natively, with AMX-BF16; and `convolution` never.
+TEST(BackendCpuConvolution, WgradGemmRuleTakesOnlyWhatTheGemmComputesAndWhereItPays) {
+  const auto impl = [](WgradGemm choice, const sdk::Conv2dGeometry& g, DType dtype, bool bias) {
     CpuBackend be(1, Bf16GemmPath::automatic, Bf16ConvPath::automatic, ConvAlgorithm::direct);
-    be.set_pointwise_wgrad(choice);
+    be.set_wgrad_gemm(choice);
     DeviceTensor x(be, dtype, x_shape(g), random_values(x_shape(g).numel(), 61, -0.5f, 0.5f));
     DeviceTensor dy(be, dtype, y_shape(g), random_values(y_shape(g).numel(), 62, -0.5f, 0.5f));
     DeviceTensor dw(be, DType::fp32, w_shape(g)), db(be, DType::fp32, Shape{g.out_channels});
@@ -1259,29 +1291,38 @@ TEST(BackendCpuConvolution, PointwiseWgradRuleTakesOnlyWhatTheGemmComputes) {
   };
   const auto is_gemm = [](const std::string& s) { return s.rfind("gemm ", 0) == 0; };
   const sdk::Conv2dGeometry pointwise = geometry(2, 16, 6, 6, 16, 1, 1, 1, 0);
-  EXPECT_TRUE(is_gemm(impl(PointwiseWgrad::gemm, pointwise, DType::fp32, true)));
-  EXPECT_FALSE(is_gemm(
-      impl(PointwiseWgrad::gemm, geometry(2, 16, 6, 6, 16, 3, 3, 1, 1), DType::fp32, false)));
-  EXPECT_FALSE(is_gemm(
-      impl(PointwiseWgrad::gemm, geometry(2, 16, 6, 6, 16, 1, 1, 1, 1), DType::fp32, false)))
-      << "a padded 1x1 convolution";
-  EXPECT_FALSE(is_gemm(
-      impl(PointwiseWgrad::gemm, geometry(2, 16, 6, 6, 16, 1, 1, 1, 0, 4), DType::fp32, false)))
+  const sdk::Conv2dGeometry narrow_3x3 = geometry(2, 16, 6, 6, 16, 3, 3, 1, 1);
+  EXPECT_TRUE(is_gemm(impl(WgradGemm::gemm, pointwise, DType::fp32, true)));
+  EXPECT_TRUE(is_gemm(impl(WgradGemm::gemm, narrow_3x3, DType::fp32, false)));
+  EXPECT_FALSE(
+      is_gemm(impl(WgradGemm::gemm, geometry(2, 16, 6, 6, 16, 1, 1, 1, 0, 4), DType::fp32, false)))
       << "groups";
-  EXPECT_FALSE(is_gemm(impl(PointwiseWgrad::gemm, pointwise, DType::fp8_e4m3, true)))
+  EXPECT_FALSE(is_gemm(impl(WgradGemm::gemm, pointwise, DType::fp8_e4m3, true)))
       << "an fp8 dy with a bias gradient";
-  EXPECT_TRUE(is_gemm(impl(PointwiseWgrad::gemm, pointwise, DType::fp8_e4m3, false)));
+  EXPECT_TRUE(is_gemm(impl(WgradGemm::gemm, pointwise, DType::fp8_e4m3, false)));
   for (DType d : {DType::bf16, DType::fp32})
-    EXPECT_FALSE(is_gemm(impl(PointwiseWgrad::convolution, pointwise, d, false)));
-  EXPECT_FALSE(is_gemm(impl(PointwiseWgrad::automatic, pointwise, DType::fp32, false)))
+    EXPECT_FALSE(is_gemm(impl(WgradGemm::convolution, pointwise, d, false)));
+  EXPECT_FALSE(is_gemm(impl(WgradGemm::automatic, pointwise, DType::fp32, false)))
       << "auto keeps fp32 on the convolution";
-  EXPECT_FALSE(is_gemm(impl(PointwiseWgrad::automatic, pointwise, DType::fp16, false)));
+  EXPECT_FALSE(is_gemm(impl(WgradGemm::automatic, pointwise, DType::fp16, false)));
+  EXPECT_FALSE(is_gemm(impl(WgradGemm::automatic, narrow_3x3, DType::bf16, false)))
+      << "auto keeps narrow 3x3s on the convolution";
   CpuBackend probe(1, Bf16GemmPath::automatic, Bf16ConvPath::automatic, ConvAlgorithm::direct);
   const bool amx = detect_cpu().has("amx_bf16");
   const bool native = probe.bf16_conv_native() && probe.bf16_gemm_native();
-  EXPECT_EQ(is_gemm(impl(PointwiseWgrad::automatic, pointwise, DType::bf16, false)), amx && native)
-      << probe.pointwise_wgrad_note();
-  EXPECT_NE(probe.pointwise_wgrad_note().find("pointwise_wgrad = auto"), std::string::npos);
+  EXPECT_EQ(is_gemm(impl(WgradGemm::automatic, pointwise, DType::bf16, false)), amx && native)
+      << probe.wgrad_gemm_note();
+  EXPECT_NE(probe.wgrad_gemm_note().find("wgrad_gemm = auto"), std::string::npos);
+  // The rule's shapes, on ResNet-50's convolutions (batch 8) and their neighbours.
+  EXPECT_TRUE(wgrad_gemm_pays(geometry(8, 1024, 14, 14, 2048, 1, 1, 2, 0)));
+  EXPECT_TRUE(wgrad_gemm_pays(geometry(8, 64, 56, 56, 256, 1, 1, 1, 0)));
+  EXPECT_TRUE(wgrad_gemm_pays(geometry(8, 256, 28, 28, 256, 3, 3, 2, 1)));
+  EXPECT_TRUE(wgrad_gemm_pays(geometry(8, 512, 7, 7, 512, 3, 3, 1, 1)));
+  EXPECT_FALSE(wgrad_gemm_pays(geometry(8, 256, 14, 14, 256, 3, 3, 1, 1))) << "measured a tie";
+  EXPECT_FALSE(wgrad_gemm_pays(geometry(8, 128, 56, 56, 128, 3, 3, 2, 1)));
+  EXPECT_FALSE(wgrad_gemm_pays(geometry(8, 3, 224, 224, 64, 7, 7, 2, 3))) << "the stem";
+  EXPECT_FALSE(wgrad_gemm_pays(geometry(8, 512, 7, 7, 512, 1, 1, 1, 1))) << "a padded 1x1";
+  EXPECT_FALSE(wgrad_gemm_pays(geometry(8, 512, 7, 7, 512, 3, 3, 1, 1, 2))) << "groups";
 }
 
 // fp16 max pooling decodes a chunk of whole images at a time (cpu_pooling.cpp: about 1 MiB of fp32

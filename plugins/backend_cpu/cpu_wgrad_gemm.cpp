@@ -1,0 +1,139 @@
+// A convolution's weight gradient as one GEMM over its input's columns (contract in
+// cpu_wgrad_gemm.h; the rule that takes it, and its measurements, in cpu_conv_algorithm.h).
+#include "cpu_wgrad_gemm.h"
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "cpu_access.h"
+#include "cpu_activation_kernels.h"
+#include "cpu_gemm.h"
+#include "cpu_primitive_cache.h"
+
+namespace mixtrain::backend_cpu {
+
+namespace {
+
+using dnnl::memory;
+
+bool reads_x_itself(const sdk::Conv2dGeometry& g) {
+  return g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 &&
+         g.pad_w == 0;
+}
+
+// cols [M, KH·KW·C] from x [N, H, W, C], bytes as stored: output pixel (n, i, j)'s row holds the
+// input pixels (i·s − p + kh·d, j·s − p + kw·d) for kh, kw in order, zeros outside the image.
+void gather_columns(const sdk::Conv2dGeometry& g, const sdk::TensorView& x, void* out) {
+  const std::int64_t oh = g.out_height(), ow = g.out_width();
+  const std::size_t pixel = static_cast<std::size_t>(g.in_channels) * sdk::dtype_size(x.dtype);
+  const std::size_t row_bytes = pixel * static_cast<std::size_t>(g.kernel_h * g.kernel_w);
+  const auto* src = static_cast<const char*>(x.data);
+  auto* dst = static_cast<char*>(out);
+  // One row of output pixels per iteration.
+#pragma omp parallel for schedule(static) if (parallel_worth(g.batch * oh * ow * g.in_channels))
+  for (std::int64_t r = 0; r < g.batch * oh; ++r) {
+    const std::int64_t n = r / oh, i = r % oh;
+    for (std::int64_t j = 0; j < ow; ++j) {
+      char* to = dst + static_cast<std::size_t>(r * ow + j) * row_bytes;
+      for (std::int64_t kh = 0; kh < g.kernel_h; ++kh) {
+        const std::int64_t h = i * g.stride_h - g.pad_h + kh * g.dilation_h;
+        for (std::int64_t kw = 0; kw < g.kernel_w; ++kw, to += pixel) {
+          const std::int64_t w = j * g.stride_w - g.pad_w + kw * g.dilation_w;
+          if (h < 0 || h >= g.height || w < 0 || w >= g.width)
+            std::memset(to, 0, pixel);
+          else
+            std::memcpy(to,
+                        src + static_cast<std::size_t>((n * g.height + h) * g.width + w) * pixel,
+                        pixel);
+        }
+      }
+    }
+  }
+}
+
+// The cached reorders of an fp32 [O, C, KH, KW] weight gradient from OHWI into OIHW, overwriting
+// or adding (a sum post-op).
+struct ProductReorder {
+  memory::desc ohwi, oihw;
+  dnnl::reorder overwrite, add;
+  std::string implementation;
+};
+
+ProductReorder& product_reorder(PrimitiveCache& cache, const sdk::Conv2dGeometry& g) {
+  const memory::dims dims{g.out_channels, g.in_channels, g.kernel_h, g.kernel_w};
+  return cache.get<ProductReorder>(
+      {0x57475247 /* "WGRG" */, g.out_channels, g.in_channels, g.kernel_h, g.kernel_w},
+      [&] {
+        ProductReorder r;
+        r.ohwi = memory::desc(dims, memory::data_type::f32, memory::format_tag::ohwi);
+        r.oihw = memory::desc(dims, memory::data_type::f32, memory::format_tag::oihw);
+        const dnnl::reorder::primitive_desc plain(cache.engine(), r.ohwi, cache.engine(), r.oihw);
+        dnnl::post_ops sum;
+        sum.append_sum(1.0f);
+        dnnl::primitive_attr attr;
+        attr.set_post_ops(sum);
+        const dnnl::reorder::primitive_desc adding(cache.engine(), r.ohwi, cache.engine(), r.oihw,
+                                                   attr);
+        r.overwrite = dnnl::reorder(plain);
+        r.add = dnnl::reorder(adding);
+        r.implementation = plain.impl_info_str();
+        return r;
+      },
+      [&] {
+        return "weight gradient as a GEMM, OHWI -> OIHW O=" + std::to_string(g.out_channels) +
+               " C=" + std::to_string(g.in_channels) + " kernel " + std::to_string(g.kernel_h) +
+               "x" + std::to_string(g.kernel_w) + ", fp32";
+      });
+}
+
+}  // namespace
+
+std::size_t wgrad_gemm_cols_bytes(const sdk::Conv2dGeometry& g, sdk::DType x) {
+  if (reads_x_itself(g)) return 0;
+  return static_cast<std::size_t>(g.batch * g.out_height() * g.out_width() * g.kernel_h *
+                                  g.kernel_w * g.in_channels) *
+         sdk::dtype_size(x);
+}
+
+std::size_t wgrad_gemm_product_bytes(const sdk::Conv2dGeometry& g) {
+  if (g.kernel_h == 1 && g.kernel_w == 1) return 0;
+  return static_cast<std::size_t>(g.out_channels * g.kernel_h * g.kernel_w * g.in_channels) * 4;
+}
+
+void weight_gradient_as_gemm(CpuContext& context, const sdk::Conv2dBackwardWeightsArgs& args,
+                             void* cols, float* product) {
+  const sdk::Conv2dGeometry& g = args.geometry;
+  const std::int64_t pixels = g.batch * g.out_height() * g.out_width();  // M
+  const std::int64_t taps = g.kernel_h * g.kernel_w * g.in_channels;     // KH·KW·C
+  const bool pointwise = g.kernel_h == 1 && g.kernel_w == 1;
+  // dy is [M, O]; cols [M, KH·KW·C]; z [O, KH·KW·C].
+  sdk::GemmArgs gemm;
+  gemm.a = args.dy;
+  gemm.a.view.shape = sdk::Shape{pixels, g.out_channels};
+  gemm.a.transpose = true;
+  gemm.b = args.x;
+  if (!reads_x_itself(g)) {
+    gather_columns(g, args.x.view, cols);
+    gemm.b.view.data = cols;
+  }
+  gemm.b.view.shape = sdk::Shape{pixels, taps};
+  gemm.c = {pointwise ? args.dw.data : product, sdk::DType::fp32, sdk::Shape{g.out_channels, taps}};
+  gemm.beta = pointwise && args.accumulate ? 1.0f : 0.0f;
+  gemm.compute = args.compute;
+  context.gemm().run(gemm);
+  if (!pointwise) {
+    PrimitiveCache& cache = context.prims();
+    const ProductReorder& r = product_reorder(cache, g);
+    cache.execute(args.accumulate ? r.add : r.overwrite,
+                  {{DNNL_ARG_FROM, cache.wrap(r.ohwi, product)},
+                   {DNNL_ARG_TO, cache.wrap(r.oihw, args.dw.data)}});
+  }
+  if (!args.dbias.empty())
+    sum_columns(context, args.dy.view, pixels, g.out_channels, args.dbias.as<float>(),
+                args.accumulate);
+}
+
+}  // namespace mixtrain::backend_cpu

@@ -1,0 +1,36 @@
+// A convolution's weight gradient as one GEMM over its input's columns, where
+// cpu_conv_algorithm.h's rule (CpuContext::wgrad_as_gemm) takes it instead of oneDNN's
+// convolution backward-weights.
+//
+// Contract
+// - args are the convolution facet's, already checked (conv2d_backward_weights), with one group
+//   (wgrad_gemm_shape) and no fp8 dy when dbias is asked for.
+// - cols [M, KH·KW·C], M = N·OH·OW: x itself for a 1x1 kernel at stride 1 without padding; else
+//   each output pixel's KH·KW input pixels in (kh, kw) order, zeros where a tap falls in the
+//   padding (im2col), in x's dtype, copied as stored into `cols` (wgrad_gemm_cols_bytes()).
+// - z [O, KH·KW·C] = dyᵀ [O, M] · cols through the backend's GemmEngine (cpu_gemm.h: its
+//   precision rules, which are the convolution's; fp8 scale_invs scale the product once; FP32
+//   accumulation). For a 1x1 kernel z is dw itself (OIHW is [O, C]), accumulated as beta = 1;
+//   otherwise z is dw in OHWI order, in `product` (wgrad_gemm_product_bytes()), and one cached
+//   oneDNN reorder moves it into dw's OIHW (adding to dw when accumulating).
+// - dbias fp32 [O] (when not empty) = (accumulate ? dbias : 0) + Σ_M dy, summed in double per
+//   channel (sum_columns, cpu_activation_kernels.h: the activation facet's bias gradient).
+// - Errors: sdk::BackendError from the GEMM engine.
+#pragma once
+
+#include <cstddef>
+
+#include "cpu_context.h"
+#include "mixtrain/sdk/backend_convolution.h"
+
+namespace mixtrain::backend_cpu {
+
+// Bytes of the gathered columns (0 where the GEMM reads x itself) and of the OHWI product (0 for
+// a 1x1 kernel, whose product is dw).
+std::size_t wgrad_gemm_cols_bytes(const sdk::Conv2dGeometry& g, sdk::DType x);
+std::size_t wgrad_gemm_product_bytes(const sdk::Conv2dGeometry& g);
+
+void weight_gradient_as_gemm(CpuContext& context, const sdk::Conv2dBackwardWeightsArgs& args,
+                             void* cols, float* product);
+
+}  // namespace mixtrain::backend_cpu
