@@ -4,7 +4,7 @@
 // 1x1 stride-1 convolution and otherwise x's pixels (im2col: each output pixel's KH·KW input
 // pixels, zeros in the padding), gathered first and timed apart. bf16 operands, fp32 dw, nhwc,
 // best of 7 calls after 2 warm-ups, milliseconds, with oneDNN's implementation names. What
-// cpu_conv_algorithm.h's wgrad_gemm rule was decided from (bench/RESULTS.md, session 63).
+// cpu_conv_algorithm.h's conv_gemm rule was decided from (bench/RESULTS.md, session 63).
 // Not part of the CMake build (a measurement aid; oneDNN 2.6's API):
 //   g++ -O2 -fopenmp -std=c++17 bench/cnn/onednn_wgrad_gemm.cpp -ldnnl -o /tmp/wgrad_gemm
 //   OMP_NUM_THREADS=2 /tmp/wgrad_gemm [f32]

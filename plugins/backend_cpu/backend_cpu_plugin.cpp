@@ -26,10 +26,10 @@ std::unique_ptr<sdk::Component> create_cpu_backend(const sdk::Options& options,
       std::make_unique<backend_cpu::CpuBackend>(threads, path, conv_path, conv_algorithm);
   if (options.get_bool("flush_denormals")) backend->flush_denormals();
   backend->set_conv_workspace(options.get_bool("conv_workspace"));
-  const std::string wgrad = options.get_string("wgrad_gemm");
-  backend->set_wgrad_gemm(wgrad == "gemm"          ? backend_cpu::WgradGemm::gemm
-                          : wgrad == "convolution" ? backend_cpu::WgradGemm::convolution
-                                                   : backend_cpu::WgradGemm::automatic);
+  const std::string wgrad = options.get_string("conv_gemm");
+  backend->set_conv_gemm(wgrad == "gemm"          ? backend_cpu::ConvGemm::gemm
+                         : wgrad == "convolution" ? backend_cpu::ConvGemm::convolution
+                                                  : backend_cpu::ConvGemm::automatic);
   context.logger.debug("cpu backend with " + std::to_string(backend->threads()) +
                        " threads, bf16_gemm = " + bf16 + ", bf16_conv = " + conv);
   // Winograd changes the numbers: say what runs whenever it was asked for. The direct
@@ -41,9 +41,9 @@ std::unique_ptr<sdk::Component> create_cpu_backend(const sdk::Options& options,
     context.logger.debug(backend->conv_algorithm_note());
   // Likewise the weight gradient's route: the GEMM sums in another order.
   if (wgrad != "auto")
-    context.logger.info(backend->wgrad_gemm_note());
+    context.logger.info(backend->conv_gemm_note());
   else if (context.logger.enabled(sdk::LogLevel::debug))
-    context.logger.debug(backend->wgrad_gemm_note());
+    context.logger.debug(backend->conv_gemm_note());
   return backend;
 }
 
@@ -82,7 +82,7 @@ std::vector<sdk::ComponentInfo> backend_cpu_components() {
                 "blocked layouts) from the host's step memory, live at the op's step only; false "
                 "keeps it in the backend's own buffers, grown to the largest call and held"),
             sdk::OptionSpec::string(
-                "wgrad_gemm", "auto",
+                "conv_gemm", "auto",
                 "convolution weight gradients: auto (one GEMM dy^T cols, x's pixels gathered "
                 "first past a 1x1 stride-1 kernel, for bf16 1x1 and wide 3x3 convolutions where "
                 "the CPU has AMX-BF16, measured 1.6-5.1x faster there; oneDNN's convolution "

@@ -94,14 +94,21 @@ class CpuContext {
   // the option conv_workspace, default true), or keeps it in the primitive cache's slots.
   bool conv_workspace() const noexcept { return conv_workspace_; }
   void set_conv_workspace(bool on) noexcept { conv_workspace_ = on; }
-  // The `wgrad_gemm` option (cpu_conv_algorithm.h): which weight gradients run as one GEMM.
-  WgradGemm wgrad_gemm() const noexcept { return wgrad_gemm_; }
-  void set_wgrad_gemm(WgradGemm choice) noexcept { wgrad_gemm_ = choice; }
+  // The `conv_gemm` option (cpu_conv_algorithm.h): which convolution gradients run as one GEMM.
+  ConvGemm conv_gemm() const noexcept { return conv_gemm_; }
+  void set_conv_gemm(ConvGemm choice) noexcept { conv_gemm_ = choice; }
   // Whether this weight gradient runs as one GEMM (cpu_conv_algorithm.h's rule): `native_bf16`
   // says its route reads both operands as bf16; an fp8 dy with a bias gradient never does.
   bool wgrad_as_gemm(const sdk::Conv2dGeometry& g, bool native_bf16, bool fp8_dy_with_bias) const;
-  // A line saying which weight gradients run as GEMMs here, and why.
-  std::string wgrad_gemm_note() const;
+  // Whether this accumulating data gradient runs as one GEMM (cpu_conv_algorithm.h's rule), and
+  // whether the facet offers conv2d_backward_data_accumulate for these {dy, w, dx} dtypes (it
+  // does where the rule can take a 1x1 one; other shapes then run the convolution into fp32
+  // scratch and an add).
+  bool dgrad_accumulate_as_gemm(const sdk::Conv2dGeometry& g, bool native_bf16,
+                                sdk::DType dx) const;
+  bool offers_dgrad_accumulate(sdk::DType dy, sdk::DType w, sdk::DType dx) const;
+  // A line saying which gradients run as GEMMs here, and why.
+  std::string conv_gemm_note() const;
   // oneDNN's implementation of the last convolution primitive run ("gemm " and the matmul's for a
   // weight gradient run as a GEMM).
   const std::string& last_conv_implementation() const noexcept { return last_conv_impl_; }
@@ -131,7 +138,7 @@ class CpuContext {
   mutable std::string direct_impl_;    // blocked_layout_pays()'s probe: the nhwc 3x3 kernel
   mutable int winograd_state_ = -1;    // -1 unprobed, 0 unavailable, 1 available
   mutable std::string winograd_impl_;  // the probe's implementation name, or why none
-  WgradGemm wgrad_gemm_ = WgradGemm::automatic;
+  ConvGemm conv_gemm_ = ConvGemm::automatic;
   mutable int amx_state_ = -1;  // -1 undetected, 0 no AMX-BF16, 1 AMX-BF16
   bool has_amx_bf16() const;
   std::string last_conv_impl_;

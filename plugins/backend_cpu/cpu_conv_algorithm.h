@@ -2,7 +2,7 @@
 // cpu_conv_primitives.h builds the primitives): oneDNN's direct convolution in oneDNN's blocked
 // activation layout where its nhwc kernel is the slower one (the default, conv_algorithm =
 // "direct"), Winograd F(4,3) (conv_algorithm = "winograd"), and weight gradients as one GEMM
-// (wgrad_gemm, at the end).
+// (conv_gemm, at the end).
 //
 // The blocked layout for the direct convolution (blocked_pays below):
 // - oneDNN 2.6's AVX2 direct kernel (jit:avx2, CPUs without AVX-512) runs 3x3 convolutions faster
@@ -137,28 +137,41 @@ inline bool blocked_pays(Direction dir, const sdk::Conv2dGeometry& g) {
   return shape;
 }
 
-// Weight gradients as one GEMM (cpu_wgrad_gemm.h): a convolution's dw [O, KH·KW·C] is
-// dyᵀ [O, M] · cols [M, KH·KW·C] over its M = N·OH·OW output pixels, cols being x itself (1x1,
-// stride 1, no padding) or x's pixels gathered first (im2col). How the backend option
-// `wgrad_gemm` chooses:
+// Convolution gradients as one GEMM (the backend option `conv_gemm`).
+// Weight gradients (cpu_conv_gemm.h): a convolution's dw [O, KH·KW·C] is dyᵀ [O, M] ·
+// cols [M, KH·KW·C] over its M = N·OH·OW output pixels, cols being x itself (1x1, stride 1, no
+// padding) or x's pixels gathered first (im2col). The accumulating data gradient of a 1x1
+// stride-1 unpadded convolution (conv2d_backward_data_accumulate into an fp32 dx, the gradient
+// sum of a ResNet block's input): dx [M, C] += dy [M, O] · w [O, C], beta = 1, in place of the
+// convolution into fp32 scratch and an add, or of the host's contribution and axpy.
+// How `conv_gemm` chooses:
 // - automatic ("auto", the default): the GEMM where all of: the convolution is on the native bf16
 //   route (both operands bf16, read as stored), the GEMM engine's bf16 GEMMs are native too, the
-//   CPU has AMX-BF16, and the shape is one wgrad_gemm_pays() takes. There oneDNN 2.6's
-//   convolution weight gradient is its jit:avx512_core_amx_bf16 kernel and its bf16 matmul is
-//   brg:avx512_core_amx_bf16, measured on ResNet-50's shapes (bench/cnn/onednn_wgrad_gemm.cpp:
-//   Intel Xeon with AMX, 2 threads, batch 8, bf16, fp32 dw, best of 7; ms convolution / gather +
-//   GEMM):
-//     C->O       HxW  kernel/stride  ms                  C->O      HxW  kernel/stride  ms
-//     64->256     56    1x1/1     1.62 / 1.04            256->64    56    1x1/1     1.93 / 1.02
-//     256->512    56    1x1/2     3.86 / 0.16 + 0.96     512->128   28    1x1/1     1.16 / 0.58
-//     128->512    28    1x1/1     1.07 / 0.61            512->1024  28    1x1/2     3.61 / 0.05
-//     + 1.04 1024->256   14    1x1/1     1.54 / 0.52            1024->2048 14    1x1/2     6.08 /
-//     0.01 + 1.18 2048->512    7    1x1/1     2.60 / 0.58            512->2048   7 1x1/1     2.59 /
-//     0.55 256->256    28    3x3/2     2.35 / 0.19 + 1.12     512->512   14    3x3/2     4.88 /
-//     0.07 + 1.10 512->512     7    3x3/1     2.45 / 0.04 + 1.11     256->256   14 3x3/1     1.31 /
-//     0.15 + 1.14 128->128    56    3x3/2     1.63 / 0.42 + 1.59     128->128   28    3x3/1 0.90 /
-//     0.32 + 1.48 64->64      56    3x3/1     0.90 / 0.70 + 3.13     3->64     224 7x7/2     4.58
-//     / 11.0 + 3.65
+//   CPU has AMX-BF16, and the shape is one wgrad_gemm_pays() takes (weight gradients) or
+//   dgrad_gemm_shape() (the accumulating data gradient, which the facet then offers). There
+//   oneDNN 2.6's convolution weight gradient is its jit:avx512_core_amx_bf16 kernel and its bf16
+//   matmul is brg:avx512_core_amx_bf16, measured on ResNet-50's shapes
+//   (bench/cnn/onednn_wgrad_gemm.cpp: Intel Xeon with AMX, 2 threads, batch 8, bf16, fp32 dw,
+//   best of 7; ms):
+//     C->O        HxW   kernel/stride   convolution   gather + GEMM
+//     64->256      56     1x1/1            1.62          1.04
+//     256->64      56     1x1/1            1.93          1.02
+//     256->512     56     1x1/2            3.86          0.16 + 0.96
+//     512->128     28     1x1/1            1.16          0.58
+//     128->512     28     1x1/1            1.07          0.61
+//     512->1024    28     1x1/2            3.61          0.05 + 1.04
+//     1024->256    14     1x1/1            1.54          0.52
+//     1024->2048   14     1x1/2            6.08          0.01 + 1.18
+//     2048->512     7     1x1/1            2.60          0.58
+//     512->2048     7     1x1/1            2.59          0.55
+//     256->256     28     3x3/2            2.35          0.19 + 1.12
+//     512->512     14     3x3/2            4.88          0.07 + 1.10
+//     512->512      7     3x3/1            2.45          0.04 + 1.11
+//     256->256     14     3x3/1            1.31          0.15 + 1.14
+//     128->128     56     3x3/2            1.63          0.42 + 1.59
+//     128->128     28     3x3/1            0.90          0.32 + 1.48
+//     64->64       56     3x3/1            0.90          0.70 + 3.13
+//     3->64       224     7x7/2            4.58          11.0 + 3.65
 //   So every 1x1 (1.6-5.1x) and the wide 3x3s (1.8-4.2x: C and O at least 256 and a stride of 2,
 //   or at least 512); the 3x3 at 256 channels and stride 1 tied, and narrower ones and the stem
 //   lost (their columns are 9-49 copies of x). A 3x3's product is reordered from OHWI into OIHW
@@ -167,17 +180,24 @@ inline bool blocked_pays(Direction dir, const sdk::Conv2dGeometry& g) {
 //   either way, so fp32, tf32, fp16, fp8 and emulated bf16 keep the convolution; other CPUs were
 //   not measured. Static, so a shape takes the same route in every run on one CPU.
 // - gemm ("gemm"): every weight gradient the GEMM can take (wgrad_gemm_shape, and no fp8 dy with
-//   a bias gradient), on any route: the GEMM engine's precision rules, which are the
-//   convolution's (exact FP32 on the rounded operands, FP32 accumulation). For measurements and
-//   for tests on any CPU.
-// - convolution ("convolution"): never.
+//   a bias gradient) and every accumulating data gradient of dgrad_gemm_shape() into an fp32 dx,
+//   on any route: the GEMM engine's precision rules, which are the convolution's (exact FP32 on
+//   the rounded operands, FP32 accumulation). For measurements and for tests on any CPU.
+// - convolution ("convolution"): never, and the accumulating data gradient is not offered.
 // The sum runs in another order than the convolution's: the same FP32 accumulation, other bits.
-enum class WgradGemm { automatic, gemm, convolution };
+enum class ConvGemm { automatic, gemm, convolution };
 
 // A convolution whose weight gradient the GEMM computes: one group (any kernel, stride, padding
 // and dilation).
 inline bool wgrad_gemm_shape(const sdk::Conv2dGeometry& g) {
   return g.groups == 1;
+}
+
+// A convolution whose accumulating data gradient the GEMM computes: 1x1, stride 1, no padding,
+// one group (x's pixels are dy's).
+inline bool dgrad_gemm_shape(const sdk::Conv2dGeometry& g) {
+  return g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 &&
+         g.pad_w == 0 && g.groups == 1;
 }
 
 // The wide-3x3 thresholds of the rule above.

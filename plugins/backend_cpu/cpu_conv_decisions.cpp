@@ -103,34 +103,64 @@ bool CpuContext::has_amx_bf16() const {
 bool CpuContext::wgrad_as_gemm(const sdk::Conv2dGeometry& g, bool native_bf16,
                                bool fp8_dy_with_bias) const {
   if (!wgrad_gemm_shape(g) || fp8_dy_with_bias) return false;
-  switch (wgrad_gemm_) {
-    case WgradGemm::gemm:
+  switch (conv_gemm_) {
+    case ConvGemm::gemm:
       return true;
-    case WgradGemm::convolution:
+    case ConvGemm::convolution:
       return false;
-    case WgradGemm::automatic:
+    case ConvGemm::automatic:
       break;
   }
   return wgrad_gemm_pays(g) && native_bf16 && has_amx_bf16() && gemm_->bf16_native();
 }
 
-std::string CpuContext::wgrad_gemm_note() const {
-  switch (wgrad_gemm_) {
-    case WgradGemm::gemm:
-      return "wgrad_gemm = gemm: every weight gradient of one group as one GEMM";
-    case WgradGemm::convolution:
-      return "wgrad_gemm = convolution: weight gradients in oneDNN's convolution";
-    case WgradGemm::automatic:
+bool CpuContext::dgrad_accumulate_as_gemm(const sdk::Conv2dGeometry& g, bool native_bf16,
+                                          sdk::DType dx) const {
+  if (!dgrad_gemm_shape(g) || dx != sdk::DType::fp32) return false;
+  switch (conv_gemm_) {
+    case ConvGemm::gemm:
+      return true;
+    case ConvGemm::convolution:
+      return false;
+    case ConvGemm::automatic:
+      break;
+  }
+  return native_bf16 && has_amx_bf16() && gemm_->bf16_native();
+}
+
+bool CpuContext::offers_dgrad_accumulate(sdk::DType dy, sdk::DType w, sdk::DType dx) const {
+  if (dx != sdk::DType::fp32) return false;
+  switch (conv_gemm_) {
+    case ConvGemm::gemm:
+      return true;
+    case ConvGemm::convolution:
+      return false;
+    case ConvGemm::automatic:
+      break;
+  }
+  return dy == sdk::DType::bf16 && w == sdk::DType::bf16 && bf16_conv_native() && has_amx_bf16() &&
+         gemm_->bf16_native();
+}
+
+std::string CpuContext::conv_gemm_note() const {
+  switch (conv_gemm_) {
+    case ConvGemm::gemm:
+      return "conv_gemm = gemm: every weight gradient of one group, and every accumulating 1x1 "
+             "data gradient, as one GEMM";
+    case ConvGemm::convolution:
+      return "conv_gemm = convolution: gradients in oneDNN's convolution";
+    case ConvGemm::automatic:
       break;
   }
   if (!has_amx_bf16())
-    return "wgrad_gemm = auto: weight gradients in oneDNN's convolution (the GEMM is taken with "
-           "AMX-BF16 only)";
+    return "conv_gemm = auto: gradients in oneDNN's convolution (the GEMM is taken with AMX-BF16 "
+           "only)";
   if (!bf16_conv_native() || !gemm_->bf16_native())
-    return "wgrad_gemm = auto: weight gradients in oneDNN's convolution (bf16 convolutions or "
-           "GEMMs are emulated here)";
-  return "wgrad_gemm = auto: bf16 weight gradients of 1x1 and wide 3x3 convolutions as one "
-         "AMX-BF16 GEMM, the others in oneDNN's convolution";
+    return "conv_gemm = auto: gradients in oneDNN's convolution (bf16 convolutions or GEMMs are "
+           "emulated here)";
+  return "conv_gemm = auto: bf16 weight gradients of 1x1 and wide 3x3 convolutions, and bf16 "
+         "1x1 data gradients added into an fp32 sum, as one AMX-BF16 GEMM; the others in "
+         "oneDNN's convolution";
 }
 
 bool CpuContext::blocked_layout_pays() const {

@@ -36,9 +36,11 @@
 //   reordered to its blocked layout around the call (cpu_conv_primitives.h). Everything else, and
 //   every convolution oneDNN has no Winograd kernel for, runs direct.
 //
-// Weight gradients: one GEMM dyᵀ·cols over x or its gathered columns (cpu_wgrad_gemm.h) where
-// cpu_conv_algorithm.h's rule takes it (the option wgrad_gemm; by default bf16 1x1 and wide 3x3
-// convolutions with AMX), oneDNN's convolution otherwise.
+// Weight gradients: one GEMM dyᵀ·cols over x or its gathered columns (cpu_conv_gemm.h) where
+// cpu_conv_algorithm.h's rule takes it (the option conv_gemm; by default bf16 1x1 and wide 3x3
+// convolutions with AMX), oneDNN's convolution otherwise. The accumulating data gradient of a 1x1
+// convolution likewise, as one GEMM dy·w with beta = 1 into dx, where the rule takes it (and
+// supports() offers the op).
 //
 // The primitives, their cached descriptors and reorders live in cpu_conv_primitives.{h,cpp};
 // this file checks the arguments, picks the route and the algorithm, and runs them.
@@ -56,13 +58,13 @@
 #include "cpu_access.h"
 #include "cpu_context.h"
 #include "cpu_conv_algorithm.h"
+#include "cpu_conv_gemm.h"
 #include "cpu_conv_primitives.h"
 #include "cpu_features.h"
 #include "cpu_gemm.h"
 #include "cpu_permute.h"
 #include "cpu_pooling.h"
 #include "cpu_primitive_cache.h"
-#include "cpu_wgrad_gemm.h"
 #include "mixtrain/sdk/backend_convolution.h"
 #include "mixtrain/sdk/support/facet_registry.h"
 
@@ -385,12 +387,16 @@ void run_forward(CpuContext& context, const sdk::Conv2dForwardArgs& args, const 
 }  // namespace
 
 bool CpuConvolution::supports(sdk::ConvolutionOp op, std::span<const DType> dtypes) const {
-  // The accumulating data gradient is implemented (the reference the host's tests put behind a
-  // facet that offers it) but not offered: oneDNN's backward primitives take no sum post-op, so
-  // it writes an fp32 scratch and adds it, and offered it measured no faster than the bf16
-  // contribution and axpy it replaces (bench/RESULTS.md; docs/model-graph.md, "Input gradients
-  // added by their op").
-  if (op == sdk::ConvolutionOp::conv2d_backward_data_accumulate) return false;
+  // The accumulating data gradient is offered where cpu_conv_algorithm.h's conv_gemm rule runs a
+  // 1x1 one as a GEMM with beta = 1 (by default bf16 operands with AMX-BF16, into an fp32 sum):
+  // ResNet's Bottleneck adds its input's gradient through its first convolution, a 1x1. Its
+  // other shapes are implemented too (the reference the host's tests put behind a facet that
+  // offers it): oneDNN's backward primitives take no sum post-op, so they write an fp32 scratch
+  // and add it, which alone measured no faster than the bf16 contribution and axpy it replaces
+  // (bench/RESULTS.md; docs/model-graph.md, "Input gradients added by their op").
+  if (op == sdk::ConvolutionOp::conv2d_backward_data_accumulate)
+    return dtypes.size() == 3 && is_conv_operand(dtypes[0]) && is_conv_operand(dtypes[1]) &&
+           context_.offers_dgrad_accumulate(dtypes[0], dtypes[1], dtypes[2]);
   return sdk::ConvolutionFacet::supports(op, dtypes);
 }
 
@@ -434,6 +440,16 @@ void run_backward_data(CpuContext& context, const sdk::Conv2dBackwardDataArgs& a
   const float scale = fp8_scale(args.dy) * fp8_scale(args.w);
   Route r =
       route_of(args.dy.view.dtype, args.w.view.dtype, args.compute, context.bf16_conv_native());
+  if (accumulate && context.dgrad_accumulate_as_gemm(g, r.native_bf16, args.dx.dtype)) {
+    // A 1x1 data gradient added into dx by one GEMM with beta = 1 (cpu_conv_algorithm.h): no
+    // scratch of the call's.
+    std::optional<PrimitiveCache::Lease> lease;
+    if (measure_or_lend(context.prims(), s, {std::size_t{0}}, lease)) return;
+    accumulate_data_gradient_as_gemm(context, args);
+    context.record_conv_implementation("gemm " + context.gemm().last_implementation());
+    context.account_scratch();
+    return;
+  }
   const ConvMethod method =
       method_for(context, Direction::backward_data, g, r, args.dy.view.dtype, args.w.view.dtype);
   BackwardDataEntry* e = &pick_entry(

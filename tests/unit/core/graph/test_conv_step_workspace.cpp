@@ -69,11 +69,12 @@ class ScribblingConvolution final : public ForwardingConvolution {
     scribble(sdk::ConvolutionOp::conv2d_backward_weights, a.geometry, ws);
     in_.conv2d_backward_weights(a);
   }
-  // With offer_accumulate, the CPU's accumulating data gradient (implemented, not offered there)
-  // into an FP32 sum.
+  // With offer_accumulate, the CPU's accumulating data gradient (implemented everywhere, offered
+  // there only where its conv_gemm rule runs a 1x1 one as a GEMM) into an FP32 sum; without, what
+  // the CPU offers, so that the plain CPU step takes the same route.
   bool supports(sdk::ConvolutionOp op, std::span<const DType> d) const override {
-    if (op == sdk::ConvolutionOp::conv2d_backward_data_accumulate)
-      return offer_accumulate && d.size() == 3 && d[2] == DType::fp32 &&
+    if (op == sdk::ConvolutionOp::conv2d_backward_data_accumulate && offer_accumulate)
+      return d.size() == 3 && d[2] == DType::fp32 &&
              in_.supports(sdk::ConvolutionOp::conv2d_backward_data, d);
     return in_.supports(op, d);
   }
@@ -181,13 +182,16 @@ TEST(ConvStepWorkspace, EachPassGetsItsBytesAtItsStepOnlyAndTheStepIsTheCpusBitF
 
     // Asked only for the calls a step makes, for the planned backward and the all-FP32 pass's:
     // the weight gradient written and added to (a later micro-batch's), the data gradient of
-    // every convolution but the stem (its input is the batch), no accumulating one (the CPU does
-    // not offer it).
+    // every convolution but the stem (its input is the batch), and an accumulating one only where
+    // the CPU offers it (its conv_gemm rule: bf16 operands into an FP32 sum with AMX-BF16).
     const int count = static_cast<int>(convs.size());
     EXPECT_EQ(backend->conv.queried[sdk::ConvolutionOp::conv2d_forward], count);
     EXPECT_EQ(backend->conv.queried[sdk::ConvolutionOp::conv2d_backward_weights], 2 * 2 * count);
     EXPECT_EQ(backend->conv.queried[sdk::ConvolutionOp::conv2d_backward_data], 2 * (count - 1));
-    EXPECT_EQ(backend->conv.queried[sdk::ConvolutionOp::conv2d_backward_data_accumulate], 0);
+    const bool offered = backend->conv.supports(sdk::ConvolutionOp::conv2d_backward_data_accumulate,
+                                                std::vector<DType>{dtype, dtype, DType::fp32});
+    EXPECT_EQ(backend->conv.queried[sdk::ConvolutionOp::conv2d_backward_data_accumulate] > 0,
+              offered);
 
     // The plan: one workspace per convolution and pass, of the bytes asked, at that pass's step.
     const StepMemoryPlan& plan = m->executor().step_plan();

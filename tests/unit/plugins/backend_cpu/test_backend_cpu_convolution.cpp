@@ -884,13 +884,14 @@ TEST(BackendCpuConvolution, ConvBackwardIsTheGradientOfTheForward) {
   }
 }
 
-// convolution 1.1's accumulating data gradient, implemented but not offered (cpu_convolution.cpp):
-// dx + what conv2d_backward_data writes into an fp32 dx, bit for bit (the same primitive into
-// FP32, one fp32 addition), for fp32 operands and for bf16 ones on the native or emulated route;
-// a bf16 sum of bf16 operands rounded once; any other dx that is not fp32 is refused, and
-// supports() says no.
+// convolution 1.1's accumulating data gradient on the convolution's route (conv_gemm =
+// convolution, where it is implemented but not offered; cpu_convolution.cpp): dx + what
+// conv2d_backward_data writes into an fp32 dx, bit for bit (the same primitive into FP32, one fp32
+// addition), for fp32 operands and for bf16 ones on the native or emulated route; a bf16 sum of
+// bf16 operands rounded once; any other dx that is not fp32 is refused, and supports() says no.
 TEST(BackendCpuConvolution, AccumulatingDataGradientAddsWhatTheOverwritingOneWrites) {
   CpuBackend be(2);
+  be.set_conv_gemm(ConvGemm::convolution);  // the convolution's route, offered nowhere
   auto* conv = sdk::facet<sdk::ConvolutionFacet>(be);
   EXPECT_FALSE(conv->supports(sdk::ConvolutionOp::conv2d_backward_data_accumulate,
                               std::vector<DType>{DType::bf16, DType::bf16, DType::fp32}));
@@ -936,6 +937,98 @@ TEST(BackendCpuConvolution, AccumulatingDataGradientAddsWhatTheOverwritingOneWri
   bd.dx = dx_fp16;
   expect_error([&] { conv->conv2d_backward_data_accumulate(bd); },
                {"conv2d_backward_data_accumulate", "dx", "fp32"});
+}
+
+// The accumulating data gradient of a 1x1 stride-1 convolution as one GEMM with beta = 1
+// (conv_gemm = gemm, cpu_conv_gemm.h) on every operand route: dx = dx0 + Σ_o dy·w within the
+// FP32 sum's bound of the exact sum, |err| <= γ(O+2)·(Σ|products| + |dx0|) + u·|dx|. supports()
+// offers the op where the rule takes the GEMM: under `gemm` for an fp32 dx, under `auto` for
+// bf16 operands read natively with AMX-BF16, under `convolution` nowhere; a shape the GEMM does
+// not take (stride 2) still adds what the overwriting call writes.
+TEST(BackendCpuConvolution, AccumulatingPointwiseDataGradientAsAGemmIsWithinTheFp32SumBound) {
+  using C = sdk::ConvolutionOp;
+  const auto g = geometry(3, 24, 6, 5, 40, 1, 1, 1, 0);
+  for (const auto& [dtype, scale] :
+       {std::pair{DType::fp32, 1.0f}, std::pair{DType::bf16, 1.0f}, std::pair{DType::fp16, 1.0f},
+        std::pair{DType::fp8_e4m3, 0.5f}}) {
+    SCOPED_TRACE(sdk::dtype_name(dtype));
+    CpuBackend be(2);
+    be.set_conv_gemm(ConvGemm::gemm);
+    auto& conv = *sdk::facet<sdk::ConvolutionFacet>(be);
+    EXPECT_TRUE(conv.supports(C::conv2d_backward_data_accumulate,
+                              std::vector<DType>{dtype, dtype, DType::fp32}));
+    const auto dyv = representable(random_values(y_shape(g).numel(), 71), dtype);
+    const auto wv = representable(random_values(w_shape(g).numel(), 72), dtype);
+    const auto dx0 = random_values(x_shape(g).numel(), 73);
+    DeviceTensor dy(be, dtype, y_shape(g), dyv), w(be, dtype, w_shape(g), wv);
+    DeviceTensor dx(be, DType::fp32, x_shape(g), dx0);
+    sdk::Conv2dBackwardDataArgs bd;
+    bd.geometry = g;
+    bd.dy.view = dy;
+    bd.dy.scale_inv = scale;
+    bd.w.view = w;
+    bd.w.scale_inv = scale;
+    bd.dx = dx;
+    conv.conv2d_backward_data_accumulate(bd);
+    EXPECT_EQ(be.last_conv_implementation().rfind("gemm ", 0), 0u) << be.last_conv_implementation();
+    const auto got = dx.get();
+    const std::int64_t M = g.batch * g.height * g.width, O = g.out_channels, Cn = g.in_channels;
+    const double u = 0x1p-24, gamma = (O + 2) * u / (1.0 - (O + 2) * u);
+    int bad = 0;
+    for (std::int64_t m = 0; m < M; ++m)
+      for (std::int64_t c = 0; c < Cn; ++c) {
+        double exact = 0.0, magnitude = 0.0;
+        for (std::int64_t o = 0; o < O; ++o) {
+          const double p = double{dyv[static_cast<std::size_t>(m * O + o)]} *
+                           wv[static_cast<std::size_t>(o * Cn + c)] * scale * scale;
+          exact += p;
+          magnitude += std::abs(p);
+        }
+        const auto e = static_cast<std::size_t>(m * Cn + c);
+        const double want = exact + dx0[e];
+        const double bound = gamma * (magnitude + std::abs(dx0[e])) + u * std::abs(want);
+        if (std::abs(got[e] - want) > bound && ++bad <= 3)
+          ADD_FAILURE() << "dx[" << e << "] = " << got[e] << ", exact " << want << ", bound "
+                        << bound;
+      }
+    // A 16-bit sum is not the GEMM's: refused by supports(), run by the convolution.
+    EXPECT_FALSE(conv.supports(C::conv2d_backward_data_accumulate,
+                               std::vector<DType>{DType::bf16, DType::bf16, DType::bf16}));
+  }
+  // Stride 2: the convolution's route, dx0 + the overwriting call's dx exactly.
+  CpuBackend be(2);
+  be.set_conv_gemm(ConvGemm::gemm);
+  auto& conv = *sdk::facet<sdk::ConvolutionFacet>(be);
+  const auto s2 = geometry(2, 8, 7, 7, 16, 1, 1, 2, 0);
+  DeviceTensor dy(be, DType::bf16, y_shape(s2), random_values(y_shape(s2).numel(), 74));
+  DeviceTensor w(be, DType::bf16, w_shape(s2), random_values(w_shape(s2).numel(), 75));
+  const auto dx0 = random_values(x_shape(s2).numel(), 76);
+  DeviceTensor apart(be, DType::fp32, x_shape(s2)), sum(be, DType::fp32, x_shape(s2), dx0);
+  sdk::Conv2dBackwardDataArgs bd;
+  bd.geometry = s2;
+  bd.dy.view = dy;
+  bd.w.view = w;
+  bd.dx = apart;
+  conv.conv2d_backward_data(bd);
+  bd.dx = sum;
+  conv.conv2d_backward_data_accumulate(bd);
+  EXPECT_NE(be.last_conv_implementation().rfind("gemm ", 0), 0u);
+  const auto a = apart.get(), got = sum.get();
+  for (std::size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], dx0[i] + a[i]) << i;
+  // What auto and convolution offer.
+  CpuBackend automatic(1), never(1);
+  never.set_conv_gemm(ConvGemm::convolution);
+  const bool amx_native =
+      detect_cpu().has("amx_bf16") && automatic.bf16_conv_native() && automatic.bf16_gemm_native();
+  const std::vector<DType> bf16_sum{DType::bf16, DType::bf16, DType::fp32};
+  const std::vector<DType> fp32_sum{DType::fp32, DType::fp32, DType::fp32};
+  EXPECT_EQ(sdk::facet<sdk::ConvolutionFacet>(automatic)->supports(
+                C::conv2d_backward_data_accumulate, bf16_sum),
+            amx_native);
+  EXPECT_FALSE(sdk::facet<sdk::ConvolutionFacet>(automatic)->supports(
+      C::conv2d_backward_data_accumulate, fp32_sum));
+  EXPECT_FALSE(sdk::facet<sdk::ConvolutionFacet>(never)->supports(
+      C::conv2d_backward_data_accumulate, bf16_sum));
 }
 
 // Convolution facet 1.2: a call takes its scratch (decoded operands, the fp32 output before its
@@ -1052,7 +1145,7 @@ TEST(BackendCpuConvolution, ACallsScratchComesFromTheWorkspaceItAskedFor) {
   EXPECT_EQ(sdk::facet<sdk::ConvolutionFacet>(off)->conv2d_workspace_bytes(q), 0u);
 }
 
-// A weight gradient as one GEMM (wgrad_gemm = gemm, cpu_wgrad_gemm.h) on every operand route and
+// A weight gradient as one GEMM (conv_gemm = gemm, cpu_wgrad_gemm.h) on every operand route and
 // on 1x1, padded, strided, dilated and non-square kernels: dw and dbias, overwritten and
 // accumulated, within the FP32 summation bound of the exact (double) sum for every element —
 // |err| <= γ(K+2)·Σ|products| with γ(n) = n·u / (1 − n·u), u = 2^-24, K = N·OH·OW summed terms
@@ -1074,11 +1167,11 @@ struct WgradOut {
   std::vector<float> dw, db, dw_acc, db_acc;
   std::string impl;
 };
-WgradOut run_wgrad(WgradGemm choice, const WgradCase& k, const std::vector<float>& xv,
+WgradOut run_wgrad(ConvGemm choice, const WgradCase& k, const std::vector<float>& xv,
                    const std::vector<float>& dyv, const std::vector<float>& dw0,
                    const std::vector<float>& db0) {
   CpuBackend be(2, Bf16GemmPath::automatic, Bf16ConvPath::automatic, ConvAlgorithm::direct);
-  be.set_wgrad_gemm(choice);
+  be.set_conv_gemm(choice);
   const auto& g = k.g;
   DeviceTensor x(be, k.dtype, x_shape(g), xv), dy(be, k.dtype, y_shape(g), dyv);
   DeviceTensor dw(be, DType::fp32, w_shape(g)), db(be, DType::fp32, Shape{g.out_channels});
@@ -1139,12 +1232,12 @@ TEST(BackendCpuConvolution, WeightGradientAsAGemmIsWithinTheFp32SumBound) {
     const auto dyv = representable(random_values(y_shape(g).numel(), 42), values);
     const auto dw0 = random_values(w_shape(g).numel(), 43);
     const auto db0 = random_values(static_cast<std::size_t>(g.out_channels), 44);
-    const WgradOut gemm = run_wgrad(WgradGemm::gemm, k, xv, dyv, dw0, db0);
-    const WgradOut conv = run_wgrad(WgradGemm::convolution, k, xv, dyv, dw0, db0);
+    const WgradOut gemm = run_wgrad(ConvGemm::gemm, k, xv, dyv, dw0, db0);
+    const WgradOut conv = run_wgrad(ConvGemm::convolution, k, xv, dyv, dw0, db0);
     EXPECT_EQ(gemm.impl.rfind("gemm ", 0), 0u) << gemm.impl;
     EXPECT_NE(conv.impl.rfind("gemm ", 0), 0u) << conv.impl;  // oneDNN's own, e.g. x64:gemm:jit
     // The same call again: the same bits.
-    const WgradOut again = run_wgrad(WgradGemm::gemm, k, xv, dyv, dw0, db0);
+    const WgradOut again = run_wgrad(ConvGemm::gemm, k, xv, dyv, dw0, db0);
     EXPECT_EQ(again.dw, gemm.dw);
     EXPECT_EQ(again.dw_acc, gemm.dw_acc);
     EXPECT_EQ(again.db, gemm.db);
@@ -1229,7 +1322,7 @@ TEST(BackendCpuConvolution, WeightGradientAsAGemmTakesItsScratchFromTheWorkspace
     q.out = DType::fp32;
     const auto run = [&](bool with_workspace, std::size_t* asked, std::size_t* grew) {
       CpuBackend be(1, Bf16GemmPath::automatic, Bf16ConvPath::automatic, ConvAlgorithm::direct);
-      be.set_wgrad_gemm(WgradGemm::gemm);
+      be.set_conv_gemm(ConvGemm::gemm);
       auto& conv = *sdk::facet<sdk::ConvolutionFacet>(be);
       const auto& scratch = *sdk::facet<sdk::ScratchFacet>(be);
       DeviceTensor x(be, DType::bf16, x_shape(g), xv), dy(be, DType::bf16, y_shape(g), dyv);
@@ -1271,12 +1364,12 @@ TEST(BackendCpuConvolution, WeightGradientAsAGemmTakesItsScratchFromTheWorkspace
 }
 
 // What the GEMM does not take (groups, an fp8 dy with a bias gradient) stays on the convolution
-// under wgrad_gemm = gemm; `auto` takes the GEMM only for the 1x1 and wide 3x3 shapes of the
+// under conv_gemm = gemm; `auto` takes the GEMM only for the 1x1 and wide 3x3 shapes of the
 // rule, bf16 operands read natively, with AMX-BF16; and `convolution` never.
 TEST(BackendCpuConvolution, WgradGemmRuleTakesOnlyWhatTheGemmComputesAndWhereItPays) {
-  const auto impl = [](WgradGemm choice, const sdk::Conv2dGeometry& g, DType dtype, bool bias) {
+  const auto impl = [](ConvGemm choice, const sdk::Conv2dGeometry& g, DType dtype, bool bias) {
     CpuBackend be(1, Bf16GemmPath::automatic, Bf16ConvPath::automatic, ConvAlgorithm::direct);
-    be.set_wgrad_gemm(choice);
+    be.set_conv_gemm(choice);
     DeviceTensor x(be, dtype, x_shape(g), random_values(x_shape(g).numel(), 61, -0.5f, 0.5f));
     DeviceTensor dy(be, dtype, y_shape(g), random_values(y_shape(g).numel(), 62, -0.5f, 0.5f));
     DeviceTensor dw(be, DType::fp32, w_shape(g)), db(be, DType::fp32, Shape{g.out_channels});
@@ -1292,27 +1385,27 @@ TEST(BackendCpuConvolution, WgradGemmRuleTakesOnlyWhatTheGemmComputesAndWhereItP
   const auto is_gemm = [](const std::string& s) { return s.rfind("gemm ", 0) == 0; };
   const sdk::Conv2dGeometry pointwise = geometry(2, 16, 6, 6, 16, 1, 1, 1, 0);
   const sdk::Conv2dGeometry narrow_3x3 = geometry(2, 16, 6, 6, 16, 3, 3, 1, 1);
-  EXPECT_TRUE(is_gemm(impl(WgradGemm::gemm, pointwise, DType::fp32, true)));
-  EXPECT_TRUE(is_gemm(impl(WgradGemm::gemm, narrow_3x3, DType::fp32, false)));
+  EXPECT_TRUE(is_gemm(impl(ConvGemm::gemm, pointwise, DType::fp32, true)));
+  EXPECT_TRUE(is_gemm(impl(ConvGemm::gemm, narrow_3x3, DType::fp32, false)));
   EXPECT_FALSE(
-      is_gemm(impl(WgradGemm::gemm, geometry(2, 16, 6, 6, 16, 1, 1, 1, 0, 4), DType::fp32, false)))
+      is_gemm(impl(ConvGemm::gemm, geometry(2, 16, 6, 6, 16, 1, 1, 1, 0, 4), DType::fp32, false)))
       << "groups";
-  EXPECT_FALSE(is_gemm(impl(WgradGemm::gemm, pointwise, DType::fp8_e4m3, true)))
+  EXPECT_FALSE(is_gemm(impl(ConvGemm::gemm, pointwise, DType::fp8_e4m3, true)))
       << "an fp8 dy with a bias gradient";
-  EXPECT_TRUE(is_gemm(impl(WgradGemm::gemm, pointwise, DType::fp8_e4m3, false)));
+  EXPECT_TRUE(is_gemm(impl(ConvGemm::gemm, pointwise, DType::fp8_e4m3, false)));
   for (DType d : {DType::bf16, DType::fp32})
-    EXPECT_FALSE(is_gemm(impl(WgradGemm::convolution, pointwise, d, false)));
-  EXPECT_FALSE(is_gemm(impl(WgradGemm::automatic, pointwise, DType::fp32, false)))
+    EXPECT_FALSE(is_gemm(impl(ConvGemm::convolution, pointwise, d, false)));
+  EXPECT_FALSE(is_gemm(impl(ConvGemm::automatic, pointwise, DType::fp32, false)))
       << "auto keeps fp32 on the convolution";
-  EXPECT_FALSE(is_gemm(impl(WgradGemm::automatic, pointwise, DType::fp16, false)));
-  EXPECT_FALSE(is_gemm(impl(WgradGemm::automatic, narrow_3x3, DType::bf16, false)))
+  EXPECT_FALSE(is_gemm(impl(ConvGemm::automatic, pointwise, DType::fp16, false)));
+  EXPECT_FALSE(is_gemm(impl(ConvGemm::automatic, narrow_3x3, DType::bf16, false)))
       << "auto keeps narrow 3x3s on the convolution";
   CpuBackend probe(1, Bf16GemmPath::automatic, Bf16ConvPath::automatic, ConvAlgorithm::direct);
   const bool amx = detect_cpu().has("amx_bf16");
   const bool native = probe.bf16_conv_native() && probe.bf16_gemm_native();
-  EXPECT_EQ(is_gemm(impl(WgradGemm::automatic, pointwise, DType::bf16, false)), amx && native)
-      << probe.wgrad_gemm_note();
-  EXPECT_NE(probe.wgrad_gemm_note().find("wgrad_gemm = auto"), std::string::npos);
+  EXPECT_EQ(is_gemm(impl(ConvGemm::automatic, pointwise, DType::bf16, false)), amx && native)
+      << probe.conv_gemm_note();
+  EXPECT_NE(probe.conv_gemm_note().find("conv_gemm = auto"), std::string::npos);
   // The rule's shapes, on ResNet-50's convolutions (batch 8) and their neighbours.
   EXPECT_TRUE(wgrad_gemm_pays(geometry(8, 1024, 14, 14, 2048, 1, 1, 2, 0)));
   EXPECT_TRUE(wgrad_gemm_pays(geometry(8, 64, 56, 56, 256, 1, 1, 1, 0)));

@@ -1,6 +1,6 @@
-// A convolution's weight gradient as one GEMM over its input's columns (contract in
-// cpu_wgrad_gemm.h; the rule that takes it, and its measurements, in cpu_conv_algorithm.h).
-#include "cpu_wgrad_gemm.h"
+// Convolution gradients as one GEMM (contract in cpu_conv_gemm.h; the rule that takes them, and
+// its measurements, in cpu_conv_algorithm.h).
+#include "cpu_conv_gemm.h"
 
 #include <cstdint>
 #include <cstring>
@@ -134,6 +134,22 @@ void weight_gradient_as_gemm(CpuContext& context, const sdk::Conv2dBackwardWeigh
   if (!args.dbias.empty())
     sum_columns(context, args.dy.view, pixels, g.out_channels, args.dbias.as<float>(),
                 args.accumulate);
+}
+
+void accumulate_data_gradient_as_gemm(CpuContext& context,
+                                      const sdk::Conv2dBackwardDataArgs& args) {
+  const sdk::Conv2dGeometry& g = args.geometry;
+  const std::int64_t pixels = g.batch * g.height * g.width;  // M, at stride 1 dy's too
+  // dy is [M, O]; w [O, C]; dx [M, C].
+  sdk::GemmArgs gemm;
+  gemm.a = args.dy;
+  gemm.a.view.shape = sdk::Shape{pixels, g.out_channels};
+  gemm.b = args.w;
+  gemm.b.view.shape = sdk::Shape{g.out_channels, g.in_channels};
+  gemm.c = {args.dx.data, sdk::DType::fp32, sdk::Shape{pixels, g.in_channels}};
+  gemm.beta = 1.0f;
+  gemm.compute = args.compute;
+  context.gemm().run(gemm);
 }
 
 }  // namespace mixtrain::backend_cpu

@@ -1,8 +1,8 @@
-// A convolution's weight gradient as one GEMM over its input's columns, where
-// cpu_conv_algorithm.h's rule (CpuContext::wgrad_as_gemm) takes it instead of oneDNN's
-// convolution backward-weights.
+// Convolution gradients as one GEMM, where cpu_conv_algorithm.h's rule takes them instead of
+// oneDNN's convolution: the weight gradient over its input's columns (CpuContext::wgrad_as_gemm),
+// and the accumulating data gradient of a 1x1 convolution (CpuContext::dgrad_accumulate_as_gemm).
 //
-// Contract
+// Contract, weight_gradient_as_gemm
 // - args are the convolution facet's, already checked (conv2d_backward_weights), with one group
 //   (wgrad_gemm_shape) and no fp8 dy when dbias is asked for.
 // - cols [M, KH·KW·C], M = N·OH·OW: x itself for a 1x1 kernel at stride 1 without padding; else
@@ -32,5 +32,14 @@ std::size_t wgrad_gemm_product_bytes(const sdk::Conv2dGeometry& g);
 
 void weight_gradient_as_gemm(CpuContext& context, const sdk::Conv2dBackwardWeightsArgs& args,
                              void* cols, float* product);
+
+// Contract, accumulate_data_gradient_as_gemm
+// - args are the convolution facet's, already checked (conv2d_backward_data_accumulate), with a
+//   geometry that dgrad_gemm_shape() accepts and an fp32 dx.
+// - dx [M, C] += dy [M, O] · w [O, C] (1x1 OIHW is [O, C]), M = N·H·W, one GEMM with beta = 1
+//   through the backend's GemmEngine (its precision rules; fp8 scale_invs scale the product once;
+//   FP32 accumulation, dx's old value added once). No scratch on the native bf16 route (a
+//   decoded operand is the engine's own scratch).
+void accumulate_data_gradient_as_gemm(CpuContext& context, const sdk::Conv2dBackwardDataArgs& args);
 
 }  // namespace mixtrain::backend_cpu
