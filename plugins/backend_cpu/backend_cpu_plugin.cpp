@@ -26,10 +26,10 @@ std::unique_ptr<sdk::Component> create_cpu_backend(const sdk::Options& options,
       std::make_unique<backend_cpu::CpuBackend>(threads, path, conv_path, conv_algorithm);
   if (options.get_bool("flush_denormals")) backend->flush_denormals();
   backend->set_conv_workspace(options.get_bool("conv_workspace"));
-  const std::string wgrad = options.get_string("conv_gemm");
-  backend->set_conv_gemm(wgrad == "gemm"          ? backend_cpu::ConvGemm::gemm
-                         : wgrad == "convolution" ? backend_cpu::ConvGemm::convolution
-                                                  : backend_cpu::ConvGemm::automatic);
+  const std::string conv_gemm = options.get_string("conv_gemm");
+  backend->set_conv_gemm(conv_gemm == "gemm"          ? backend_cpu::ConvGemm::gemm
+                         : conv_gemm == "convolution" ? backend_cpu::ConvGemm::convolution
+                                                      : backend_cpu::ConvGemm::automatic);
   context.logger.debug("cpu backend with " + std::to_string(backend->threads()) +
                        " threads, bf16_gemm = " + bf16 + ", bf16_conv = " + conv);
   // Winograd changes the numbers: say what runs whenever it was asked for. The direct
@@ -39,8 +39,8 @@ std::unique_ptr<sdk::Component> create_cpu_backend(const sdk::Options& options,
     context.logger.info(backend->conv_algorithm_note());
   else if (context.logger.enabled(sdk::LogLevel::debug))
     context.logger.debug(backend->conv_algorithm_note());
-  // Likewise the weight gradient's route: the GEMM sums in another order.
-  if (wgrad != "auto")
+  // Likewise the gradients' route: the GEMM sums in another order.
+  if (conv_gemm != "auto")
     context.logger.info(backend->conv_gemm_note());
   else if (context.logger.enabled(sdk::LogLevel::debug))
     context.logger.debug(backend->conv_gemm_note());
@@ -83,10 +83,11 @@ std::vector<sdk::ComponentInfo> backend_cpu_components() {
                 "keeps it in the backend's own buffers, grown to the largest call and held"),
             sdk::OptionSpec::string(
                 "conv_gemm", "auto",
-                "convolution weight gradients: auto (one GEMM dy^T cols, x's pixels gathered "
-                "first past a 1x1 stride-1 kernel, for bf16 1x1 and wide 3x3 convolutions where "
-                "the CPU has AMX-BF16, measured 1.6-5.1x faster there; oneDNN's convolution "
-                "elsewhere), gemm (always the GEMM), convolution (never)")
+                "convolution gradients as one GEMM: auto (weight gradients dy^T cols, x's pixels "
+                "gathered first past a 1x1 stride-1 kernel, of bf16 1x1 and wide 3x3 "
+                "convolutions, and bf16 1x1 data gradients added into an fp32 sum, where the CPU "
+                "has AMX-BF16: measured 1.6-5.1x faster there; oneDNN's convolution elsewhere), "
+                "gemm (always the GEMM), convolution (never)")
                 .one_of({"auto", "gemm", "convolution"})},
            &create_cpu_backend}};
 }

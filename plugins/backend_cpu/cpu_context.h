@@ -14,8 +14,8 @@
 //   scratch_bytes() is that scratch as last folded in (what the scratch facet reports).
 //   Statistics are guarded by a mutex; the destructor frees what is still allocated.
 // - The bf16-convolution and Winograd decisions are probed once (lazily, on first use) by asking
-//   oneDNN which kernel a ResNet-like convolution runs (cpu_conv_decisions.cpp); the GEMM weight-
-//   gradient rule reads the CPU's features once.
+//   oneDNN which kernel a ResNet-like convolution runs (cpu_conv_decisions.cpp); the rule for
+//   gradients as GEMMs reads the CPU's features once.
 // - Errors: sdk::BackendError (a negative thread count; an allocation the host cannot serve).
 #pragma once
 
@@ -110,7 +110,7 @@ class CpuContext {
   // A line saying which gradients run as GEMMs here, and why.
   std::string conv_gemm_note() const;
   // oneDNN's implementation of the last convolution primitive run ("gemm " and the matmul's for a
-  // weight gradient run as a GEMM).
+  // gradient run as a GEMM).
   const std::string& last_conv_implementation() const noexcept { return last_conv_impl_; }
   void record_conv_implementation(const std::string& implementation) {
     last_conv_impl_ = implementation;

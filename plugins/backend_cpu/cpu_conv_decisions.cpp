@@ -1,6 +1,6 @@
 // CpuContext's convolution decisions: whether bf16 convolutions run in oneDNN's bf16 kernels,
 // whether the direct convolution's blocked layout pays here, whether oneDNN has an fp32
-// Winograd kernel, and which weight gradients run as GEMMs. The first three are probed once,
+// Winograd kernel, and which convolution gradients run as GEMMs. The first three are probed once,
 // on first use, by asking oneDNN which kernel it would run for a ResNet-like convolution; the
 // last reads the CPU's features once.
 #include <string>
