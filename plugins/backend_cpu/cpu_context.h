@@ -141,6 +141,7 @@ class CpuContext {
   ConvGemm conv_gemm_ = ConvGemm::automatic;
   mutable int amx_state_ = -1;  // -1 undetected, 0 no AMX-BF16, 1 AMX-BF16
   bool has_amx_bf16() const;
+  bool amx_bf16_gemms() const;  // AMX-BF16 and the GEMM engine's bf16 GEMMs native
   std::string last_conv_impl_;
 
   mutable std::mutex memory_mutex_;

@@ -3,6 +3,7 @@
 // Winograd kernel, and which convolution gradients run as GEMMs. The first three are probed once,
 // on first use, by asking oneDNN which kernel it would run for a ResNet-like convolution; the
 // last reads the CPU's features once.
+#include <optional>
 #include <string>
 
 #include "cpu_context.h"
@@ -100,10 +101,11 @@ bool CpuContext::has_amx_bf16() const {
   return amx_state_ == 1;
 }
 
-bool CpuContext::wgrad_as_gemm(const sdk::Conv2dGeometry& g, bool native_bf16,
-                               bool fp8_dy_with_bias) const {
-  if (!wgrad_gemm_shape(g) || fp8_dy_with_bias) return false;
-  switch (conv_gemm_) {
+namespace {
+
+// conv_gemm's answer where the option decides alone (gemm: yes; convolution: no), else none.
+std::optional<bool> forced(ConvGemm choice) {
+  switch (choice) {
     case ConvGemm::gemm:
       return true;
     case ConvGemm::convolution:
@@ -111,35 +113,33 @@ bool CpuContext::wgrad_as_gemm(const sdk::Conv2dGeometry& g, bool native_bf16,
     case ConvGemm::automatic:
       break;
   }
-  return wgrad_gemm_pays(g) && native_bf16 && has_amx_bf16() && gemm_->bf16_native();
+  return std::nullopt;
+}
+
+}  // namespace
+
+bool CpuContext::amx_bf16_gemms() const {
+  return has_amx_bf16() && gemm_->bf16_native();
+}
+
+bool CpuContext::wgrad_as_gemm(const sdk::Conv2dGeometry& g, bool native_bf16,
+                               bool fp8_dy_with_bias) const {
+  if (!wgrad_gemm_shape(g) || fp8_dy_with_bias) return false;
+  if (const auto f = forced(conv_gemm_)) return *f;
+  return wgrad_gemm_pays(g) && native_bf16 && amx_bf16_gemms();
 }
 
 bool CpuContext::dgrad_accumulate_as_gemm(const sdk::Conv2dGeometry& g, bool native_bf16,
                                           sdk::DType dx) const {
   if (!dgrad_gemm_shape(g) || dx != sdk::DType::fp32) return false;
-  switch (conv_gemm_) {
-    case ConvGemm::gemm:
-      return true;
-    case ConvGemm::convolution:
-      return false;
-    case ConvGemm::automatic:
-      break;
-  }
-  return native_bf16 && has_amx_bf16() && gemm_->bf16_native();
+  if (const auto f = forced(conv_gemm_)) return *f;
+  return native_bf16 && amx_bf16_gemms();
 }
 
 bool CpuContext::offers_dgrad_accumulate(sdk::DType dy, sdk::DType w, sdk::DType dx) const {
   if (dx != sdk::DType::fp32) return false;
-  switch (conv_gemm_) {
-    case ConvGemm::gemm:
-      return true;
-    case ConvGemm::convolution:
-      return false;
-    case ConvGemm::automatic:
-      break;
-  }
-  return dy == sdk::DType::bf16 && w == sdk::DType::bf16 && bf16_conv_native() && has_amx_bf16() &&
-         gemm_->bf16_native();
+  if (const auto f = forced(conv_gemm_)) return *f;
+  return dy == sdk::DType::bf16 && w == sdk::DType::bf16 && bf16_conv_native() && amx_bf16_gemms();
 }
 
 std::string CpuContext::conv_gemm_note() const {
@@ -155,7 +155,7 @@ std::string CpuContext::conv_gemm_note() const {
   if (!has_amx_bf16())
     return "conv_gemm = auto: gradients in oneDNN's convolution (the GEMM is taken with AMX-BF16 "
            "only)";
-  if (!bf16_conv_native() || !gemm_->bf16_native())
+  if (!bf16_conv_native() || !amx_bf16_gemms())
     return "conv_gemm = auto: gradients in oneDNN's convolution (bf16 convolutions or GEMMs are "
            "emulated here)";
   return "conv_gemm = auto: bf16 weight gradients of 1x1 and wide 3x3 convolutions, and bf16 "
