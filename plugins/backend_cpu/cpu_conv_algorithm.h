@@ -196,11 +196,15 @@ inline bool wgrad_gemm_shape(const sdk::Conv2dGeometry& g) {
   return g.groups == 1;
 }
 
-// A convolution whose accumulating data gradient the GEMM computes: 1x1, stride 1, no padding,
-// one group (x's pixels are dy's).
-inline bool dgrad_gemm_shape(const sdk::Conv2dGeometry& g) {
+// A 1x1 kernel at stride 1 without padding: x's pixels are dy's, so x itself is a GEMM operand.
+inline bool unit_stride_unpadded_1x1(const sdk::Conv2dGeometry& g) {
   return g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 &&
-         g.pad_w == 0 && g.groups == 1;
+         g.pad_w == 0;
+}
+
+// A convolution whose accumulating data gradient the GEMM computes: such a 1x1, one group.
+inline bool dgrad_gemm_shape(const sdk::Conv2dGeometry& g) {
+  return unit_stride_unpadded_1x1(g) && g.groups == 1;
 }
 
 // The wide-3x3 thresholds of the rule above.

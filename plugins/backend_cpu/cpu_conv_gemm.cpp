@@ -10,6 +10,7 @@
 
 #include "cpu_access.h"
 #include "cpu_activation_kernels.h"
+#include "cpu_conv_algorithm.h"
 #include "cpu_gemm.h"
 #include "cpu_primitive_cache.h"
 
@@ -18,11 +19,6 @@ namespace mixtrain::backend_cpu {
 namespace {
 
 using dnnl::memory;
-
-bool reads_x_itself(const sdk::Conv2dGeometry& g) {
-  return g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 &&
-         g.pad_w == 0;
-}
 
 // cols [M, KH·KW·C] from x [N, H, W, C], bytes as stored: output pixel (n, i, j)'s row holds the
 // input pixels (i·s − p + kh·d, j·s − p + kw·d) for kh, kw in order, zeros outside the image.
@@ -92,7 +88,7 @@ ProductReorder& product_reorder(PrimitiveCache& cache, const sdk::Conv2dGeometry
 }  // namespace
 
 std::size_t wgrad_gemm_cols_bytes(const sdk::Conv2dGeometry& g, sdk::DType x) {
-  if (reads_x_itself(g)) return 0;
+  if (unit_stride_unpadded_1x1(g)) return 0;
   return static_cast<std::size_t>(g.batch * g.out_height() * g.out_width() * g.kernel_h *
                                   g.kernel_w * g.in_channels) *
          sdk::dtype_size(x);
@@ -115,7 +111,7 @@ void weight_gradient_as_gemm(CpuContext& context, const sdk::Conv2dBackwardWeigh
   gemm.a.view.shape = sdk::Shape{pixels, g.out_channels};
   gemm.a.transpose = true;
   gemm.b = args.x;
-  if (!reads_x_itself(g)) {
+  if (!unit_stride_unpadded_1x1(g)) {
     gather_columns(g, args.x.view, cols);
     gemm.b.view.data = cols;
   }

@@ -884,6 +884,34 @@ TEST(BackendCpuConvolution, ConvBackwardIsTheGradientOfTheForward) {
   }
 }
 
+// conv2d_backward_data_accumulate into an fp32 dx0 gives dx0 + what conv2d_backward_data writes
+// into fp32, bit for bit (dy, w and dx0 random from seed, seed + 1, seed + 2); returns the
+// implementation the accumulating call ran.
+std::string expect_accumulate_adds_the_overwritten(CpuBackend& be, const sdk::Conv2dGeometry& g,
+                                                   DType t, std::uint32_t seed) {
+  auto& conv = *sdk::facet<sdk::ConvolutionFacet>(be);
+  DeviceTensor dy(be, t, y_shape(g), random_values(y_shape(g).numel(), seed));
+  DeviceTensor w(be, t, w_shape(g), random_values(w_shape(g).numel(), seed + 1));
+  const auto dx0 = random_values(x_shape(g).numel(), seed + 2);
+  DeviceTensor apart(be, DType::fp32, x_shape(g)), sum(be, DType::fp32, x_shape(g), dx0);
+  sdk::Conv2dBackwardDataArgs bd;
+  bd.geometry = g;
+  bd.dy.view = dy;
+  bd.w.view = w;
+  bd.dx = apart;
+  conv.conv2d_backward_data(bd);
+  bd.dx = sum;
+  conv.conv2d_backward_data_accumulate(bd);
+  const auto a = apart.get(), got = sum.get();
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (got[i] != dx0[i] + a[i]) {
+      ADD_FAILURE() << sdk::dtype_name(t) << " element " << i << ": " << got[i] << " against "
+                    << dx0[i] + a[i];
+      break;
+    }
+  return be.last_conv_implementation();
+}
+
 // convolution 1.1's accumulating data gradient on the convolution's route (conv_gemm =
 // convolution, where it is implemented but not offered; cpu_convolution.cpp): dx + what
 // conv2d_backward_data writes into an fp32 dx, bit for bit (the same primitive into FP32, one fp32
@@ -897,23 +925,8 @@ TEST(BackendCpuConvolution, AccumulatingDataGradientAddsWhatTheOverwritingOneWri
                               std::vector<DType>{DType::bf16, DType::bf16, DType::fp32}));
   for (DType t : {DType::fp32, DType::bf16})
     for (const auto& g :
-         {geometry(2, 16, 8, 8, 16, 3, 3, 1, 1), geometry(3, 8, 9, 7, 8, 3, 3, 2, 1, 8)}) {
-      DeviceTensor dy(be, t, y_shape(g), random_values(y_shape(g).numel(), 31));
-      DeviceTensor w(be, t, w_shape(g), random_values(w_shape(g).numel(), 32));
-      const auto dx0 = random_values(x_shape(g).numel(), 33);
-      DeviceTensor apart(be, DType::fp32, x_shape(g)), sum(be, DType::fp32, x_shape(g), dx0);
-      sdk::Conv2dBackwardDataArgs bd;
-      bd.geometry = g;
-      bd.dy.view = dy;
-      bd.w.view = w;
-      bd.dx = apart;
-      conv->conv2d_backward_data(bd);
-      bd.dx = sum;
-      conv->conv2d_backward_data_accumulate(bd);
-      const auto a = apart.get(), got = sum.get();
-      for (std::size_t i = 0; i < got.size(); ++i)
-        ASSERT_EQ(got[i], dx0[i] + a[i]) << sdk::dtype_name(t) << " element " << i;
-    }
+         {geometry(2, 16, 8, 8, 16, 3, 3, 1, 1), geometry(3, 8, 9, 7, 8, 3, 3, 2, 1, 8)})
+      expect_accumulate_adds_the_overwritten(be, g, t, 31);
   // A 16-bit sum of the operands' dtype (model.fp32_gradient_sums = false): dx = round(dx + the
   // fp32 gradient), rounded once; any other 16-bit dx is refused.
   const auto g = geometry(2, 4, 6, 6, 4, 3, 3, 1, 1);
@@ -998,23 +1011,10 @@ TEST(BackendCpuConvolution, AccumulatingPointwiseDataGradientAsAGemmIsWithinTheF
   // Stride 2: the convolution's route, dx0 + the overwriting call's dx exactly.
   CpuBackend be(2);
   be.set_conv_gemm(ConvGemm::gemm);
-  auto& conv = *sdk::facet<sdk::ConvolutionFacet>(be);
-  const auto s2 = geometry(2, 8, 7, 7, 16, 1, 1, 2, 0);
-  DeviceTensor dy(be, DType::bf16, y_shape(s2), random_values(y_shape(s2).numel(), 74));
-  DeviceTensor w(be, DType::bf16, w_shape(s2), random_values(w_shape(s2).numel(), 75));
-  const auto dx0 = random_values(x_shape(s2).numel(), 76);
-  DeviceTensor apart(be, DType::fp32, x_shape(s2)), sum(be, DType::fp32, x_shape(s2), dx0);
-  sdk::Conv2dBackwardDataArgs bd;
-  bd.geometry = s2;
-  bd.dy.view = dy;
-  bd.w.view = w;
-  bd.dx = apart;
-  conv.conv2d_backward_data(bd);
-  bd.dx = sum;
-  conv.conv2d_backward_data_accumulate(bd);
-  EXPECT_NE(be.last_conv_implementation().rfind("gemm ", 0), 0u);
-  const auto a = apart.get(), got = sum.get();
-  for (std::size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], dx0[i] + a[i]) << i;
+  EXPECT_NE(expect_accumulate_adds_the_overwritten(be, geometry(2, 8, 7, 7, 16, 1, 1, 2, 0),
+                                                   DType::bf16, 74)
+                .rfind("gemm ", 0),
+            0u);
   // What auto and convolution offer.
   CpuBackend automatic(1), never(1);
   never.set_conv_gemm(ConvGemm::convolution);
