@@ -73,6 +73,12 @@ class CpuBackend final : public sdk::DeviceBackend {
   // and a line saying which do here.
   void set_conv_gemm(ConvGemm choice) noexcept { context_.set_conv_gemm(choice); }
   std::string conv_gemm_note() const { return context_.conv_gemm_note(); }
+  // The `flash_products` option (cpu_flash_attention.h): flash attention's tile products in bf16
+  // or FP32, and a line saying which run here.
+  void set_flash_products(FlashProductsChoice choice) noexcept {
+    context_.set_flash_products(choice);
+  }
+  std::string flash_products_note() const { return context_.flash_products_note(); }
   // oneDNN matmul primitives created so far (one per distinct GEMM key); for tests and tuning.
   std::size_t cached_gemm_primitives() const noexcept;
   // oneDNN's implementation ("gemm:jit", "brg:avx512_core", ...) of the last GEMM primitive run

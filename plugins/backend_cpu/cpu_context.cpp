@@ -42,6 +42,15 @@ CpuContext::~CpuContext() {
   for (auto& [ptr, bytes] : live_) std::free(ptr);
 }
 
+bool CpuContext::has_amx_bf16() const {
+  if (amx_state_ < 0) amx_state_ = detect_cpu().has("amx_bf16") ? 1 : 0;
+  return amx_state_ == 1;
+}
+
+bool CpuContext::amx_bf16_gemms() const {
+  return has_amx_bf16() && gemm_->bf16_native();
+}
+
 void CpuContext::use_threads() const {
   if (omp_get_max_threads() != threads_) omp_set_num_threads(threads_);
 }

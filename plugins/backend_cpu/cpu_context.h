@@ -14,8 +14,8 @@
 //   scratch_bytes() is that scratch as last folded in (what the scratch facet reports).
 //   Statistics are guarded by a mutex; the destructor frees what is still allocated.
 // - The bf16-convolution and Winograd decisions are probed once (lazily, on first use) by asking
-//   oneDNN which kernel a ResNet-like convolution runs (cpu_conv_decisions.cpp); the rule for
-//   gradients as GEMMs reads the CPU's features once.
+//   oneDNN which kernel a ResNet-like convolution runs (cpu_conv_decisions.cpp); the rules for
+//   gradients as GEMMs and for flash attention's bf16 tile products read the CPU's features once.
 // - Errors: sdk::BackendError (a negative thread count; an allocation the host cannot serve).
 #pragma once
 
@@ -26,6 +26,7 @@
 #include <unordered_map>
 
 #include "cpu_conv_algorithm.h"
+#include "cpu_flash_attention.h"
 #include "mixtrain/sdk/backend_convolution.h"
 #include "mixtrain/sdk/device_backend.h"
 
@@ -116,6 +117,15 @@ class CpuContext {
     last_conv_impl_ = implementation;
   }
 
+  // --- flash attention (cpu_flash_attention.h) ---------------------------------------------------
+  // The `flash_products` option: `automatic` takes bf16 tile products for bf16 q, k and v where
+  // the CPU has AMX-BF16 and the GEMM engine's bf16 GEMMs are native, fp32 ones elsewhere.
+  void set_flash_products(FlashProductsChoice choice) noexcept { flash_products_ = choice; }
+  // The products flash attention runs for q, k and v of this dtype.
+  FlashProducts flash_products(sdk::DType qkv) const;
+  // A line saying which products flash attention runs here, and why.
+  std::string flash_products_note() const;
+
   // --- memory ----------------------------------------------------------------------------------
   void* allocate(std::size_t bytes);
   void deallocate(void* ptr) noexcept;
@@ -139,6 +149,7 @@ class CpuContext {
   mutable int winograd_state_ = -1;    // -1 unprobed, 0 unavailable, 1 available
   mutable std::string winograd_impl_;  // the probe's implementation name, or why none
   ConvGemm conv_gemm_ = ConvGemm::automatic;
+  FlashProductsChoice flash_products_ = FlashProductsChoice::automatic;
   mutable int amx_state_ = -1;  // -1 undetected, 0 no AMX-BF16, 1 AMX-BF16
   bool has_amx_bf16() const;
   bool amx_bf16_gemms() const;  // AMX-BF16 and the GEMM engine's bf16 GEMMs native

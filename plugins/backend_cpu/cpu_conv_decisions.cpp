@@ -96,11 +96,6 @@ bool CpuContext::conv_winograd_available() const {
   return usable;
 }
 
-bool CpuContext::has_amx_bf16() const {
-  if (amx_state_ < 0) amx_state_ = detect_cpu().has("amx_bf16") ? 1 : 0;
-  return amx_state_ == 1;
-}
-
 namespace {
 
 // conv_gemm's answer where the option decides alone (gemm: yes; convolution: no), else none.
@@ -117,10 +112,6 @@ std::optional<bool> forced(ConvGemm choice) {
 }
 
 }  // namespace
-
-bool CpuContext::amx_bf16_gemms() const {
-  return has_amx_bf16() && gemm_->bf16_native();
-}
 
 bool CpuContext::wgrad_as_gemm(const sdk::Conv2dGeometry& g, bool native_bf16,
                                bool fp8_dy_with_bias) const {

@@ -17,6 +17,7 @@
 #include "cpu_bf16_rows.h"
 #include "cpu_exp.h"
 #include "cpu_isa.h"
+#include "cpu_tile_matmul.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -123,15 +124,28 @@ struct Index {
 // first + 1, ... against keys j0.. (causal: row i sees keys <= i). Each row's running max m and
 // sum are updated, its o [bq, d] accumulator rescaled to the new max, and s overwritten with the
 // unnormalised probabilities (0 past the diagonal), ready for o += s·v.
+// `pre` is a factor the scores still lack (the bf16 products leave the scale out): applied first,
+// one rounding, as sgemm's alpha would have; 1 skips it.
 [[gnu::always_inline]] inline void softmax_step(float* s, std::int64_t bq, std::int64_t bk,
-                                                std::int64_t first, std::int64_t j0, float* m,
-                                                float* sum, float* o, std::int64_t d) {
+                                                std::int64_t first, std::int64_t j0, float pre,
+                                                float* m, float* sum, float* o, std::int64_t d) {
   for (std::int64_t r = 0; r < bq; ++r) {
     float* row = s + r * bk;
     const std::int64_t seen = visible(first + r, j0, bk);
     float top = m[r];
+    // Written as a select, not std::max: GCC leaves std::max's reduction scalar, a chain of
+    // dependent maxss that took half this function's time. The same max of the non-NaN values.
+    if (pre != 1.0f) {
 #pragma omp simd reduction(max : top)
-    for (std::int64_t j = 0; j < seen; ++j) top = std::max(top, row[j]);
+      for (std::int64_t j = 0; j < seen; ++j) {
+        const float v = row[j] * pre;
+        row[j] = v;
+        top = v > top ? v : top;
+      }
+    } else {
+#pragma omp simd reduction(max : top)
+      for (std::int64_t j = 0; j < seen; ++j) top = row[j] > top ? row[j] : top;
+    }
     if (top == -std::numeric_limits<float>::infinity()) {
       // Every score so far is −inf (an infinite key): nothing to add, and m − top would be NaN,
       // which a later finite tile could not undo. The exact softmax gives these keys weight 0.
@@ -158,14 +172,19 @@ struct Index {
 }
 
 // The backward's probabilities: p [bq, bk] = exp(scale·q·kᵀ − lse) in place for query rows
-// first.. against keys j0.. (lse [bq] those rows' log-sum-exp), exact 0 past the diagonal.
+// first.. against keys j0.. (lse [bq] those rows' log-sum-exp), exact 0 past the diagonal; `pre`
+// as in softmax_step.
 [[gnu::always_inline]] inline void probabilities(float* p, std::int64_t bq, std::int64_t bk,
-                                                 std::int64_t first, std::int64_t j0,
+                                                 std::int64_t first, std::int64_t j0, float pre,
                                                  const float* lse) {
   for (std::int64_t r = 0; r < bq; ++r) {
     float* row = p + r * bk;
     const std::int64_t seen = visible(first + r, j0, bk);
     const float shift = lse[r];
+    if (pre != 1.0f) {
+#pragma omp simd
+      for (std::int64_t j = 0; j < seen; ++j) row[j] *= pre;
+    }
 #pragma omp simd
     for (std::int64_t j = 0; j < seen; ++j) row[j] = exp_shifted(row[j] - shift);
     for (std::int64_t j = seen; j < bk; ++j) row[j] = 0.0f;
@@ -185,9 +204,16 @@ struct Index {
   }
 }
 
+// dst [n] += src [n]: a bf16 product's tile added into its FP32 accumulator.
+[[gnu::always_inline]] inline void add_into(float* dst, const float* src, std::int64_t n) {
+#pragma omp simd
+  for (std::int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
 MIXTRAIN_ISA_VARIANTS(softmax_step)
 MIXTRAIN_ISA_VARIANTS(probabilities)
 MIXTRAIN_ISA_VARIANTS(score_gradient)
+MIXTRAIN_ISA_VARIANTS(add_into)
 
 }  // namespace
 
@@ -200,6 +226,93 @@ struct QkvRows {
   std::int64_t at(std::int64_t p, std::int64_t n, std::int64_t h, std::int64_t t) const {
     return p * part + n * seq + h * head + t * tok;
   }
+};
+
+// `count` rows of `d` bf16 elements of v, the first at element `first` and `stride` apart, copied
+// into dst [count, d] (dense, as Bf16TileMatmul takes them).
+void gather_bf16_rows(const TensorView& v, std::int64_t first, std::int64_t stride,
+                      std::int64_t count, std::int64_t d, Bf16Bits* dst) {
+  const Bf16Bits* src = v.as<const Bf16Bits>() + first;
+  for (std::int64_t r = 0; r < count; ++r) std::copy_n(src + r * stride, d, dst + r * d);
+}
+
+// The tile products, two ways (FlashProducts, cpu_flash_attention.h). Each object is one thread's
+// operands and scratch; the loops below call it the same way for both.
+//
+// Fp32 products: 16-bit operands decoded exactly into FP32 (fp32 ones read in place), products by
+// oneDNN's sgemm with the scale in alpha.
+class Fp32ForwardProducts {
+ public:
+  Fp32ForwardProducts(const TensorView& src, std::int64_t keys, std::int64_t d)
+      : src_(src),
+        d_(d),
+        qbuf_(static_cast<std::size_t>(kFlashBlock * d)),
+        kbuf_(decode_floats(src, keys, d)),
+        vbuf_(kbuf_.size()) {}
+  // What softmax_step still multiplies the scores by.
+  static float pending_scale(float) { return 1.0f; }
+  void load_keys(const QkvRows& at, std::int64_t n, std::int64_t h, std::int64_t seen) {
+    k_ = fp32_rows(src_, at.at(1, n, h, 0), at.tok, seen, d_, kbuf_.data());
+    v_ = fp32_rows(src_, at.at(2, n, h, 0), at.tok, seen, d_, vbuf_.data());
+  }
+  void load_queries(std::int64_t first, std::int64_t stride, std::int64_t bq) {
+    q_ = fp32_rows(src_, first, stride, bq, d_, qbuf_.data());
+  }
+  // s [bq, bk] = scale·q·kᵀ against keys j0..
+  bool scores(std::int64_t bq, std::int64_t bk, std::int64_t j0, float scale, float* s) {
+    return sgemm(false, true, bq, bk, d_, scale, q_.p, q_.ld, k_.p + j0 * k_.ld, k_.ld, 0.0f, s,
+                 bk);
+  }
+  // o [bq, d] += p [bq, bk]·v (keys j0..).
+  bool accumulate(std::int64_t bq, std::int64_t bk, std::int64_t j0, const float* p, float* o) {
+    return sgemm(false, false, bq, d_, bk, 1.0f, p, bk, v_.p + j0 * v_.ld, v_.ld, 1.0f, o, d_);
+  }
+
+ private:
+  const TensorView& src_;
+  std::int64_t d_;
+  std::vector<float> qbuf_, kbuf_, vbuf_;
+  Rows q_{}, k_{}, v_{};
+};
+
+// Bf16 products: bf16 q, k and v copied into dense tiles, products by Bf16TileMatmul; the scores
+// come unscaled (softmax_step scales them) and P is rounded to bf16 before P·v.
+class Bf16ForwardProducts {
+ public:
+  Bf16ForwardProducts(const TensorView& src, std::int64_t keys, std::int64_t d)
+      : src_(src),
+        d_(d),
+        q_(static_cast<std::size_t>(kFlashBlock * d)),
+        k_(static_cast<std::size_t>(keys * d)),
+        v_(k_.size()),
+        p_(static_cast<std::size_t>(kFlashBlock * kFlashBlock)),
+        pv_(static_cast<std::size_t>(kFlashBlock * d)) {}
+  static float pending_scale(float scale) { return scale; }
+  void load_keys(const QkvRows& at, std::int64_t n, std::int64_t h, std::int64_t seen) {
+    gather_bf16_rows(src_, at.at(1, n, h, 0), at.tok, seen, d_, k_.data());
+    gather_bf16_rows(src_, at.at(2, n, h, 0), at.tok, seen, d_, v_.data());
+  }
+  void load_queries(std::int64_t first, std::int64_t stride, std::int64_t bq) {
+    gather_bf16_rows(src_, first, stride, bq, d_, q_.data());
+  }
+  bool scores(std::int64_t bq, std::int64_t bk, std::int64_t j0, float, float* s) {
+    Bf16TileMatmul::run(bq, bk, d_, q_.data(), false, k_.data() + j0 * d_, true, s, scratch_);
+    return true;
+  }
+  bool accumulate(std::int64_t bq, std::int64_t bk, std::int64_t j0, const float* p, float* o) {
+    encode_bf16_rows(p, bq, bk, p_.data(), bk);
+    Bf16TileMatmul::run(bq, d_, bk, p_.data(), false, v_.data() + j0 * d_, false, pv_.data(),
+                        scratch_);
+    add_into_best(o, pv_.data(), bq * d_);
+    return true;
+  }
+
+ private:
+  const TensorView& src_;
+  std::int64_t d_;
+  std::vector<Bf16Bits> q_, k_, v_, p_;
+  std::vector<float> pv_;
+  Bf16TileScratch scratch_;
 };
 
 // Query blocks per forward task: whole heads (each head's k and v decoded once) unless that leaves
@@ -215,8 +328,9 @@ std::int64_t blocks_per_task(std::int64_t heads_total, std::int64_t blocks) {
 // The causal forward both flash ops run: for each sequence n < batch and head h, queries i <
 // rows, stored at q row `offset + i`, see keys j <= offset + i (offset 0: training's square
 // attention; offset = start: a decode step over a cache). out [batch, rows, H, D] token-major;
-// lse [batch, H, rows] when given. A task is a run of query blocks of one head; 16-bit k and v
-// rows are decoded once per task, up to the last key its blocks see.
+// lse [batch, H, rows] when given. A task is a run of query blocks of one head; its k and v rows
+// are loaded once, up to the last key its blocks see.
+template <class Products>
 void causal_forward(const TensorView& src, const QkvRows& at, std::int64_t batch,
                     std::int64_t heads, std::int64_t d, std::int64_t rows, std::int64_t offset,
                     float scale, const TensorView& out, float* lse_all) {
@@ -228,12 +342,13 @@ void causal_forward(const TensorView& src, const QkvRows& at, std::int64_t batch
   const std::int64_t tile = kFlashBlock * std::max(kFlashBlock, d);
   const std::int64_t keys = offset + rows;  // the last query's
   const std::int64_t out_stride = heads * d;
+  const float pre = Products::pending_scale(scale);
   TaskErrors errors;
 #pragma omp parallel if (tasks > 1 && parallel_worth(bh * rows * keys * d / 2))
   {
     omp_set_num_threads(1);  // the tile products run on this thread (see sgemm above)
-    std::vector<float> qbuf(tile), s(tile), o(tile);
-    std::vector<float> kbuf(decode_floats(src, keys, d)), vbuf(kbuf.size());
+    Products products(src, keys, d);
+    std::vector<float> s(tile), o(tile);
     std::vector<float> m(kFlashBlock), sum(kFlashBlock);
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t task = 0; task < tasks; ++task) {
@@ -242,11 +357,10 @@ void causal_forward(const TensorView& src, const QkvRows& at, std::int64_t batch
         const std::int64_t b0 = (task % groups) * per_task, b1 = std::min(blocks, b0 + per_task);
         // Queries [b0, b1) blocks up to `end`; keys 0 .. the last one the last query sees.
         const std::int64_t end = std::min(rows, b1 * kFlashBlock), seen = offset + end;
-        const Rows k = fp32_rows(src, at.at(1, n, h, 0), at.tok, seen, d, kbuf.data());
-        const Rows v = fp32_rows(src, at.at(2, n, h, 0), at.tok, seen, d, vbuf.data());
+        products.load_keys(at, n, h, seen);
         for (std::int64_t i0 = b0 * kFlashBlock; i0 < end; i0 += kFlashBlock) {
           const std::int64_t bq = std::min(kFlashBlock, rows - i0);
-          const Rows q = fp32_rows(src, at.at(0, n, h, offset + i0), at.tok, bq, d, qbuf.data());
+          products.load_queries(at.at(0, n, h, offset + i0), at.tok, bq);
           std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
           std::fill(sum.begin(), sum.end(), 0.0f);
           std::fill(o.begin(), o.begin() + bq * d, 0.0f);
@@ -254,13 +368,10 @@ void causal_forward(const TensorView& src, const QkvRows& at, std::int64_t batch
           // diagonal.
           for (std::int64_t j0 = 0; j0 < offset + i0 + bq; j0 += kFlashBlock) {
             const std::int64_t bk = std::min(kFlashBlock, offset + i0 + bq - j0);
-            if (!sgemm(false, true, bq, bk, d, scale, q.p, q.ld, k.p + j0 * k.ld, k.ld, 0.0f,
-                       s.data(), bk))
-              return false;
-            softmax_step_best(s.data(), bq, bk, offset + i0, j0, m.data(), sum.data(), o.data(), d);
-            if (!sgemm(false, false, bq, d, bk, 1.0f, s.data(), bk, v.p + j0 * v.ld, v.ld, 1.0f,
-                       o.data(), d))
-              return false;
+            if (!products.scores(bq, bk, j0, scale, s.data())) return false;
+            softmax_step_best(s.data(), bq, bk, offset + i0, j0, pre, m.data(), sum.data(),
+                              o.data(), d);
+            if (!products.accumulate(bq, bk, j0, s.data(), o.data())) return false;
           }
           for (std::int64_t r = 0; r < bq; ++r) {
             const float total = sum[static_cast<std::size_t>(r)];
@@ -278,42 +389,146 @@ void causal_forward(const TensorView& src, const QkvRows& at, std::int64_t batch
   errors.rethrow();
 }
 
-}  // namespace
-
-void flash_attention_forward(const TensorView& qkv, const sdk::HeadLayout& l, float scale,
-                             const TensorView& out, const TensorView& lse) {
-  // qkv [N, T, 3, H, D]: token-major, the parts interleaved per token.
-  const std::int64_t hd = l.heads * l.head_dim;
-  const QkvRows at{hd, l.tokens * 3 * hd, l.head_dim, 3 * hd};
-  causal_forward(qkv, at, l.batch, l.heads, l.head_dim, l.tokens, 0, scale, out, lse.as<float>());
+// The forward with the products asked for, where the source's dtype allows them.
+void causal_forward(FlashProducts products, const TensorView& src, const QkvRows& at,
+                    std::int64_t batch, std::int64_t heads, std::int64_t d, std::int64_t rows,
+                    std::int64_t offset, float scale, const TensorView& out, float* lse_all) {
+  if (products == FlashProducts::bf16 && src.dtype == sdk::DType::bf16)
+    causal_forward<Bf16ForwardProducts>(src, at, batch, heads, d, rows, offset, scale, out,
+                                        lse_all);
+  else
+    causal_forward<Fp32ForwardProducts>(src, at, batch, heads, d, rows, offset, scale, out,
+                                        lse_all);
 }
 
-void flash_attention_decode(const TensorView& cache, const sdk::HeadLayout& l, float scale,
-                            const TensorView& out) {
-  // cache [3, 1, H, T', D]: head-major, a part after another.
-  const std::int64_t cap = l.capacity(), d = l.head_dim;
-  const QkvRows at{l.heads * cap * d, 0, cap * d, d};
-  causal_forward(cache, at, 1, l.heads, d, l.tokens, l.head_offset, scale, out, nullptr);
-}
+// The backward's products for one (sequence, head) at a time, as the forward's: set_head() takes
+// its q and dO, set_keys() a key tile's k and v, then per query tile at or below it: scores() p =
+// scale·q·kᵀ (pending_scale() still to apply), dv() dv += pᵀ·dO, dp() dp = dO·vᵀ, and dq_dk()
+// dq += ds·k, dk += dsᵀ·q.
+class Fp32BackwardProducts {
+ public:
+  Fp32BackwardProducts(const TensorView& qkv, const TensorView& dout, std::int64_t t_len,
+                       std::int64_t d)
+      : qkv_(qkv),
+        dout_(dout),
+        d_(d),
+        // 16-bit q and dO rows are decoded once per head (every key tile reads them all), k and
+        // v once per key tile.
+        qbuf_(decode_floats(qkv, t_len, d)),
+        gbuf_(decode_floats(dout, t_len, d)),
+        kbuf_(static_cast<std::size_t>(kFlashBlock * d)),
+        vbuf_(kbuf_.size()) {}
+  static float pending_scale(float) { return 1.0f; }
+  void set_head(const Index& ix, std::int64_t n, std::int64_t h) {
+    q_ = fp32_rows(qkv_, ix.qkv(n, 0, 0, h), ix.qkv_stride(), ix.t, d_, qbuf_.data());
+    g_ = fp32_rows(dout_, ix.out(n, 0, h), ix.out_stride(), ix.t, d_, gbuf_.data());
+  }
+  void set_keys(const Index& ix, std::int64_t n, std::int64_t h, std::int64_t j0, std::int64_t bk) {
+    k_ = fp32_rows(qkv_, ix.qkv(n, j0, 1, h), ix.qkv_stride(), bk, d_, kbuf_.data());
+    v_ = fp32_rows(qkv_, ix.qkv(n, j0, 2, h), ix.qkv_stride(), bk, d_, vbuf_.data());
+  }
+  bool scores(std::int64_t i0, std::int64_t bq, std::int64_t bk, float scale, float* p) {
+    return sgemm(false, true, bq, bk, d_, scale, q_.p + i0 * q_.ld, q_.ld, k_.p, k_.ld, 0.0f, p,
+                 bk);
+  }
+  bool dv(std::int64_t i0, std::int64_t bq, std::int64_t bk, const float* p, float* dv) {
+    return sgemm(true, false, bk, d_, bq, 1.0f, p, bk, g_.p + i0 * g_.ld, g_.ld, 1.0f, dv, d_);
+  }
+  bool dp(std::int64_t i0, std::int64_t bq, std::int64_t bk, float* dp) {
+    return sgemm(false, true, bq, bk, d_, 1.0f, g_.p + i0 * g_.ld, g_.ld, v_.p, v_.ld, 0.0f, dp,
+                 bk);
+  }
+  bool dq_dk(std::int64_t i0, std::int64_t bq, std::int64_t bk, const float* ds, float* dq,
+             float* dk) {
+    return sgemm(false, false, bq, d_, bk, 1.0f, ds, bk, k_.p, k_.ld, 1.0f, dq, d_) &&
+           sgemm(true, false, bk, d_, bq, 1.0f, ds, bk, q_.p + i0 * q_.ld, q_.ld, 1.0f, dk, d_);
+  }
 
-void flash_attention_backward(const TensorView& qkv, const TensorView& out, const TensorView& dout,
-                              const TensorView& lse, const sdk::HeadLayout& l, float scale,
-                              const TensorView& dqkv) {
+ private:
+  const TensorView &qkv_, &dout_;
+  std::int64_t d_;
+  std::vector<float> qbuf_, gbuf_, kbuf_, vbuf_;
+  Rows q_{}, g_{}, k_{}, v_{};
+};
+
+// Bf16 products: q and dO copied per head and k and v per key tile into dense bf16 tiles; p and
+// ds rounded to bf16 before their products, as the GPU's flash attention does.
+class Bf16BackwardProducts {
+ public:
+  Bf16BackwardProducts(const TensorView& qkv, const TensorView& dout, std::int64_t t_len,
+                       std::int64_t d)
+      : qkv_(qkv),
+        dout_(dout),
+        d_(d),
+        q_(static_cast<std::size_t>(t_len * d)),
+        g_(q_.size()),
+        k_(static_cast<std::size_t>(kFlashBlock * d)),
+        v_(k_.size()),
+        rounded_(static_cast<std::size_t>(kFlashBlock * kFlashBlock)),
+        product_(static_cast<std::size_t>(kFlashBlock * d)) {}
+  static float pending_scale(float scale) { return scale; }
+  void set_head(const Index& ix, std::int64_t n, std::int64_t h) {
+    gather_bf16_rows(qkv_, ix.qkv(n, 0, 0, h), ix.qkv_stride(), ix.t, d_, q_.data());
+    gather_bf16_rows(dout_, ix.out(n, 0, h), ix.out_stride(), ix.t, d_, g_.data());
+  }
+  void set_keys(const Index& ix, std::int64_t n, std::int64_t h, std::int64_t j0, std::int64_t bk) {
+    gather_bf16_rows(qkv_, ix.qkv(n, j0, 1, h), ix.qkv_stride(), bk, d_, k_.data());
+    gather_bf16_rows(qkv_, ix.qkv(n, j0, 2, h), ix.qkv_stride(), bk, d_, v_.data());
+  }
+  bool scores(std::int64_t i0, std::int64_t bq, std::int64_t bk, float, float* p) {
+    Bf16TileMatmul::run(bq, bk, d_, q_.data() + i0 * d_, false, k_.data(), true, p, scratch_);
+    return true;
+  }
+  bool dv(std::int64_t i0, std::int64_t bq, std::int64_t bk, const float* p, float* dv) {
+    encode_bf16_rows(p, bq, bk, rounded_.data(), bk);
+    // pᵀ [bk, bq] is p's rounded rows read transposed.
+    Bf16TileMatmul::run(bk, d_, bq, rounded_.data(), true, g_.data() + i0 * d_, false,
+                        product_.data(), scratch_);
+    add_into_best(dv, product_.data(), bk * d_);
+    return true;
+  }
+  bool dp(std::int64_t i0, std::int64_t bq, std::int64_t bk, float* dp) {
+    Bf16TileMatmul::run(bq, bk, d_, g_.data() + i0 * d_, false, v_.data(), true, dp, scratch_);
+    return true;
+  }
+  bool dq_dk(std::int64_t i0, std::int64_t bq, std::int64_t bk, const float* ds, float* dq,
+             float* dk) {
+    encode_bf16_rows(ds, bq, bk, rounded_.data(), bk);
+    Bf16TileMatmul::run(bq, d_, bk, rounded_.data(), false, k_.data(), false, product_.data(),
+                        scratch_);
+    add_into_best(dq, product_.data(), bq * d_);
+    Bf16TileMatmul::run(bk, d_, bq, rounded_.data(), true, q_.data() + i0 * d_, false,
+                        product_.data(), scratch_);
+    add_into_best(dk, product_.data(), bk * d_);
+    return true;
+  }
+
+ private:
+  const TensorView &qkv_, &dout_;
+  std::int64_t d_;
+  std::vector<Bf16Bits> q_, g_, k_, v_, rounded_;
+  std::vector<float> product_;
+  Bf16TileScratch scratch_;
+};
+
+template <class Products>
+void causal_backward(const TensorView& qkv, const TensorView& out, const TensorView& dout,
+                     const TensorView& lse, const sdk::HeadLayout& l, float scale,
+                     const TensorView& dqkv) {
   const std::int64_t t_len = l.tokens, d = l.head_dim, bh = l.batch * l.heads;
   if (bh == 0 || t_len == 0) return;
   const Index ix{t_len, l.heads, d};
   const std::int64_t tile = kFlashBlock * std::max(kFlashBlock, d);
   const float* lse_all = lse.as<const float>();
+  const float pre = Products::pending_scale(scale);
   TaskErrors errors;
   // One (sequence, head) per task: every sum into dq, dk and dv of that head runs in one fixed
   // order on one thread, so the bits do not depend on the thread count.
 #pragma omp parallel if (bh > 1 && parallel_worth(bh * t_len * t_len * d))
   {
     omp_set_num_threads(1);  // the tile products run on this thread (see sgemm above)
-    std::vector<float> kbuf(tile), vbuf(tile), obuf(tile);
-    // 16-bit q and dO rows are decoded once per head (every key tile reads them all), k and v
-    // once per key tile.
-    std::vector<float> qbuf(decode_floats(qkv, t_len, d)), dobuf(decode_floats(dout, t_len, d));
+    Products products(qkv, dout, t_len, d);
+    std::vector<float> obuf(tile), gbuf(tile);
     std::vector<float> p(tile), dp(tile), dk(tile), dv(tile);
     std::vector<float> dq, delta;
 #pragma omp for schedule(dynamic, 1)
@@ -321,16 +536,13 @@ void flash_attention_backward(const TensorView& qkv, const TensorView& out, cons
       errors.run([&] {
         const std::int64_t n = nh / l.heads, h = nh % l.heads;
         const float* lse_head = lse_all + ix.lse(n, h);
-        const Rows q_all =
-            fp32_rows(qkv, ix.qkv(n, 0, 0, h), ix.qkv_stride(), t_len, d, qbuf.data());
-        const Rows g_all =
-            fp32_rows(dout, ix.out(n, 0, h), ix.out_stride(), t_len, d, dobuf.data());
+        products.set_head(ix, n, h);
         // D_i = Σ_c dO_ic·O_ic (O as flash_forward rounded it), in double.
         delta.assign(static_cast<std::size_t>(t_len), 0.0f);
         for (std::int64_t i0 = 0; i0 < t_len; i0 += kFlashBlock) {
           const std::int64_t bq = std::min(kFlashBlock, t_len - i0);
           const Rows o = fp32_rows(out, ix.out(n, i0, h), ix.out_stride(), bq, d, obuf.data());
-          const Rows g{g_all.p + i0 * g_all.ld, g_all.ld};
+          const Rows g = fp32_rows(dout, ix.out(n, i0, h), ix.out_stride(), bq, d, gbuf.data());
           for (std::int64_t r = 0; r < bq; ++r) {
             double dot = 0.0;
             for (std::int64_t c = 0; c < d; ++c)
@@ -341,31 +553,21 @@ void flash_attention_backward(const TensorView& qkv, const TensorView& out, cons
         dq.assign(static_cast<std::size_t>(t_len * d), 0.0f);
         for (std::int64_t j0 = 0; j0 < t_len; j0 += kFlashBlock) {
           const std::int64_t bk = std::min(kFlashBlock, t_len - j0);
-          const Rows k = fp32_rows(qkv, ix.qkv(n, j0, 1, h), ix.qkv_stride(), bk, d, kbuf.data());
-          const Rows v = fp32_rows(qkv, ix.qkv(n, j0, 2, h), ix.qkv_stride(), bk, d, vbuf.data());
+          products.set_keys(ix, n, h, j0, bk);
           std::fill(dk.begin(), dk.begin() + bk * d, 0.0f);
           std::fill(dv.begin(), dv.begin() + bk * d, 0.0f);
           // Query tiles at or below the diagonal: the tiles above it see none of these keys.
           for (std::int64_t i0 = j0; i0 < t_len; i0 += kFlashBlock) {
             const std::int64_t bq = std::min(kFlashBlock, t_len - i0);
-            const Rows q{q_all.p + i0 * q_all.ld, q_all.ld};
-            const Rows g{g_all.p + i0 * g_all.ld, g_all.ld};
             // P = exp(scale·q·kᵀ − lse), exact 0 above the diagonal.
-            if (!sgemm(false, true, bq, bk, d, scale, q.p, q.ld, k.p, k.ld, 0.0f, p.data(), bk))
-              return false;
-            probabilities_best(p.data(), bq, bk, i0, j0, lse_head + i0);
+            if (!products.scores(i0, bq, bk, scale, p.data())) return false;
+            probabilities_best(p.data(), bq, bk, i0, j0, pre, lse_head + i0);
             // dV += Pᵀ·dO; dP = dO·vᵀ; dS = P∘(dP − D)·scale in dp.
-            if (!sgemm(true, false, bk, d, bq, 1.0f, p.data(), bk, g.p, g.ld, 1.0f, dv.data(), d))
-              return false;
-            if (!sgemm(false, true, bq, bk, d, 1.0f, g.p, g.ld, v.p, v.ld, 0.0f, dp.data(), bk))
-              return false;
+            if (!products.dv(i0, bq, bk, p.data(), dv.data())) return false;
+            if (!products.dp(i0, bq, bk, dp.data())) return false;
             score_gradient_best(dp.data(), p.data(), bq, bk, delta.data() + i0, scale);
             // dQ += dS·k; dK += dSᵀ·q.
-            if (!sgemm(false, false, bq, d, bk, 1.0f, dp.data(), bk, k.p, k.ld, 1.0f,
-                       dq.data() + i0 * d, d))
-              return false;
-            if (!sgemm(true, false, bk, d, bq, 1.0f, dp.data(), bk, q.p, q.ld, 1.0f, dk.data(), d))
-              return false;
+            if (!products.dq_dk(i0, bq, bk, dp.data(), dq.data() + i0 * d, dk.data())) return false;
           }
           store_rows(dqkv, ix.qkv(n, j0, 1, h), ix.qkv_stride(), bk, d, dk.data());
           store_rows(dqkv, ix.qkv(n, j0, 2, h), ix.qkv_stride(), bk, d, dv.data());
@@ -376,6 +578,37 @@ void flash_attention_backward(const TensorView& qkv, const TensorView& out, cons
     }
   }
   errors.rethrow();
+}
+
+}  // namespace
+
+void flash_attention_forward(const TensorView& qkv, const sdk::HeadLayout& l, float scale,
+                             const TensorView& out, const TensorView& lse, FlashProducts products) {
+  // qkv [N, T, 3, H, D]: token-major, the parts interleaved per token.
+  const std::int64_t hd = l.heads * l.head_dim;
+  const QkvRows at{hd, l.tokens * 3 * hd, l.head_dim, 3 * hd};
+  causal_forward(products, qkv, at, l.batch, l.heads, l.head_dim, l.tokens, 0, scale, out,
+                 lse.as<float>());
+}
+
+void flash_attention_decode(const TensorView& cache, const sdk::HeadLayout& l, float scale,
+                            const TensorView& out) {
+  // cache [3, 1, H, T', D]: head-major, a part after another.
+  const std::int64_t cap = l.capacity(), d = l.head_dim;
+  const QkvRows at{l.heads * cap * d, 0, cap * d, d};
+  // FP32 products always: the facet's flash_decode keeps its probabilities in FP32.
+  causal_forward(FlashProducts::fp32, cache, at, 1, l.heads, d, l.tokens, l.head_offset, scale, out,
+                 nullptr);
+}
+
+void flash_attention_backward(const TensorView& qkv, const TensorView& out, const TensorView& dout,
+                              const TensorView& lse, const sdk::HeadLayout& l, float scale,
+                              const TensorView& dqkv, FlashProducts products) {
+  if (products == FlashProducts::bf16 && qkv.dtype == sdk::DType::bf16 &&
+      dout.dtype == sdk::DType::bf16)
+    causal_backward<Bf16BackwardProducts>(qkv, out, dout, lse, l, scale, dqkv);
+  else
+    causal_backward<Fp32BackwardProducts>(qkv, out, dout, lse, l, scale, dqkv);
 }
 
 }  // namespace mixtrain::backend_cpu

@@ -13,18 +13,23 @@
 // - Backward: per (sequence, head), D_i = Σ dO_i·O_i, then per key tile and every query tile at or
 //   below it P = exp(scale·S − lse), dV += Pᵀ·dO, dP = dO·vᵀ, dS = P∘(dP − D)·scale, dQ += dS·k,
 //   dK += dSᵀ·q, all in FP32, each of dq, dk, dv rounded once into dqkv.
-// - Tile products are oneDNN's sgemm (BLAS semantics, row-major), one thread each: the OpenMP
-//   team is over the tasks above and each task sums in a fixed order, so results do not depend
-//   on the thread count. The element work between them (the online softmax, P, dS) is compiled
-//   for x86-64-v4, v3 and the baseline and picked by cpuid (cpu_isa.h); a CPU's results do not
-//   change between runs, but two ISAs may differ in the last bit of an exponential (FMA).
-// - 16-bit inputs are decoded exactly into FP32, each row once per task: the forward's k and v up
-//   to the task's last key, the backward's q and dO for the whole head (k and v per key tile);
-//   fp32 ones are read in place.
-// - Scratch per thread: a few kFlashBlock × max(kFlashBlock, D) fp32 tiles; the forward's decoded
-//   k and v, 2 × [T, D] FP32 with 16-bit inputs; in the backward, the head's dQ accumulator
-//   [T, D] and D_i [T] in FP32, and with 16-bit inputs its decoded q and dO, 2 × [T, D] (heap,
-//   freed on return).
+// - Tile products (FlashProducts), one thread each: the OpenMP team is over the tasks above and
+//   each task sums in a fixed order, so results do not depend on the thread count.
+//   - fp32: every operand exact in FP32 (16-bit ones decoded, each row once per task: the
+//     forward's k and v up to the task's last key, the backward's q and dO for the whole head, k
+//     and v per key tile; fp32 ones read in place), oneDNN's sgemm.
+//   - bf16 (the forward and backward with bf16 qkv, and dout in the backward; other dtypes run
+//     fp32): q, k, v and dO copied into dense bf16 tiles, the products by Bf16TileMatmul
+//     (cpu_tile_matmul.h: AMX-BF16 where the CPU has it), FP32 sums; P is rounded to bf16 before
+//     P·v and Pᵀ·dO, and dS before dS·k and dSᵀ·q, as FlashAttention-2 does on a GPU (the
+//     attention facet's contract allows it). The scale multiplies the scores after the product,
+//     one rounding, as sgemm's alpha does.
+//   The element work between them (the online softmax, P, dS) is compiled for x86-64-v4, v3 and
+//   the baseline and picked by cpuid (cpu_isa.h); a CPU's results do not change between runs, but
+//   two ISAs may differ in the last bit of an exponential (FMA).
+// - Scratch per thread: a few kFlashBlock × max(kFlashBlock, D) fp32 tiles; the forward's k and v,
+//   2 × [T, D] (fp32 decoded, or bf16); in the backward, the head's dQ accumulator [T, D] and D_i
+//   [T] in FP32, and its q and dO, 2 × [T, D] (fp32 decoded, or bf16) (heap, freed on return).
 #pragma once
 
 #include <cstdint>
@@ -36,17 +41,25 @@ namespace mixtrain::backend_cpu {
 
 inline constexpr std::int64_t kFlashBlock = 64;
 
+// How the tile products compute (above), and the backend option `flash_products` that chooses
+// (CpuContext::flash_products): `automatic` decides from the CPU's features.
+enum class FlashProducts { fp32, bf16 };
+enum class FlashProductsChoice { automatic, bf16, fp32 };
+
 void flash_attention_forward(const sdk::TensorView& qkv, const sdk::HeadLayout& layout, float scale,
-                             const sdk::TensorView& out, const sdk::TensorView& lse);
+                             const sdk::TensorView& out, const sdk::TensorView& lse,
+                             FlashProducts products = FlashProducts::fp32);
 
 // flash_decode (facet 1.3): the forward's routine with the queries at rows [start, start + rows)
-// of a head-major cache and keys up to each query's position; no lse.
+// of a head-major cache and keys up to each query's position; no lse. FP32 products always (the
+// facet keeps a decode's probabilities in FP32).
 void flash_attention_decode(const sdk::TensorView& cache, const sdk::HeadLayout& layout,
                             float scale, const sdk::TensorView& out);
 
 void flash_attention_backward(const sdk::TensorView& qkv, const sdk::TensorView& out,
                               const sdk::TensorView& dout, const sdk::TensorView& lse,
                               const sdk::HeadLayout& layout, float scale,
-                              const sdk::TensorView& dqkv);
+                              const sdk::TensorView& dqkv,
+                              FlashProducts products = FlashProducts::fp32);
 
 }  // namespace mixtrain::backend_cpu

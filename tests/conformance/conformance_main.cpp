@@ -23,9 +23,13 @@ int main(int argc, char** argv) {
     if (c.info.kind == sdk::ComponentKind::backend && c.info.name != "cpu")
       conformance::add_backend(c.info.name, factory(c), {"backend.type=" + c.info.name});
   // The CPU backend on one thread: another accumulation order, so the suite's tolerances are
-  // exercised even on a machine with no other backend.
-  conformance::add_backend("cpu_one_thread", factory(cpu, {{"threads", std::int64_t{1}, {}}}),
-                           {"backend.type=cpu", "backend.threads=1"});
+  // exercised even on a machine with no other backend; and flash attention's bf16 tile products
+  // (P and dS rounded to bf16, as a GPU's flash attention does), which the reference takes only
+  // on an AMX CPU.
+  conformance::add_backend(
+      "cpu_one_thread",
+      factory(cpu, {{"threads", std::int64_t{1}, {}}, {"flash_products", std::string("bf16"), {}}}),
+      {"backend.type=cpu", "backend.threads=1", "backend.flash_products=bf16"});
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

@@ -181,14 +181,15 @@ void CpuAttention::flash_forward(TensorView qkv, const sdk::HeadLayout& layout, 
                                  TensorView out, TensorView lse) {
   context_.use_threads();
   checks().flash_forward(qkv, layout, out, lse);
-  flash_attention_forward(qkv, layout, scale, out, lse);
+  flash_attention_forward(qkv, layout, scale, out, lse, context_.flash_products(qkv.dtype));
 }
 
 void CpuAttention::flash_backward(TensorView qkv, TensorView out, TensorView dout, TensorView lse,
                                   const sdk::HeadLayout& layout, float scale, TensorView dqkv) {
   context_.use_threads();
   checks().flash_backward(qkv, out, dout, lse, layout, dqkv);
-  flash_attention_backward(qkv, out, dout, lse, layout, scale, dqkv);
+  flash_attention_backward(qkv, out, dout, lse, layout, scale, dqkv,
+                           context_.flash_products(qkv.dtype));
 }
 
 void CpuAttention::flash_decode(TensorView cache, const sdk::HeadLayout& layout, float scale,

@@ -3,7 +3,7 @@
 // stability, in place) and its backward against a finite difference of the forward, and the
 // argument errors; flash attention (facet 1.1): its backward against a finite difference of its
 // forward on every ISA variant this CPU runs, the variants' agreement, the same bits on one thread
-// and on two, and supports().
+// and on two, supports(), and the bf16 tile products (flash_products) against the FP32 ones.
 #include <bit>
 #include <cstring>
 #include <functional>
@@ -11,6 +11,7 @@
 #include <string>
 
 #include "backend_test_util.h"
+#include "cpu_features.h"
 #include "isa_variants.h"
 #include "mixtrain/sdk/error.h"
 
@@ -467,19 +468,88 @@ TEST(backend_cpu_attention, FlashAgreesOnEveryIsaVariant) {
 
 TEST(backend_cpu_attention, FlashGivesTheSameBitsOnOneThreadAndOnTwo) {
   // Several sequences and heads, T past one tile: two threads share the (sequence, head) tasks
-  // differently from one, and every sum still runs in the same order.
-  CpuBackend one(1), two(2);
-  const FlashInputs in = flash_inputs(83);
-  for (DType dt : kFloats) {
-    const FlashRun a = run_flash(one, in.l, dt, in.qkv, in.dout, 0.25f);
-    const FlashRun b = run_flash(two, in.l, dt, in.qkv, in.dout, 0.25f);
-    const FlashRun c = run_flash(two, in.l, dt, in.qkv, in.dout, 0.25f);
-    const std::string what(sdk::dtype_name(dt));
-    EXPECT_EQ(a.out, b.out) << what;
-    EXPECT_EQ(a.lse, b.lse) << what;
-    EXPECT_EQ(a.dqkv, b.dqkv) << what;
-    EXPECT_EQ(b.dqkv, c.dqkv) << what << ", second run";
+  // differently from one, and every sum still runs in the same order; with either tile product.
+  for (const FlashProductsChoice products :
+       {FlashProductsChoice::fp32, FlashProductsChoice::bf16}) {
+    CpuBackend one(1), two(2);
+    one.set_flash_products(products);
+    two.set_flash_products(products);
+    const FlashInputs in = flash_inputs(83);
+    for (DType dt : kFloats) {
+      const FlashRun a = run_flash(one, in.l, dt, in.qkv, in.dout, 0.25f);
+      const FlashRun b = run_flash(two, in.l, dt, in.qkv, in.dout, 0.25f);
+      const FlashRun c = run_flash(two, in.l, dt, in.qkv, in.dout, 0.25f);
+      const std::string what = std::string(sdk::dtype_name(dt)) + ", " +
+                               (products == FlashProductsChoice::bf16 ? "bf16" : "fp32") +
+                               " products";
+      EXPECT_EQ(a.out, b.out) << what;
+      EXPECT_EQ(a.lse, b.lse) << what;
+      EXPECT_EQ(a.dqkv, b.dqkv) << what;
+      EXPECT_EQ(b.dqkv, c.dqkv) << what << ", second run";
+    }
   }
+}
+
+TEST(backend_cpu_attention, FlashBf16TileProductsDifferOnlyByRoundingPAndTheScoreGradient) {
+  // flash_products = bf16 on every CPU (auto takes it with AMX-BF16 only). For bf16 qkv the
+  // products read the same bf16 values and sum in FP32; P is rounded to bf16 before P·v and dS
+  // before dS·k and dSᵀ·q, each half a bf16 ulp (2^-9) relative. So against the FP32 products:
+  // - out: |Σ_j (bf16(P_ij) − P_ij)·v_j| <= 2^-9·max|v|, plus each side's own rounding of out
+  //   (2^-9·max|out| each);
+  // - dqkv: each side within its bound of the exact gradient as the conformance suite states it
+  //   (FP32 products: one bf16 ulp of the largest value, 2^-7; bf16 products: that and the two
+  //   intermediate roundings, 2^-7 more), plus FP32 sums of T + D terms, 4 chained, each side.
+  // And they differ: the rounding happened. fp32 and fp16 qkv take the FP32 products whatever
+  // the option says: the same bits.
+  const FlashInputs in = flash_inputs(87);
+  CpuBackend exact(2), rounded(2);
+  exact.set_flash_products(FlashProductsChoice::fp32);
+  rounded.set_flash_products(FlashProductsChoice::bf16);
+  const FlashRun want = run_flash(exact, in.l, DType::bf16, in.qkv, in.dout, 0.25f);
+  const FlashRun got = run_flash(rounded, in.l, DType::bf16, in.qkv, in.dout, 0.25f);
+  const std::int64_t width = in.l.heads * in.l.head_dim;
+  double max_v = 0.0, max_out = 0.0, max_diff = 0.0;
+  for (std::size_t i = 0; i < in.qkv.size(); ++i)
+    if (static_cast<std::int64_t>(i) % (3 * width) >= 2 * width)
+      max_v = std::max(max_v, std::abs(static_cast<double>(stored_value(in.qkv[i], DType::bf16))));
+  for (std::size_t i = 0; i < want.out.size(); ++i) {
+    max_out = std::max(max_out, std::abs(static_cast<double>(want.out[i])));
+    max_diff = std::max(max_diff, std::abs(static_cast<double>(got.out[i]) - want.out[i]));
+  }
+  const double sums = static_cast<double>(in.l.tokens + in.l.head_dim) * 0x1p-24;
+  EXPECT_LE(max_diff, 0x1p-9 * max_v + 2 * 0x1p-9 * max_out + sums * max_v) << "out";
+  EXPECT_NE(got.out, want.out) << "P was not rounded: the bf16 products did not run";
+  EXPECT_LE(max_relative_difference(got.lse, want.lse), 0x1p-20) << "lse: both FP32 softmaxes";
+  EXPECT_LE(max_relative_difference(got.dqkv, want.dqkv), 3 * 0x1p-7 + 8 * sums) << "dqkv";
+  EXPECT_NE(got.dqkv, want.dqkv) << "dqkv";
+  for (DType dt : {DType::fp32, DType::fp16}) {
+    const FlashRun a = run_flash(exact, in.l, dt, in.qkv, in.dout, 0.25f);
+    const FlashRun b = run_flash(rounded, in.l, dt, in.qkv, in.dout, 0.25f);
+    EXPECT_EQ(a.out, b.out) << sdk::dtype_name(dt);
+    EXPECT_EQ(a.dqkv, b.dqkv) << sdk::dtype_name(dt);
+  }
+}
+
+TEST(backend_cpu_attention, FlashProductsAutoTakesBf16WithAmxBf16Only) {
+  // auto runs what the rule picks: the bf16 products for bf16 qkv where the CPU has AMX-BF16 and
+  // bf16 GEMMs run natively, the FP32 ones elsewhere and for other dtypes. Bits against both
+  // forced choices; the note says which.
+  const FlashInputs in = flash_inputs(89);
+  CpuBackend automatic(1), bf16(1), fp32(1);
+  bf16.set_flash_products(FlashProductsChoice::bf16);
+  fp32.set_flash_products(FlashProductsChoice::fp32);
+  const bool amx = detect_cpu().has("amx_bf16") && automatic.bf16_gemm_native();
+  for (DType dt : kFloats) {
+    const FlashRun got = run_flash(automatic, in.l, dt, in.qkv, in.dout, 0.25f);
+    const FlashRun want =
+        run_flash(amx && dt == DType::bf16 ? bf16 : fp32, in.l, dt, in.qkv, in.dout, 0.25f);
+    EXPECT_EQ(got.out, want.out) << sdk::dtype_name(dt) << ", AMX-BF16 " << amx;
+    EXPECT_EQ(got.dqkv, want.dqkv) << sdk::dtype_name(dt) << ", AMX-BF16 " << amx;
+  }
+  EXPECT_EQ(automatic.flash_products_note().find("in bf16 on AMX-BF16") != std::string::npos, amx)
+      << automatic.flash_products_note();
+  EXPECT_NE(bf16.flash_products_note().find("flash_products = bf16"), std::string::npos);
+  EXPECT_NE(fp32.flash_products_note().find("flash_products = fp32"), std::string::npos);
 }
 
 }  // namespace
