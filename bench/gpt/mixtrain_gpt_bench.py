@@ -45,6 +45,9 @@ def run_mixtrain(a, shape, precision, steps, log_every, profile, run_dir):
         "optimizer.adamw.lr": 3e-4, "optimizer.adamw.beta1": 0.9, "optimizer.adamw.beta2": 0.95,
         "optimizer.adamw.eps": 1e-8, "optimizer.adamw.weight_decay": 0.1,
     }
+    for kv in a.set:  # the caller's overrides last: an A/B of a backend option
+        key, _, value = kv.partition("=")
+        sets[key] = value
     return train(a.mixtrain, sets, run_dir, profile)
 
 
@@ -91,6 +94,9 @@ def main():
     ap.add_argument("--steps-per-window", type=int, default=3)
     ap.add_argument("--profile-steps", type=int, default=3)
     ap.add_argument("--torch", help="torch_gpt_bench.py's output of this session")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override for every mixtrain run (repeatable), e.g. "
+                         "backend.cpu.flash_products=fp32")
     a = ap.parse_args()
     print(f"# CPU: {cpu_name()} ({os.cpu_count()} CPUs), threads {a.threads}, load average "
           f"{os.getloadavg()[0]:.2f}", flush=True)
