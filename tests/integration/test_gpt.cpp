@@ -558,11 +558,16 @@ TEST_F(CliGpt, BadTokenFilesExit2NamingTheFileAndTheOffset) {
 // Flash attention (the CPU backend's, the default) and the unfused attention
 // (model.gpt.fused_attention = false) train the same model: each step's loss agrees within FP32
 // summation order in fp32, and within a bf16 ulp in bf16 (the unfused path rounds P to bf16
-// before P·v, flash keeps it in FP32: the attention outputs differ by about one bf16 rounding). The
-// profiles show which path each run took.
+// before P·v; flash keeps it in FP32 with FP32 tile products, and rounds it too, and dS, with the
+// bf16 ones, forced here on any CPU: either way the attention outputs differ by about one bf16
+// rounding). The profiles show which path each run took.
 TEST_F(CliGpt, FlashAndUnfusedAttentionTrainTheSameLosses) {
-  for (const std::string name : {"fp32", "bf16"}) {
-    const std::string args = "train " + config("gpt-tiny-" + name + ".toml") + kSmall +
+  for (const std::string name : {"fp32", "bf16", "bf16-products"}) {
+    const std::string policy = name == "fp32" ? "fp32" : "bf16";
+    const std::string products =
+        name == "bf16-products" ? " --set backend.cpu.flash_products=bf16" : "";
+    const std::string args = "train " + config("gpt-tiny-" + policy + ".toml") + kSmall +
+                             products +
                              " --set run.steps=5 --set run.eval_every=0 --set run.log_every=1"
                              " --profile";
     const auto flash_dir = dir_ / (name + "-flash"), unfused_dir = dir_ / (name + "-unfused");
@@ -580,7 +585,7 @@ TEST_F(CliGpt, FlashAndUnfusedAttentionTrainTheSameLosses) {
     const auto a = losses(flash_dir), b = losses(unfused_dir);
     ASSERT_EQ(a.size(), 5u) << name;
     ASSERT_EQ(b.size(), 5u) << name;
-    const double tol = name == "fp32" ? 1e-5 : 0x1p-7;  // relative; bf16: one of its ulps
+    const double tol = policy == "fp32" ? 1e-5 : 0x1p-7;  // relative; bf16: one of its ulps
     for (std::size_t i = 0; i < a.size(); ++i)
       EXPECT_NEAR(a[i], b[i], tol * std::abs(b[i])) << name << " step " << i + 1;
     auto calls = [&](const std::filesystem::path& d, const std::string& op) -> std::int64_t {
@@ -604,6 +609,25 @@ TEST_F(CliGpt, FlashAndUnfusedAttentionTrainTheSameLosses) {
     ASSERT_EQ(b_text.exit_code, 0) << b_text.err;
     EXPECT_EQ(a_text.out, b_text.out) << name;
   }
+}
+
+// The CPU backend's flash_products takes auto, bf16 or fp32: anything else exits 2 at its line
+// of the file, naming the choices; a forced choice says what runs.
+TEST_F(CliGpt, FlashProductsTakesItsThreeChoicesOnly) {
+  const std::string text = slurp(config("gpt-tiny-bf16.toml")) +
+                           "\n[backend.cpu]\nflash_products = \"sometimes\"\n";
+  const auto line = std::count(text.begin(), text.end(), '\n');
+  const auto file = write_file("bad-products.toml", text);
+  auto r = run("check " + file.string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("'sometimes' is not a valid choice"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("one of: auto, bf16, fp32"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(file.string() + ":" + std::to_string(line) + ":"), std::string::npos)
+      << r.err;
+  auto forced = run("check " + config("gpt-tiny-bf16.toml") +
+                    " --set backend.cpu.flash_products=fp32");
+  EXPECT_EQ(forced.exit_code, 0) << forced.err;
+  EXPECT_NE(forced.err.find("flash_products = fp32"), std::string::npos) << forced.err;
 }
 
 // The switch is a boolean of [model.gpt]: anything else exits 2 at its line of the file.
