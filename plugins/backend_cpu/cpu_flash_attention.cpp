@@ -393,7 +393,8 @@ void causal_forward(const TensorView& src, const QkvRows& at, std::int64_t batch
 void causal_forward(FlashProducts products, const TensorView& src, const QkvRows& at,
                     std::int64_t batch, std::int64_t heads, std::int64_t d, std::int64_t rows,
                     std::int64_t offset, float scale, const TensorView& out, float* lse_all) {
-  if (products == FlashProducts::bf16 && src.dtype == sdk::DType::bf16)
+  if (products == FlashProducts::bf16 && src.dtype == sdk::DType::bf16 &&
+      Bf16TileMatmul::available())
     causal_forward<Bf16ForwardProducts>(src, at, batch, heads, d, rows, offset, scale, out,
                                         lse_all);
   else
@@ -605,7 +606,7 @@ void flash_attention_backward(const TensorView& qkv, const TensorView& out, cons
                               const TensorView& lse, const sdk::HeadLayout& l, float scale,
                               const TensorView& dqkv, FlashProducts products) {
   if (products == FlashProducts::bf16 && qkv.dtype == sdk::DType::bf16 &&
-      dout.dtype == sdk::DType::bf16)
+      dout.dtype == sdk::DType::bf16 && Bf16TileMatmul::available())
     causal_backward<Bf16BackwardProducts>(qkv, out, dout, lse, l, scale, dqkv);
   else
     causal_backward<Fp32BackwardProducts>(qkv, out, dout, lse, l, scale, dqkv);

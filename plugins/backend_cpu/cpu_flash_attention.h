@@ -18,12 +18,12 @@
 //   - fp32: every operand exact in FP32 (16-bit ones decoded, each row once per task: the
 //     forward's k and v up to the task's last key, the backward's q and dO for the whole head, k
 //     and v per key tile; fp32 ones read in place), oneDNN's sgemm.
-//   - bf16 (the forward and backward with bf16 qkv, and dout in the backward; other dtypes run
-//     fp32): q, k, v and dO copied into dense bf16 tiles, the products by Bf16TileMatmul
-//     (cpu_tile_matmul.h: AMX-BF16 where the CPU has it), FP32 sums; P is rounded to bf16 before
-//     P·v and Pᵀ·dO, and dS before dS·k and dSᵀ·q, as FlashAttention-2 does on a GPU (the
-//     attention facet's contract allows it). The scale multiplies the scores after the product,
-//     one rounding, as sgemm's alpha does.
+//   - bf16 (the forward and backward with bf16 qkv, and dout in the backward, where oneDNN offers
+//     a bf16 matmul, Bf16TileMatmul::available(); fp32 otherwise): q, k, v and dO copied into
+//     dense bf16 tiles, the products by Bf16TileMatmul (cpu_tile_matmul.h: AMX-BF16 where the CPU
+//     has it), FP32 sums; P is rounded to bf16 before P·v and Pᵀ·dO, and dS before dS·k and
+//     dSᵀ·q, as FlashAttention-2 does on a GPU (the attention facet's contract allows it). The
+//     scale multiplies the scores after the product, one rounding, as sgemm's alpha does.
 //   The element work between them (the online softmax, P, dS) is compiled for x86-64-v4, v3 and
 //   the baseline and picked by cpuid (cpu_isa.h); a CPU's results do not change between runs, but
 //   two ISAs may differ in the last bit of an exponential (FMA).

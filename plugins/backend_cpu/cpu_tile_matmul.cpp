@@ -130,6 +130,18 @@ void Bf16TileMatmul::run(std::int64_t m, std::int64_t n, std::int64_t k, const B
                             "report this: the tile shapes are valid by construction");
 }
 
+bool Bf16TileMatmul::available() {
+  static const bool offered = [] {
+    try {
+      plan_for(64, 64, 64, false, true);
+      return true;
+    } catch (const sdk::BackendError&) {
+      return false;
+    }
+  }();
+  return offered;
+}
+
 std::string Bf16TileMatmul::implementation(std::int64_t m, std::int64_t n, std::int64_t k,
                                            bool a_transposed, bool b_transposed) {
   return plan_for(m, n, k, a_transposed, b_transposed).implementation;

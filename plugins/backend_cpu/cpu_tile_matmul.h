@@ -13,7 +13,8 @@
 //   team, each thread with its own Bf16TileScratch.
 // - Thread-safe: the cache is guarded; a primitive runs concurrently on many threads, each with
 //   its own stream and scratchpad (Bf16TileScratch).
-// - Errors: a dnnl::error (or one with m, n or k below 1) becomes sdk::BackendError.
+// - Errors: a dnnl::error (or one with m, n or k below 1) becomes sdk::BackendError; on a CPU
+//   where available() is false every run() throws it.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +44,9 @@ class Bf16TileMatmul {
   static void run(std::int64_t m, std::int64_t n, std::int64_t k, const Bf16Bits* a,
                   bool a_transposed, const Bf16Bits* b, bool b_transposed, float* c,
                   Bf16TileScratch& scratch);
+  // Whether oneDNN offers a bf16 matmul on this CPU at all (oneDNN 2.6 has none on a CPU without
+  // AVX-512, and refuses to create one there); probed once, with a 64 x 64 x 64 product.
+  static bool available();
   // The oneDNN implementation a product of this shape runs ("brg:avx512_core_amx_bf16" on AMX),
   // for logs and tests.
   static std::string implementation(std::int64_t m, std::int64_t n, std::int64_t k,

@@ -12,6 +12,7 @@
 
 #include "backend_test_util.h"
 #include "cpu_features.h"
+#include "cpu_tile_matmul.h"
 #include "isa_variants.h"
 #include "mixtrain/sdk/error.h"
 
@@ -501,6 +502,9 @@ TEST(backend_cpu_attention, FlashBf16TileProductsDifferOnlyByRoundingPAndTheScor
   //   intermediate roundings, 2^-7 more), plus FP32 sums of T + D terms, 4 chained, each side.
   // And they differ: the rounding happened. fp32 and fp16 qkv take the FP32 products whatever
   // the option says: the same bits.
+  if (!Bf16TileMatmul::available())
+    GTEST_SKIP() << "oneDNN has no bf16 matmul on this CPU: flash_products = bf16 runs FP32 "
+                    "products (FlashProductsAutoTakesBf16WithAmxBf16Only checks that)";
   const FlashInputs in = flash_inputs(87);
   CpuBackend exact(2), rounded(2);
   exact.set_flash_products(FlashProductsChoice::fp32);
@@ -532,13 +536,15 @@ TEST(backend_cpu_attention, FlashBf16TileProductsDifferOnlyByRoundingPAndTheScor
 
 TEST(backend_cpu_attention, FlashProductsAutoTakesBf16WithAmxBf16Only) {
   // auto runs what the rule picks: the bf16 products for bf16 qkv where the CPU has AMX-BF16 and
-  // bf16 GEMMs run natively, the FP32 ones elsewhere and for other dtypes. Bits against both
-  // forced choices; the note says which.
+  // bf16 GEMMs run natively, the FP32 ones elsewhere and for other dtypes; bf16 forced where
+  // oneDNN has no bf16 matmul (AVX2) runs the FP32 ones too. Bits against the FP32 products and,
+  // where oneDNN has a bf16 matmul, against the forced bf16 ones; the notes say which.
   const FlashInputs in = flash_inputs(89);
   CpuBackend automatic(1), bf16(1), fp32(1);
   bf16.set_flash_products(FlashProductsChoice::bf16);
   fp32.set_flash_products(FlashProductsChoice::fp32);
-  const bool amx = detect_cpu().has("amx_bf16") && automatic.bf16_gemm_native();
+  const bool offered = Bf16TileMatmul::available();
+  const bool amx = offered && detect_cpu().has("amx_bf16") && automatic.bf16_gemm_native();
   for (DType dt : kFloats) {
     const FlashRun got = run_flash(automatic, in.l, dt, in.qkv, in.dout, 0.25f);
     const FlashRun want =
@@ -546,9 +552,19 @@ TEST(backend_cpu_attention, FlashProductsAutoTakesBf16WithAmxBf16Only) {
     EXPECT_EQ(got.out, want.out) << sdk::dtype_name(dt) << ", AMX-BF16 " << amx;
     EXPECT_EQ(got.dqkv, want.dqkv) << sdk::dtype_name(dt) << ", AMX-BF16 " << amx;
   }
+  if (!offered) {
+    const FlashRun a = run_flash(bf16, in.l, DType::bf16, in.qkv, in.dout, 0.25f);
+    const FlashRun b = run_flash(fp32, in.l, DType::bf16, in.qkv, in.dout, 0.25f);
+    EXPECT_EQ(a.out, b.out) << "bf16 forced without a oneDNN bf16 matmul";
+    EXPECT_EQ(a.dqkv, b.dqkv) << "bf16 forced without a oneDNN bf16 matmul";
+    EXPECT_NE(bf16.flash_products_note().find("no bf16 matmul on this CPU"), std::string::npos)
+        << bf16.flash_products_note();
+  } else {
+    EXPECT_NE(bf16.flash_products_note().find("flash_products = bf16:"), std::string::npos)
+        << bf16.flash_products_note();
+  }
   EXPECT_EQ(automatic.flash_products_note().find("in bf16 on AMX-BF16") != std::string::npos, amx)
       << automatic.flash_products_note();
-  EXPECT_NE(bf16.flash_products_note().find("flash_products = bf16"), std::string::npos);
   EXPECT_NE(fp32.flash_products_note().find("flash_products = fp32"), std::string::npos);
 }
 
