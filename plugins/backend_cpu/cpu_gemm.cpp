@@ -47,6 +47,15 @@ constexpr const char* kSupportedInputs =
 // team at the barrier. The shape alone decides, so a cached primitive always runs with the
 // thread count it was created under.
 constexpr std::int64_t kSingleThreadGemm = std::int64_t{1} << 21;
+// The activation epilogue's block: its three passes (pre-activation rounded, the activation, C
+// rounded) run a block at a time, while the block's fp32 z is in cache.
+constexpr std::int64_t kActivationBlock = std::int64_t{1} << 18;
+
+// Elements [begin, begin + n) of v as a 1-D view.
+sdk::TensorView elements(const sdk::TensorView& v, std::int64_t begin, std::int64_t n) {
+  return {static_cast<char*>(v.data) + begin * static_cast<std::int64_t>(sdk::dtype_size(v.dtype)),
+          v.dtype, sdk::Shape{n}};
+}
 
 // Sets this thread's OpenMP team size to 1 for the scope (oneDNN reads it at creation and run).
 class SingleThreadScope {
@@ -353,8 +362,15 @@ void GemmEngine::run_product(const sdk::GemmArgs& args, const ActivateInPlace& a
     return;
   }
   if (args.has_activation) {
-    if (!args.pre_activation.empty()) encode_tensor(args.pre_activation, z, total);
-    activate(args.activation, sdk::TensorView{z, DType::fp32, sdk::Shape{m, n}});
+    for (std::int64_t b0 = 0; b0 < total; b0 += kActivationBlock) {
+      const std::int64_t len = std::min(kActivationBlock, total - b0);
+      float* zb = z + b0;
+      if (!args.pre_activation.empty())
+        encode_tensor(elements(args.pre_activation, b0, len), zb, len);
+      activate(args.activation, sdk::TensorView{zb, DType::fp32, sdk::Shape{len}});
+      if (c_via_fp32) encode_tensor(elements(args.c, b0, len), zb, len);
+    }
+    return;
   }
   if (c_via_fp32) encode_tensor(args.c, z, total);
 }

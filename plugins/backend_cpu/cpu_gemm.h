@@ -18,7 +18,9 @@
 //   with the SDK's RNE (beta reads the decoded old C), so C = the fp32 result rounded once.
 // - Activation epilogue (GemmArgs::has_activation): z goes to fp32 (C itself when C is fp32,
 //   scratch otherwise), pre_activation receives z rounded once, the activation runs in place on
-//   the fp32 z through `activate`, and a 16-bit C is encoded once from act(z).
+//   the fp32 z through `activate`, and a 16-bit C is encoded once from act(z); the three passes
+//   run 2^18 elements of z at a time, while those are in cache (element-wise: the numbers of one
+//   pass over the whole of z).
 // - Strided-batched (run_batched): one 3-D oneDNN matmul (batch, m, k) x (batch, k, n) per
 //   (batch, m, n, k, transposes, A/B dtypes, alpha != 1, beta, strides), cached like the 2-D
 //   one. The batch stride is the descriptor's outer stride; a stride of 0 is a batch dimension of

@@ -226,18 +226,22 @@ TEST(backend_cpu_gemm_edge, EmptyInnerDimensionGivesBetaCPlusBias) {
 // The activation epilogue is defined as: z in fp32, pre_activation = round(z), C = round(act(z)).
 // The reference is the unfused sequence on the same backend with an fp32 C, so the check is
 // bit for bit: GEMM to fp32, activation_forward in fp32, one cast per output.
-TEST(backend_cpu_gemm_epilogue, FusedActivationRoundsOnceAndKeepsThePreActivation) {
+// The second shape, 600 x 500, runs the epilogue in a whole block of 2^18 elements and a partial
+// one (cpu_gemm.cpp's kActivationBlock).
+void fused_activation_matches_the_unfused_ops(std::int64_t m, std::int64_t n, std::int64_t k,
+                                              const std::vector<DType>& outs,
+                                              const std::vector<float>& betas) {
   CpuBackend be(2);
-  const std::int64_t m = 13, n = 24, k = 17;
   const auto a = random_values(static_cast<std::size_t>(m * k), 21);
   const auto b = random_values(static_cast<std::size_t>(n * k), 22);
   const auto bias = random_values(static_cast<std::size_t>(n), 23);
   const auto c0 = representable(random_values(static_cast<std::size_t>(m * n), 24), DType::bf16);
   for (sdk::Activation act : {sdk::Activation::relu, sdk::Activation::gelu})
-    for (DType out : {DType::fp32, DType::bf16, DType::fp16})
-      for (float beta : {0.0f, 0.5f}) {
+    for (DType out : outs)
+      for (float beta : betas) {
         SCOPED_TRACE(std::string(act == sdk::Activation::relu ? "relu" : "gelu") + " C " +
-                     std::string(sdk::dtype_name(out)) + " beta " + std::to_string(beta));
+                     std::string(sdk::dtype_name(out)) + " beta " + std::to_string(beta) + ", " +
+                     std::to_string(m) + " x " + std::to_string(n));
         DeviceTensor at(be, DType::fp32, {m, k}, a);
         DeviceTensor bt(be, DType::fp32, {n, k}, b);
         DeviceTensor bias_t(be, DType::fp32, {n}, bias);
@@ -276,6 +280,12 @@ TEST(backend_cpu_gemm_epilogue, FusedActivationRoundsOnceAndKeepsThePreActivatio
         sdk::facet<sdk::GemmFacet>(be)->gemm(fused);
         EXPECT_EQ(c2.get(), want_c.get());
       }
+}
+
+TEST(backend_cpu_gemm_epilogue, FusedActivationRoundsOnceAndKeepsThePreActivation) {
+  fused_activation_matches_the_unfused_ops(13, 24, 17, {DType::fp32, DType::bf16, DType::fp16},
+                                           {0.0f, 0.5f});
+  fused_activation_matches_the_unfused_ops(600, 500, 8, {DType::bf16}, {0.5f});
 }
 
 TEST(backend_cpu_gemm_epilogue, SixteenBitOutputRoundsOnceNotTwice) {
