@@ -13,6 +13,7 @@
 #include "cpu_access.h"
 #include "cpu_features.h"
 #include "cpu_problem_text.h"
+#include "cpu_single_thread.h"
 #include "mixtrain/sdk/support/float_formats.h"
 
 namespace mixtrain::backend_cpu {
@@ -56,22 +57,6 @@ sdk::TensorView elements(const sdk::TensorView& v, std::int64_t begin, std::int6
   return {static_cast<char*>(v.data) + begin * static_cast<std::int64_t>(sdk::dtype_size(v.dtype)),
           v.dtype, sdk::Shape{n}};
 }
-
-// Sets this thread's OpenMP team size to 1 for the scope (oneDNN reads it at creation and run).
-class SingleThreadScope {
- public:
-  explicit SingleThreadScope(bool active) : saved_(active ? omp_get_max_threads() : 0) {
-    if (saved_ > 1) omp_set_num_threads(1);
-  }
-  ~SingleThreadScope() {
-    if (saved_ > 1) omp_set_num_threads(saved_);
-  }
-  SingleThreadScope(const SingleThreadScope&) = delete;
-  SingleThreadScope& operator=(const SingleThreadScope&) = delete;
-
- private:
-  int saved_;
-};
 
 bool is_gemm_input(DType t) {
   return is_storage_float(t) || sdk::is_fp8(t);

@@ -9,6 +9,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "cpu_gemm.h"  // ScratchBuffer
+#include "cpu_single_thread.h"
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::backend_cpu {
@@ -42,8 +43,9 @@ Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, bool at, bool bt)
   p.c = dnnl::memory::desc({m, n}, dt::f32, tag::ab);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  // Created while this thread's OpenMP team size is 1 (the callers run inside their own team),
-  // so the primitive is planned for one thread and never starts a team of its own.
+  // Planned for one thread, wherever it is first asked for (the callers' teams, or available()'s
+  // probe on the host thread), so it never starts a team of its own and sums in one order.
+  const SingleThreadScope one_thread;
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.a, p.b, p.c), attr, cpu_engine());
   p.scratchpad = pd.scratchpad_desc();
   p.implementation = pd.impl_info_str();

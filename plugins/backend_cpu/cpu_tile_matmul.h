@@ -9,8 +9,9 @@
 //   its tile instructions, which treat subnormal inputs and results as zero.
 // - One oneDNN matmul primitive per (m, n, k, transposes), created on first use and kept for the
 //   process: oneDNN 2.6's brgemm matmul takes only dense operands, hence the dense tiles. It is
-//   created with one thread, so a call never starts a team: call it from inside the caller's
-//   team, each thread with its own Bf16TileScratch.
+//   planned for one thread (cpu_single_thread.h) wherever it is first asked for, so a call never
+//   starts a team and sums in one order: call it from inside the caller's team, each thread with
+//   its own Bf16TileScratch.
 // - Thread-safe: the cache is guarded; a primitive runs concurrently on many threads, each with
 //   its own stream and scratchpad (Bf16TileScratch).
 // - Errors: a dnnl::error (or one with m, n or k below 1) becomes sdk::BackendError; on a CPU
