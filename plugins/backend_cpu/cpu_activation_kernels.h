@@ -14,9 +14,9 @@
 //   with the numbers of apply_activation_grad on the decoded x with an fp32 dy. 2^20 elements (4
 //   MiB of z): GPT-2's MLP dgrad measured 0.89x the unfused ops with 2^16 (a parallel launch per
 //   pass per block costs more than the cache saves), 0.94x with 2^18, 1.06x with 2^20
-//   (bench/gpt/bench_gradient_epilogues, 4096 rows, bf16). On an AMX Xeon (session 64) the
-//   order turned: 2^20 0.87-0.89x (4096 rows) and 0.92-0.96x (1024), 2^18 0.93-1.01x and
-//   1.01-1.03x; kept at 2^20 until one run compares both CPUs.
+//   (bench/gpt/bench_gradient_epilogues, 4096 rows, bf16; AMD EPYC, session 27). On an AMX
+//   Xeon (session 64) the order turned: 2^20 0.87-0.89x (4096 rows) and 0.92-0.96x (1024), 2^18
+//   0.93-1.01x and 1.01-1.03x; kept at 2^20 until one run compares both CPUs.
 // - sum_columns: sums[n] (fp32) = (accumulate ? sums : 0) + Σ_rows x[rows, n], x fp32 / bf16 /
 //   fp16 storage, summed in double per column (the bias gradient; the GEMM facet's gradient
 //   epilogue sums with it too, so fused and unfused bias gradients are the same bits).
