@@ -39,7 +39,11 @@
 
 namespace mixtrain::backend_cpu {
 
-inline constexpr std::int64_t kFlashBlock = 64;
+// 128: against 64, GPT-2 small's attention (12 heads × 1024 tokens, 2 threads) ran 1.2x faster
+// with FP32 products and 1.24x (forward) / 1.33x (backward) with bf16 ones, GPT tiny's (T 128, D
+// 32) 1.15x with bf16 ones; 256 sped the bf16 forward further but slowed the FP32 backward
+// (bench/RESULTS.md, session 64).
+inline constexpr std::int64_t kFlashBlock = 128;
 
 // How the tile products compute (above), and the backend option `flash_products` that chooses
 // (CpuContext::flash_products): `automatic` decides from the CPU's features.

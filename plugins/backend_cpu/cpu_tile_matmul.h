@@ -1,5 +1,5 @@
 // Bf16TileMatmul: small bf16 products on the calling thread, for kernels that tile their own work
-// across an OpenMP team (flash attention's tiles of 64 tokens).
+// across an OpenMP team (flash attention's tiles of 128 tokens).
 //
 // Contract
 // - run(): C [m, n] fp32, dense row-major (ld n), = A · B, where A is [m, k] bf16, dense,

@@ -300,10 +300,10 @@ TEST_P(Conformance, FlashAttentionForwardAndBackwardAgainstADoubleReference) {
 
 // attention 1.3: a decode step over a KV cache is the last rows of causal attention over the
 // whole sequence (the double reference above): a prefill (start 0) and steps whose keys cross a
-// tile of 64, from a cache that split_heads filled, into an output of the cache's dtype or fp32;
-// the same bits on a second call; and its argument checks. Starts 50 and 130 put queries that
-// see nothing of the last key tile beside queries that do (the CPU's tiles of 64); length 203
-// crosses the CUDA kernel's tiles of 128, so its running maximum is rescaled.
+// tile, from a cache that split_heads filled, into an output of the cache's dtype or fp32; the
+// same bits on a second call; and its argument checks. Starts 50 (tiles of 64) and 100 (tiles of
+// 128, the CPU's and the CUDA kernel's) put queries that see nothing of the last key tile beside
+// queries that do; length 203 crosses tiles of 128, so a running maximum is rescaled.
 TEST_P(Conformance, FlashDecodeIsTheLastRowsOfCausalAttention) {
   MIXTRAIN_FACETS(attention, AttentionFacet);
   if (tested_attention->version() < sdk::FacetVersion{1, 3})
@@ -313,7 +313,7 @@ TEST_P(Conformance, FlashDecodeIsTheLastRowsOfCausalAttention) {
     std::int64_t len, cap;
     std::vector<std::int64_t> starts;
   };
-  const DecodeCase cases[] = {{77, 90, {0, 50, 70, 76}}, {203, 210, {0, 130, 190, 202}}};
+  const DecodeCase cases[] = {{77, 90, {0, 50, 70, 76}}, {203, 210, {0, 100, 130, 190, 202}}};
   for (const DecodeCase& dc : cases) {
     const std::int64_t heads = 3, d = 20, cap = dc.cap, len = dc.len;
     const FlashCase whole{1, len, heads, d};
@@ -372,7 +372,7 @@ TEST_P(Conformance, FlashDecodeIsTheLastRowsOfCausalAttention) {
 
 // An infinite key: keys 0..149 hold −inf in one dimension that every query weights by +1, so
 // their scores are −inf and the exact softmax gives them weight 0. Rows that also see a finite key
-// are finite, even when −inf fills the whole first key tile (64 on the CPU, 128 on CUDA): an
+// are finite, even when −inf fills the whole first key tile (128 on the CPU and on CUDA): an
 // online softmax that rescales by exp(m − top) with both −inf would turn them NaN.
 TEST_P(Conformance, FlashDecodeGivesKeysWithMinusInfiniteScoresNoWeight) {
   MIXTRAIN_FACETS(attention, AttentionFacet);

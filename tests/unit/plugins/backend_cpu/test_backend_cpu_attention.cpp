@@ -379,9 +379,10 @@ FlashRun run_flash(CpuBackend& be, const sdk::HeadLayout& l, DType dt,
   return {out.get(), lse.get(), dqkv.get()};
 }
 
-// Several sequences and heads, T = 100 past one tile of 64: qkv and dout drawn from `seed`.
+// Several sequences and heads, T = 200 past one tile of kFlashBlock (128): qkv and dout drawn from
+// `seed`.
 struct FlashInputs {
-  sdk::HeadLayout l{2, 100, 3, 16, 3, 0, 0};
+  sdk::HeadLayout l{2, 200, 3, 16, 3, 0, 0};
   std::vector<float> qkv, dout;
 };
 FlashInputs flash_inputs(unsigned seed) {
@@ -403,12 +404,13 @@ double max_relative_difference(const std::vector<float>& got, const std::vector<
   return scale > 0.0 ? diff / scale : diff;
 }
 
-// The flash backward on one thread against a central difference of L = Σ w ∘ out, T = 70: two
-// tiles of 64, the second partial, so the online softmax rescales and the backward visits tiles
-// below the diagonal.
+// The flash backward on one thread against a central difference of L = Σ w ∘ out, T = 140: two
+// tiles of kFlashBlock (128), the second partial, so the online softmax rescales and the backward
+// visits tiles below the diagonal.
 void flash_matches_a_finite_difference() {
   CpuBackend be(1);
-  const sdk::HeadLayout l{1, 70, 2, 3, 3, 0, 0};
+  static_assert(kFlashBlock < 140 && 140 < 2 * kFlashBlock);
+  const sdk::HeadLayout l{1, 140, 1, 3, 3, 0, 0};
   const std::int64_t width = l.heads * l.head_dim;
   const auto qkv = random_values(static_cast<std::size_t>(l.tokens * 3 * width), 81, -2.f, 2.f);
   const auto w = random_values(static_cast<std::size_t>(l.tokens * width), 82);
