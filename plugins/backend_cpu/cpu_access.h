@@ -170,6 +170,13 @@ inline void commit_row(const sdk::TensorView& v, std::int64_t row, std::int64_t 
   commit_chunk(v, row * n, n, values);
 }
 
+// Elements [begin, begin + n) of v as a 1-D view of v's dtype (an empty v stays empty).
+inline sdk::TensorView element_range(const sdk::TensorView& v, std::int64_t begin, std::int64_t n) {
+  if (v.empty()) return v;
+  return {static_cast<char*>(v.data) + begin * static_cast<std::int64_t>(sdk::dtype_size(v.dtype)),
+          v.dtype, sdk::Shape{n}};
+}
+
 // dst[d_at, d_at + n) = src[s_at, s_at + n) for any two storage dtypes: a memcpy when they
 // store alike, else an exact decode and one RNE encode.
 inline void copy_elements(const sdk::TensorView& src, std::int64_t s_at, const sdk::TensorView& dst,

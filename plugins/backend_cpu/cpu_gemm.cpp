@@ -55,12 +55,6 @@ constexpr std::int64_t kSingleThreadGemm = std::int64_t{1} << 21;
 // CPUs.
 constexpr std::int64_t kActivationBlock = std::int64_t{1} << 18;
 
-// Elements [begin, begin + n) of v as a 1-D view.
-sdk::TensorView elements(const sdk::TensorView& v, std::int64_t begin, std::int64_t n) {
-  return {static_cast<char*>(v.data) + begin * static_cast<std::int64_t>(sdk::dtype_size(v.dtype)),
-          v.dtype, sdk::Shape{n}};
-}
-
 bool is_gemm_input(DType t) {
   return is_storage_float(t) || sdk::is_fp8(t);
 }
@@ -354,9 +348,9 @@ void GemmEngine::run_product(const sdk::GemmArgs& args, const ActivateInPlace& a
       const std::int64_t len = std::min(kActivationBlock, total - b0);
       float* zb = z + b0;
       if (!args.pre_activation.empty())
-        encode_tensor(elements(args.pre_activation, b0, len), zb, len);
+        encode_tensor(element_range(args.pre_activation, b0, len), zb, len);
       activate(args.activation, sdk::TensorView{zb, DType::fp32, sdk::Shape{len}});
-      if (c_via_fp32) encode_tensor(elements(args.c, b0, len), zb, len);
+      if (c_via_fp32) encode_tensor(element_range(args.c, b0, len), zb, len);
     }
     return;
   }

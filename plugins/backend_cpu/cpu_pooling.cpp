@@ -252,12 +252,7 @@ class ImageChunks {
  private:
   static TensorView slice(const TensorView& v, std::int64_t per_image, std::int64_t n0,
                           std::int64_t count) {
-    if (v.empty()) return v;
-    TensorView out = v;
-    out.data = static_cast<char*>(v.data) +
-               static_cast<std::size_t>(n0 * per_image) * sdk::dtype_size(v.dtype);
-    out.shape = Shape{count * per_image};
-    return out;
+    return element_range(v, n0 * per_image, count * per_image);
   }
 
   sdk::Pool2dGeometry g_;
