@@ -121,7 +121,8 @@ class CpuContext {
   // The `flash_products` option: `automatic` takes bf16 tile products for bf16 q, k and v where
   // the CPU has AMX-BF16 and the GEMM engine's bf16 GEMMs are native, fp32 ones elsewhere.
   void set_flash_products(FlashProductsChoice choice) noexcept { flash_products_ = choice; }
-  // The products flash attention runs for q, k and v of this dtype.
+  // The products flash attention runs for q, k and v of this dtype: FP32 wherever oneDNN has no
+  // bf16 matmul (Bf16TileMatmul::available()), whatever the option says.
   FlashProducts flash_products(sdk::DType qkv) const;
   // A line saying which products flash attention runs here, and why.
   std::string flash_products_note() const;

@@ -393,8 +393,7 @@ void causal_forward(const TensorView& src, const QkvRows& at, std::int64_t batch
 void causal_forward(FlashProducts products, const TensorView& src, const QkvRows& at,
                     std::int64_t batch, std::int64_t heads, std::int64_t d, std::int64_t rows,
                     std::int64_t offset, float scale, const TensorView& out, float* lse_all) {
-  if (products == FlashProducts::bf16 && src.dtype == sdk::DType::bf16 &&
-      Bf16TileMatmul::available())
+  if (products == FlashProducts::bf16 && src.dtype == sdk::DType::bf16)
     causal_forward<Bf16ForwardProducts>(src, at, batch, heads, d, rows, offset, scale, out,
                                         lse_all);
   else
@@ -428,6 +427,8 @@ class Fp32BackwardProducts {
     k_ = fp32_rows(qkv_, ix.qkv(n, j0, 1, h), ix.qkv_stride(), bk, d_, kbuf_.data());
     v_ = fp32_rows(qkv_, ix.qkv(n, j0, 2, h), ix.qkv_stride(), bk, d_, vbuf_.data());
   }
+  // dO's rows i0.. of the head as FP32 (D_i's), from what set_head() took; `buf` unused.
+  Rows dout_rows(std::int64_t i0, std::int64_t, float*) const { return {g_.p + i0 * g_.ld, g_.ld}; }
   bool scores(std::int64_t i0, std::int64_t bq, std::int64_t bk, float scale, float* p) {
     return sgemm(false, true, bq, bk, d_, scale, q_.p + i0 * q_.ld, q_.ld, k_.p, k_.ld, 0.0f, p,
                  bk);
@@ -475,6 +476,11 @@ class Bf16BackwardProducts {
   void set_keys(const Index& ix, std::int64_t n, std::int64_t h, std::int64_t j0, std::int64_t bk) {
     gather_bf16_rows(qkv_, ix.qkv(n, j0, 1, h), ix.qkv_stride(), bk, d_, k_.data());
     gather_bf16_rows(qkv_, ix.qkv(n, j0, 2, h), ix.qkv_stride(), bk, d_, v_.data());
+  }
+  // dO's rows i0.. of the head, decoded from the dense copy set_head() made into buf [bq, d].
+  Rows dout_rows(std::int64_t i0, std::int64_t bq, float* buf) const {
+    decode_bf16_rows(g_.data() + i0 * d_, d_, bq, d_, buf);
+    return {buf, d_};
   }
   bool scores(std::int64_t i0, std::int64_t bq, std::int64_t bk, float, float* p) {
     Bf16TileMatmul::run(bq, bk, d_, q_.data() + i0 * d_, false, k_.data(), true, p, scratch_);
@@ -543,7 +549,7 @@ void causal_backward(const TensorView& qkv, const TensorView& out, const TensorV
         for (std::int64_t i0 = 0; i0 < t_len; i0 += kFlashBlock) {
           const std::int64_t bq = std::min(kFlashBlock, t_len - i0);
           const Rows o = fp32_rows(out, ix.out(n, i0, h), ix.out_stride(), bq, d, obuf.data());
-          const Rows g = fp32_rows(dout, ix.out(n, i0, h), ix.out_stride(), bq, d, gbuf.data());
+          const Rows g = products.dout_rows(i0, bq, gbuf.data());
           for (std::int64_t r = 0; r < bq; ++r) {
             double dot = 0.0;
             for (std::int64_t c = 0; c < d; ++c)
@@ -606,7 +612,7 @@ void flash_attention_backward(const TensorView& qkv, const TensorView& out, cons
                               const TensorView& lse, const sdk::HeadLayout& l, float scale,
                               const TensorView& dqkv, FlashProducts products) {
   if (products == FlashProducts::bf16 && qkv.dtype == sdk::DType::bf16 &&
-      dout.dtype == sdk::DType::bf16 && Bf16TileMatmul::available())
+      dout.dtype == sdk::DType::bf16)
     causal_backward<Bf16BackwardProducts>(qkv, out, dout, lse, l, scale, dqkv);
   else
     causal_backward<Fp32BackwardProducts>(qkv, out, dout, lse, l, scale, dqkv);

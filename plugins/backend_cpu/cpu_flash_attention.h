@@ -18,12 +18,12 @@
 //   - fp32: every operand exact in FP32 (16-bit ones decoded, each row once per task: the
 //     forward's k and v up to the task's last key, the backward's q and dO for the whole head, k
 //     and v per key tile; fp32 ones read in place), oneDNN's sgemm.
-//   - bf16 (the forward and backward with bf16 qkv, and dout in the backward, where oneDNN offers
-//     a bf16 matmul, Bf16TileMatmul::available(); fp32 otherwise): q, k, v and dO copied into
-//     dense bf16 tiles, the products by Bf16TileMatmul (cpu_tile_matmul.h: AMX-BF16 where the CPU
-//     has it), FP32 sums; P is rounded to bf16 before P·v and Pᵀ·dO, and dS before dS·k and
-//     dSᵀ·q, as FlashAttention-2 does on a GPU (the attention facet's contract allows it). The
-//     scale multiplies the scores after the product, one rounding, as sgemm's alpha does.
+//   - bf16 (the forward and backward with bf16 qkv, and dout in the backward; fp32 otherwise):
+//     q, k, v and dO copied into dense bf16 tiles, the products by Bf16TileMatmul
+//     (cpu_tile_matmul.h: AMX-BF16 where the CPU has it), FP32 sums; P is rounded to bf16 before
+//     P·v and Pᵀ·dO, and dS before dS·k and dSᵀ·q, as FlashAttention-2 does on a GPU (the attention
+//     facet's contract allows it). The scale multiplies the scores after the product, one rounding,
+//     as sgemm's alpha does.
 //   The element work between them (the online softmax, P, dS) is compiled for x86-64-v4, v3 and
 //   the baseline and picked by cpuid (cpu_isa.h); a CPU's results do not change between runs, but
 //   two ISAs may differ in the last bit of an exponential (FMA).
@@ -46,7 +46,9 @@ namespace mixtrain::backend_cpu {
 inline constexpr std::int64_t kFlashBlock = 128;
 
 // How the tile products compute (above), and the backend option `flash_products` that chooses
-// (CpuContext::flash_products): `automatic` decides from the CPU's features.
+// (CpuContext::flash_products): `automatic` decides from the CPU's features. The caller asks for
+// bf16 only where oneDNN offers a bf16 matmul (Bf16TileMatmul::available()), as
+// CpuContext::flash_products does; elsewhere the first product throws BackendError.
 enum class FlashProducts { fp32, bf16 };
 enum class FlashProductsChoice { automatic, bf16, fp32 };
 
