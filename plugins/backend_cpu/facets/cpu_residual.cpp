@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <optional>
 
 #include "cpu_access.h"
 #include "cpu_context.h"
+#include "cpu_residual_kernels.h"
 #include "mixtrain/sdk/backend_residual.h"
 #include "mixtrain/sdk/support/facet_registry.h"
 
@@ -29,6 +31,35 @@ class CpuResidual final : public sdk::ResidualFacet {
 };
 
 const sdk::FacetRegistration<CpuContext, sdk::ResidualFacet, CpuResidual> kRegistration;
+
+std::optional<ElementStorage> element_storage(const TensorView& v) {
+  if (is_fp32_storage(v.dtype)) return ElementStorage::fp32;
+  if (v.dtype == sdk::DType::bf16) return ElementStorage::bf16;
+  return std::nullopt;
+}
+
+// The common joins (fp32 or bf16 storage throughout, one or two gradients: a ResNet block's
+// input and its branch, GPT's residual stream) in one element-wise loop (cpu_residual_kernels.h);
+// false leaves the call to the generic chunked path, which gives the same bits.
+bool add_backward_in_one_loop(const TensorView& dy, const TensorView& y,
+                              std::span<const TensorView> dxs, std::int64_t total) {
+  const auto dy_storage = element_storage(dy);
+  const auto y_storage = y.empty() ? std::optional{ElementStorage::fp32} : element_storage(y);
+  if (!dy_storage || !y_storage) return false;
+  ResidualGradientOut out[2];
+  int count = 0;
+  for (const TensorView& dx : dxs) {
+    if (dx.empty()) continue;
+    const auto storage = element_storage(dx);
+    if (!storage || count == 2) return false;
+    out[count++] = {dx.data, *storage};
+  }
+  if (count == 0) return true;
+  if (count == 1) out[1] = out[0];
+  residual_backward_pair(dy.data, *dy_storage, y.empty() ? nullptr : y.data, *y_storage, out[0],
+                         out[1], total);
+  return true;
+}
 
 }  // namespace
 
@@ -60,8 +91,9 @@ void CpuResidual::add_backward(TensorView dy, TensorView y, bool relu,
                                std::span<const TensorView> dxs) {
   context_.use_threads();
   const std::int64_t total = checks().residual_add_backward(dy, y, relu, dxs);
-  // One pass: each chunk of dy (and y) is read once, masked into g, and g is rounded once into
-  // every gradient; a gradient that is dy itself is written after g is complete.
+  if (add_backward_in_one_loop(dy, relu ? y : TensorView{}, dxs, total)) return;
+    // One pass: each chunk of dy (and y) is read once, masked into g, and g is rounded once into
+    // every gradient; a gradient that is dy itself is written after g is complete.
 #pragma omp parallel for schedule(static) if (parallel_worth(total))
   for (std::int64_t c0 = 0; c0 < total; c0 += kChunk) {
     const std::int64_t len = std::min(kChunk, total - c0);
