@@ -70,20 +70,11 @@ sdk::GradientCheckFacet::GradientCheck unscale_check_pass(std::span<const Tensor
     for (std::int64_t c0 = 0; c0 < pc.len; c0 += kChunk) {
       const std::int64_t len = std::min(kChunk, pc.len - c0);
       float* g = grads[pc.tensor].as<float>() + pc.begin + c0;
-      if (inv_scale == 1.0f) {
-        // No loss scale to remove: a read-only pass, half the memory traffic.
-#pragma omp simd reduction(| : local)
-        for (std::int64_t i = 0; i < len; ++i) local |= nonfinite_flag(g[i]);
-      } else {
-#pragma omp simd reduction(| : local)
-        for (std::int64_t i = 0; i < len; ++i) {
-          // inf or NaN before scaling stays inf/NaN after (inf*0 is NaN), so one check suffices.
-          const float v = g[i] * inv_scale;
-          g[i] = v;
-          local |= nonfinite_flag(v);
-        }
-      }
-      if (sum_squares) local_sum += chunk_sum_of_squares(g, len);
+      // inf or NaN before scaling stays inf/NaN after (inf*0 is NaN), so one check suffices; at
+      // scale 1 the pass only reads, half the memory traffic.
+      const ChunkCheck c = chunk_scale_and_check(g, len, inv_scale, sum_squares);
+      local |= c.nonfinite;
+      local_sum += c.sum_of_squares;
     }
     found |= local;
     if (sum_squares) piece_sum[static_cast<std::size_t>(k)] = local_sum;

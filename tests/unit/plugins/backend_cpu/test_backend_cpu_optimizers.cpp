@@ -3,9 +3,14 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "backend_test_util.h"
+#include "isa_variants.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/support/gradient_clipping.h"
 
@@ -71,29 +76,52 @@ TEST(backend_cpu_mixed_precision, SumOfSquaresInDoubleAndFirstNonfinite) {
 }
 
 // Σ g² has the same bits on 1, 2 and 3 threads (each piece's sum kept, the pieces' sums added in
-// order), and the gradient check's fused pass gives the bits sum_of_squares() gives for the
-// gradients it unscaled, with a loss scale to remove and without. Several pieces (kPiece) of
-// varied magnitude, so that an order that followed the team's partition would show.
-TEST(backend_cpu_mixed_precision, SumOfSquaresIsTheSameBitsOnAnyThreadsAndInTheFusedCheck) {
+// order) and on every ISA variant (fixed lanes, exact squares: cpu_sum_of_squares.h), and the
+// gradient check's fused pass gives the bits sum_of_squares() gives for the gradients it
+// unscaled, with a loss scale to remove and without. Several pieces (kPiece) of varied
+// magnitude, so that an order that followed the team's partition would show; lengths that leave
+// a tail of lanes.
+TEST(backend_cpu_mixed_precision, SumOfSquaresIsTheSameBitsOnAnyThreadsAndIsaAndInTheFusedCheck) {
   auto big = random_values(300001, 5, -3.0f, 3.0f);
   for (std::size_t i = 0; i < big.size(); i += 997) big[i] *= 1e4f;
   const auto small = random_values(4097, 6);
-  double sum_1 = 0.0;
-  for (const int threads : {1, 2, 3}) {
+  long double reference = 0.0L;
+  for (float v : big) reference += static_cast<long double>(v) * v;
+  for (float v : small) reference += static_cast<long double>(v) * v;
+  std::optional<double> first;
+  std::vector<std::pair<int, Isa>> runs;
+  for (const Isa isa : runnable_isas())
+    for (const int threads : {1, 2, 3}) runs.emplace_back(threads, isa);
+  for (const auto& [threads, isa] : runs) {
+    const IsaScope as_isa(isa);
+    const std::string what = isa_name(isa) + ", " + std::to_string(threads) + " threads";
     CpuBackend be(threads);
     DeviceTensor a(be, DType::fp32, {300001}, big), b(be, DType::fp32, {4097}, small);
     std::vector<TensorView> grads = {a, b};
     const double plain = be.sum_of_squares(grads);
-    if (threads == 1) sum_1 = plain;
-    EXPECT_EQ(plain, sum_1) << threads << " threads";
+    if (!first) {
+      first = plain;
+      EXPECT_NEAR(plain, static_cast<double>(reference), 1e-12 * plain);
+    }
+    EXPECT_EQ(plain, *first) << what;
     auto& checks = *sdk::facet<sdk::GradientCheckFacet>(be);
     const auto kept = checks.unscale_check_and_sum_squares(grads, 1.0f);
     EXPECT_FALSE(kept.found_inf);
-    EXPECT_EQ(kept.sum_of_squares, plain) << threads << " threads, no loss scale";
+    EXPECT_EQ(kept.sum_of_squares, plain) << what << ", no loss scale";
     const auto scaled = checks.unscale_check_and_sum_squares(grads, 0.375f);
     EXPECT_FALSE(scaled.found_inf);
-    EXPECT_EQ(scaled.sum_of_squares, be.sum_of_squares(grads)) << threads << " threads, scaled";
+    EXPECT_EQ(scaled.sum_of_squares, be.sum_of_squares(grads)) << what << ", scaled";
     EXPECT_EQ(a.get()[997], big[997] * 0.375f);
+    EXPECT_EQ(b.get()[4096], small[4096] * 0.375f) << what << ": the last lane's tail is scaled";
+    // A non-finite value in a chunk's tail of lanes (4097 = 128 lanes of 32, then one) is found
+    // by each of the check's passes.
+    auto with_inf = small;
+    with_inf[4096] = kInf;
+    b.set(with_inf);
+    EXPECT_TRUE(checks.unscale_check_and_sum_squares(grads, 1.0f).found_inf) << what;
+    EXPECT_TRUE(checks.unscale_and_check_finite(grads, 1.0f)) << what;
+    EXPECT_TRUE(checks.unscale_and_check_finite(grads, 0.5f)) << what;
+    EXPECT_TRUE(checks.unscale_check_and_sum_squares(grads, 0.5f).found_inf) << what;
   }
 }
 
