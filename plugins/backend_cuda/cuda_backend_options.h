@@ -95,7 +95,8 @@ inline sdk::OptionSchema cuda_backend_option_schema() {
           "a convolution takes cuDNN's workspace and its route's scratch from the host's step "
           "memory, live at the op's step only (convolution facet 1.2: ResNet-50's stem wants "
           "103 MB); false keeps them in the backend's own scratch, grown to the largest call and "
-          "held (the A/B of bench/gpu, variant +convscratch); the same plans either way")};
+          "held (the A/B of bench/gpu, variant +convscratch); the same plans either way, except "
+          "that conv_autotune in the caller's workspace times only the candidates that fit it")};
 }
 
 struct LocalRank {
