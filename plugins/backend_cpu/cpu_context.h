@@ -101,12 +101,12 @@ class CpuContext {
   // Whether this weight gradient runs as one GEMM (cpu_conv_algorithm.h's rule): `native_bf16`
   // says its route reads both operands as bf16; an fp8 dy with a bias gradient never does.
   bool wgrad_as_gemm(const sdk::Conv2dGeometry& g, bool native_bf16, bool fp8_dy_with_bias) const;
-  // Whether this accumulating data gradient runs as one GEMM (cpu_conv_algorithm.h's rule), and
-  // whether the facet offers conv2d_backward_data_accumulate for these {dy, w, dx} dtypes (it
-  // does where the rule can take a 1x1 one; other shapes then run the convolution into fp32
-  // scratch and an add).
-  bool dgrad_accumulate_as_gemm(const sdk::Conv2dGeometry& g, bool native_bf16,
-                                sdk::DType dx) const;
+  // Whether this data gradient (accumulating: into an fp32 dx) runs as one GEMM
+  // (cpu_conv_algorithm.h's rule), and whether the facet offers conv2d_backward_data_accumulate
+  // for these {dy, w, dx} dtypes (it does where the rule can take a 1x1 one; other shapes then
+  // run the convolution into fp32 scratch and an add).
+  bool dgrad_as_gemm(const sdk::Conv2dGeometry& g, bool native_bf16, sdk::DType dx,
+                     bool accumulate) const;
   bool offers_dgrad_accumulate(sdk::DType dy, sdk::DType w, sdk::DType dx) const;
   // A line saying which gradients run as GEMMs here, and why.
   std::string conv_gemm_note() const;

@@ -140,15 +140,17 @@ inline bool blocked_pays(Direction dir, const sdk::Conv2dGeometry& g) {
 // Convolution gradients as one GEMM (the backend option `conv_gemm`).
 // Weight gradients (cpu_conv_gemm.h): a convolution's dw [O, KH·KW·C] is dyᵀ [O, M] ·
 // cols [M, KH·KW·C] over its M = N·OH·OW output pixels, cols being x itself (1x1, stride 1, no
-// padding) or x's pixels gathered first (im2col). The accumulating data gradient of a 1x1
-// stride-1 unpadded convolution (conv2d_backward_data_accumulate into an fp32 dx, the gradient
-// sum of a ResNet block's input): dx [M, C] += dy [M, O] · w [O, C], beta = 1, in place of the
-// convolution into fp32 scratch and an add, or of the host's contribution and axpy.
+// padding) or x's pixels gathered first (im2col). The data gradient of an unpadded 1x1
+// convolution, plain or accumulating (conv2d_backward_data_accumulate into an fp32 dx, the
+// gradient sum of a ResNet block's input): at stride 1 dx [M, C] (+)= dy [M, O] · w [O, C], beta
+// = 1 when accumulating, in place of the convolution (into fp32 scratch and an add when
+// accumulating); at a larger stride the product [N·OH·OW, C] goes to scratch and is written to
+// every stride-th pixel of dx (the others zero, or left as they are when accumulating).
 // How `conv_gemm` chooses:
 // - automatic ("auto", the default): the GEMM where all of: the convolution is on the native bf16
 //   route (both operands bf16, read as stored), the GEMM engine's bf16 GEMMs are native too, the
 //   CPU has AMX-BF16, and the shape is one wgrad_gemm_pays() takes (weight gradients) or
-//   dgrad_gemm_shape() (the accumulating data gradient, which the facet then offers). There
+//   dgrad_gemm_shape() (data gradients; the facet offers the accumulating one). There
 //   oneDNN 2.6's convolution weight gradient is its jit:avx512_core_amx_bf16 kernel and its bf16
 //   matmul is brg:avx512_core_amx_bf16, measured on ResNet-50's shapes
 //   (bench/cnn/onednn_wgrad_gemm.cpp: Intel Xeon with AMX, 2 threads, batch 8, bf16, fp32 dw,
@@ -181,11 +183,25 @@ inline bool blocked_pays(Direction dir, const sdk::Conv2dGeometry& g) {
 //   not measured. Static, so a shape takes the same route in every run on one CPU. The
 //   accumulating 1x1 data gradient saved about 10 ms of ResNet-50's 320 ms bf16 step at batch 8
 //   there (its 16 block inputs' sums without a bf16 contribution and an axpy; RESULTS.md,
-//   session 63).
+//   session 63). The other 1x1 data gradients, measured on the same CPU in session 65 (oneDNN's
+//   backward-data convolution, jit:avx512_core_amx_bf16, against the matmul and, past stride 1,
+//   the write of its rows to every stride-th pixel; 2 threads, batch 8, filled operands; ms):
+//     C->O        HxW  stride  dx     convolution   GEMM (+ strided write)
+//     64->256      56     1    fp32      1.03          0.74
+//     256->64      56     1    fp32      1.38          1.07
+//     128->512     28     1    fp32      0.66          0.54
+//     256->1024    14     1    fp32      0.58          0.54
+//     512->2048     7     1    fp32      0.91          0.68
+//     256->512     56     2    fp32      3.27          1.02 + 0.51
+//     512->1024    28     2    fp32      2.95          0.99 + 0.20
+//     1024->2048   14     2    fp32      3.34          1.47 + 0.07
+//     256->512     56     2    bf16      2.68          0.99 + 0.51
+//   ResNet-50's Bottleneck conv3 (stride 1) and its downsample shortcut (stride 2, accumulating
+//   into the block input's sum) take these.
 // - gemm ("gemm"): every weight gradient the GEMM can take (wgrad_gemm_shape, and no fp8 dy with
-//   a bias gradient) and every accumulating data gradient of dgrad_gemm_shape() into an fp32 dx,
-//   on any route: the GEMM engine's precision rules, which are the convolution's (exact FP32 on
-//   the rounded operands, FP32 accumulation). For measurements and for tests on any CPU.
+//   a bias gradient) and every data gradient of dgrad_gemm_shape() (accumulating: into an fp32
+//   dx), on any route: the GEMM engine's precision rules, which are the convolution's (exact FP32
+//   on the rounded operands, FP32 accumulation). For measurements and for tests on any CPU.
 // - convolution ("convolution"): never, and the accumulating data gradient is not offered.
 // The sum runs in another order than the convolution's: the same FP32 accumulation, other bits.
 enum class ConvGemm { automatic, gemm, convolution };
@@ -202,9 +218,11 @@ inline bool unit_stride_unpadded_1x1(const sdk::Conv2dGeometry& g) {
          g.pad_w == 0;
 }
 
-// A convolution whose accumulating data gradient the GEMM computes: such a 1x1, one group.
+// A convolution whose data gradient the GEMM computes: a 1x1 kernel without padding, one group,
+// any stride (each dy pixel's product lands on one x pixel; a 1x1 kernel's dilation changes
+// nothing).
 inline bool dgrad_gemm_shape(const sdk::Conv2dGeometry& g) {
-  return unit_stride_unpadded_1x1(g) && g.groups == 1;
+  return g.kernel_h == 1 && g.kernel_w == 1 && g.pad_h == 0 && g.pad_w == 0 && g.groups == 1;
 }
 
 // The wide-3x3 thresholds of the rule above.

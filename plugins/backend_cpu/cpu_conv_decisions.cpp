@@ -120,9 +120,12 @@ bool CpuContext::wgrad_as_gemm(const sdk::Conv2dGeometry& g, bool native_bf16,
   return wgrad_gemm_pays(g) && native_bf16 && amx_bf16_gemms();
 }
 
-bool CpuContext::dgrad_accumulate_as_gemm(const sdk::Conv2dGeometry& g, bool native_bf16,
-                                          sdk::DType dx) const {
-  if (!dgrad_gemm_shape(g) || dx != sdk::DType::fp32) return false;
+bool CpuContext::dgrad_as_gemm(const sdk::Conv2dGeometry& g, bool native_bf16, sdk::DType dx,
+                               bool accumulate) const {
+  // The GEMM engine writes fp32, bf16 and fp16; an accumulating call adds into fp32 only.
+  const bool writable =
+      dx == sdk::DType::fp32 || (!accumulate && (dx == sdk::DType::bf16 || dx == sdk::DType::fp16));
+  if (!dgrad_gemm_shape(g) || !writable) return false;
   if (const auto f = forced(conv_gemm_)) return *f;
   return native_bf16 && amx_bf16_gemms();
 }
@@ -136,7 +139,7 @@ bool CpuContext::offers_dgrad_accumulate(sdk::DType dy, sdk::DType w, sdk::DType
 std::string CpuContext::conv_gemm_note() const {
   switch (conv_gemm_) {
     case ConvGemm::gemm:
-      return "conv_gemm = gemm: every weight gradient of one group, and every accumulating 1x1 "
+      return "conv_gemm = gemm: every weight gradient of one group, and every unpadded 1x1 "
              "data gradient, as one GEMM";
     case ConvGemm::convolution:
       return "conv_gemm = convolution: gradients in oneDNN's convolution";
@@ -150,7 +153,7 @@ std::string CpuContext::conv_gemm_note() const {
     return "conv_gemm = auto: gradients in oneDNN's convolution (bf16 convolutions or GEMMs are "
            "emulated here)";
   return "conv_gemm = auto: bf16 weight gradients of 1x1 and wide 3x3 convolutions, and bf16 "
-         "1x1 data gradients added into an fp32 sum, as one AMX-BF16 GEMM; the others in "
+         "1x1 data gradients (into an fp32 sum or not), as one AMX-BF16 GEMM; the others in "
          "oneDNN's convolution";
 }
 

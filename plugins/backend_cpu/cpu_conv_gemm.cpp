@@ -132,20 +132,54 @@ void weight_gradient_as_gemm(CpuContext& context, const sdk::Conv2dBackwardWeigh
                 args.accumulate);
 }
 
-void accumulate_data_gradient_as_gemm(CpuContext& context,
-                                      const sdk::Conv2dBackwardDataArgs& args) {
+std::size_t dgrad_gemm_product_bytes(const sdk::Conv2dGeometry& g) {
+  if (g.stride_h == 1 && g.stride_w == 1) return 0;
+  return static_cast<std::size_t>(g.batch * g.out_height() * g.out_width() * g.in_channels) * 4;
+}
+
+void data_gradient_as_gemm(CpuContext& context, const sdk::Conv2dBackwardDataArgs& args,
+                           bool accumulate, float* product) {
   const sdk::Conv2dGeometry& g = args.geometry;
-  const std::int64_t pixels = g.batch * g.height * g.width;  // M, at stride 1 dy's too
-  // dy is [M, O]; w [O, C]; dx [M, C].
+  const bool unit_stride = g.stride_h == 1 && g.stride_w == 1;
+  const std::int64_t oh = g.out_height(), ow = g.out_width(), c = g.in_channels;
+  const std::int64_t pixels = g.batch * oh * ow;  // M: dy's pixels
+  // dy is [M, O]; w [O, C]; the product [M, C]: dx itself at stride 1.
   sdk::GemmArgs gemm;
   gemm.a = args.dy;
   gemm.a.view.shape = sdk::Shape{pixels, g.out_channels};
   gemm.b = args.w;
-  gemm.b.view.shape = sdk::Shape{g.out_channels, g.in_channels};
-  gemm.c = {args.dx.data, sdk::DType::fp32, sdk::Shape{pixels, g.in_channels}};
-  gemm.beta = 1.0f;
+  gemm.b.view.shape = sdk::Shape{g.out_channels, c};
+  gemm.c = unit_stride ? sdk::TensorView{args.dx.data, args.dx.dtype, sdk::Shape{pixels, c}}
+                       : sdk::TensorView{product, sdk::DType::fp32, sdk::Shape{pixels, c}};
+  gemm.beta = unit_stride && accumulate ? 1.0f : 0.0f;
   gemm.compute = args.compute;
   context.gemm().run(gemm);
+  if (unit_stride) return;
+  // x [N, H, W, C]: a row of pixels (n, h) at a time; h on the stride takes dy's row h / sh, and
+  // each of its pixels on the stride the product's pixel w / sw.
+  const std::int64_t rows = g.batch * g.height;
+  const std::size_t pixel_bytes = static_cast<std::size_t>(c) * sdk::dtype_size(args.dx.dtype);
+  char* dx = static_cast<char*>(args.dx.data);
+#pragma omp parallel for schedule(static) if (parallel_worth(args.dx.numel()))
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t n = r / g.height, h = r % g.height;
+    const bool row_hit = h % g.stride_h == 0;
+    for (std::int64_t w = 0; w < g.width; ++w) {
+      const std::int64_t at = (r * g.width + w) * c;  // x pixel's first element
+      if (!row_hit || w % g.stride_w != 0) {
+        if (!accumulate) std::memset(dx + at * sdk::dtype_size(args.dx.dtype), 0, pixel_bytes);
+        continue;
+      }
+      const float* z = product + ((n * oh + h / g.stride_h) * ow + w / g.stride_w) * c;
+      if (accumulate) {
+        float* d = args.dx.as<float>() + at;  // fp32 (checked by the rule)
+#pragma omp simd
+        for (std::int64_t k = 0; k < c; ++k) d[k] += z[k];
+      } else {
+        commit_chunk(args.dx, at, c, z);
+      }
+    }
+  }
 }
 
 }  // namespace mixtrain::backend_cpu

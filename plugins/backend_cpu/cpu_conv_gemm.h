@@ -1,6 +1,7 @@
 // Convolution gradients as one GEMM, where cpu_conv_algorithm.h's rule takes them instead of
 // oneDNN's convolution: the weight gradient over its input's columns (CpuContext::wgrad_as_gemm),
-// and the accumulating data gradient of a 1x1 convolution (CpuContext::dgrad_accumulate_as_gemm).
+// and the data gradient of an unpadded 1x1 convolution, plain or accumulating
+// (CpuContext::dgrad_as_gemm).
 //
 // Contract, weight_gradient_as_gemm
 // - args are the convolution facet's, already checked (conv2d_backward_weights), with one group
@@ -33,13 +34,21 @@ std::size_t wgrad_gemm_product_bytes(const sdk::Conv2dGeometry& g);
 void weight_gradient_as_gemm(CpuContext& context, const sdk::Conv2dBackwardWeightsArgs& args,
                              void* cols, float* product);
 
-// Contract, accumulate_data_gradient_as_gemm
-// - args are the convolution facet's, already checked (conv2d_backward_data_accumulate), with a
-//   geometry that dgrad_gemm_shape() accepts and an fp32 dx.
-// - dx [M, C] += dy [M, O] · w [O, C] (1x1 OIHW is [O, C]), M = N·H·W, one GEMM with beta = 1
+// Contract, data_gradient_as_gemm
+// - args are the convolution facet's, already checked (conv2d_backward_data, or
+//   conv2d_backward_data_accumulate when `accumulate`, then with an fp32 dx), with a geometry that
+//   dgrad_gemm_shape() accepts: an unpadded 1x1 kernel, one group, any stride.
+// - Stride 1: dx [M, C] (+)= dy [M, O] · w [O, C] (1x1 OIHW is [O, C]), M = N·H·W, one GEMM
 //   through the backend's GemmEngine (its precision rules; fp8 scale_invs scale the product once;
-//   FP32 accumulation, dx's old value added once). No scratch on the native bf16 route (a
-//   decoded operand is the engine's own scratch).
-void accumulate_data_gradient_as_gemm(CpuContext& context, const sdk::Conv2dBackwardDataArgs& args);
+//   FP32 accumulation; beta = 1 when accumulating: dx's old value added once, else the product
+//   rounded once into dx's dtype).
+// - Stride (sh, sw): z [N·OH·OW, C] = dy · w, the same GEMM, into `product`
+//   (dgrad_gemm_product_bytes()); x pixel (n, i·sh, j·sw) takes z's row (n, i, j), rounded once
+//   into dx's dtype or added to dx's fp32; every other pixel of dx is zero (+0), or left as it
+//   is when accumulating. No scratch at stride 1 (a decoded operand is the engine's own).
+std::size_t dgrad_gemm_product_bytes(const sdk::Conv2dGeometry& g);
+
+void data_gradient_as_gemm(CpuContext& context, const sdk::Conv2dBackwardDataArgs& args,
+                           bool accumulate, float* product);
 
 }  // namespace mixtrain::backend_cpu

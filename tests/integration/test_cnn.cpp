@@ -292,7 +292,7 @@ TEST_F(Cnn, ConvolutionGradientsAsGemmsTrainTheReducedResNet50AsTheConvolutionDo
     EXPECT_GT(count(conv.out, " axpy "), 0u) << conv.out;
     // The backend says what runs whenever the option is set (info log).
     EXPECT_NE(gemm.err.find("conv_gemm = gemm: every weight gradient of one group, and every "
-                            "accumulating 1x1 data gradient, as one GEMM"),
+                            "unpadded 1x1 data gradient, as one GEMM"),
               std::string::npos)
         << gemm.err;
     EXPECT_NE(conv.err.find("conv_gemm = convolution"), std::string::npos) << conv.err;

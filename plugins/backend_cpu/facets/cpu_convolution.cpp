@@ -388,8 +388,9 @@ void run_forward(CpuContext& context, const sdk::Conv2dForwardArgs& args, const 
 
 bool CpuConvolution::supports(sdk::ConvolutionOp op, std::span<const DType> dtypes) const {
   // The accumulating data gradient is offered where cpu_conv_algorithm.h's conv_gemm rule runs a
-  // 1x1 one as a GEMM with beta = 1 (by default bf16 operands with AMX-BF16, into an fp32 sum):
-  // ResNet's Bottleneck adds its input's gradient through its first convolution, a 1x1. Its
+  // 1x1 one as a GEMM (by default bf16 operands with AMX-BF16, into an fp32 sum): ResNet's
+  // Bottleneck adds its input's gradient through its first convolution and its downsampling
+  // shortcut, both 1x1. Its
   // other shapes are implemented too (the reference the host's tests put behind a facet that
   // offers it): oneDNN's backward primitives take no sum post-op, so they write an fp32 scratch
   // and add it, which alone measured no faster than the bf16 contribution and axpy it replaces
@@ -440,12 +441,15 @@ void run_backward_data(CpuContext& context, const sdk::Conv2dBackwardDataArgs& a
   const float scale = fp8_scale(args.dy) * fp8_scale(args.w);
   Route r =
       route_of(args.dy.view.dtype, args.w.view.dtype, args.compute, context.bf16_conv_native());
-  if (accumulate && context.dgrad_accumulate_as_gemm(g, r.native_bf16, args.dx.dtype)) {
-    // A 1x1 data gradient added into dx by one GEMM with beta = 1 (cpu_conv_algorithm.h): no
-    // scratch of the call's.
+  if (context.dgrad_as_gemm(g, r.native_bf16, args.dx.dtype, accumulate)) {
+    // A 1x1 data gradient as one GEMM (cpu_conv_algorithm.h), written into dx (added with beta = 1
+    // when accumulating); past stride 1 the product is the call's scratch.
+    const std::size_t product = dgrad_gemm_product_bytes(g);
     std::optional<PrimitiveCache::Lease> lease;
-    if (measure_or_lend(context.prims(), s, {std::size_t{0}}, lease)) return;
-    accumulate_data_gradient_as_gemm(context, args);
+    if (measure_or_lend(context.prims(), s, {product}, lease)) return;
+    data_gradient_as_gemm(
+        context, args, accumulate,
+        product > 0 ? context.prims().scratch<float>(Slot::dst, product / 4) : nullptr);
     context.record_conv_implementation("gemm " + context.gemm().last_implementation());
     context.account_scratch();
     return;

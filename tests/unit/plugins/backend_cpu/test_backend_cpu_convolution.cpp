@@ -952,66 +952,99 @@ TEST(BackendCpuConvolution, AccumulatingDataGradientAddsWhatTheOverwritingOneWri
                {"conv2d_backward_data_accumulate", "dx", "fp32"});
 }
 
-// The accumulating data gradient of a 1x1 stride-1 convolution as one GEMM with beta = 1
-// (conv_gemm = gemm, cpu_conv_gemm.h) on every operand route: dx = dx0 + Σ_o dy·w within the
-// FP32 sum's bound of the exact sum, |err| <= γ(O+2)·(Σ|products| + |dx0|) + u·|dx|. supports()
-// offers the op where the rule takes the GEMM: under `gemm` for an fp32 dx, under `auto` for
+// The data gradient of an unpadded 1x1 convolution as one GEMM (conv_gemm = gemm,
+// cpu_conv_gemm.h) on every operand route, at stride 1, 2 and (2, 3), plain and accumulating:
+// an x pixel on the stride is Σ_o dy·w (+ dx0 when accumulating) within the FP32 sum's bound of
+// the exact sum, |err| <= γ(O+2)·(Σ|products| + |dx0|) + u·|dx|, plus one rounding into a 16-bit
+// dx; a pixel off the stride is +0, or dx0 untouched when accumulating. supports() offers the
+// accumulating op where the rule takes the GEMM: under `gemm` for an fp32 dx, under `auto` for
 // bf16 operands read natively with AMX-BF16, under `convolution` nowhere; a shape the GEMM does
-// not take (stride 2) still adds what the overwriting call writes.
-TEST(BackendCpuConvolution, AccumulatingPointwiseDataGradientAsAGemmIsWithinTheFp32SumBound) {
+// not take (a padded 1x1) still adds what the overwriting call writes.
+TEST(BackendCpuConvolution, PointwiseDataGradientAsAGemmIsWithinTheFp32SumBound) {
   using C = sdk::ConvolutionOp;
-  const auto g = geometry(3, 24, 6, 5, 40, 1, 1, 1, 0);
-  for (const auto& [dtype, scale] :
-       {std::pair{DType::fp32, 1.0f}, std::pair{DType::bf16, 1.0f}, std::pair{DType::fp16, 1.0f},
-        std::pair{DType::fp8_e4m3, 0.5f}}) {
-    SCOPED_TRACE(sdk::dtype_name(dtype));
-    CpuBackend be(2);
-    be.set_conv_gemm(ConvGemm::gemm);
-    auto& conv = *sdk::facet<sdk::ConvolutionFacet>(be);
-    EXPECT_TRUE(conv.supports(C::conv2d_backward_data_accumulate,
-                              std::vector<DType>{dtype, dtype, DType::fp32}));
-    const auto dyv = representable(random_values(y_shape(g).numel(), 71), dtype);
-    const auto wv = representable(random_values(w_shape(g).numel(), 72), dtype);
-    const auto dx0 = random_values(x_shape(g).numel(), 73);
-    DeviceTensor dy(be, dtype, y_shape(g), dyv), w(be, dtype, w_shape(g), wv);
-    DeviceTensor dx(be, DType::fp32, x_shape(g), dx0);
-    sdk::Conv2dBackwardDataArgs bd;
-    bd.geometry = g;
-    bd.dy.view = dy;
-    bd.dy.scale_inv = scale;
-    bd.w.view = w;
-    bd.w.scale_inv = scale;
-    bd.dx = dx;
-    conv.conv2d_backward_data_accumulate(bd);
-    EXPECT_EQ(be.last_conv_implementation().rfind("gemm ", 0), 0u) << be.last_conv_implementation();
-    const auto got = dx.get();
-    const std::int64_t M = g.batch * g.height * g.width, O = g.out_channels, Cn = g.in_channels;
-    const double u = 0x1p-24, gamma = (O + 2) * u / (1.0 - (O + 2) * u);
-    int bad = 0;
-    for (std::int64_t m = 0; m < M; ++m)
-      for (std::int64_t c = 0; c < Cn; ++c) {
-        double exact = 0.0, magnitude = 0.0;
-        for (std::int64_t o = 0; o < O; ++o) {
-          const double p = double{dyv[static_cast<std::size_t>(m * O + o)]} *
-                           wv[static_cast<std::size_t>(o * Cn + c)] * scale * scale;
-          exact += p;
-          magnitude += std::abs(p);
-        }
-        const auto e = static_cast<std::size_t>(m * Cn + c);
-        const double want = exact + dx0[e];
-        const double bound = gamma * (magnitude + std::abs(dx0[e])) + u * std::abs(want);
-        if (std::abs(got[e] - want) > bound && ++bad <= 3)
-          ADD_FAILURE() << "dx[" << e << "] = " << got[e] << ", exact " << want << ", bound "
-                        << bound;
+  struct Stride {
+    std::int64_t h, w;
+  };
+  for (const Stride st : {Stride{1, 1}, Stride{2, 2}, Stride{2, 3}})
+    for (const auto& [dtype, scale] :
+         {std::pair{DType::fp32, 1.0f}, std::pair{DType::bf16, 1.0f}, std::pair{DType::fp16, 1.0f},
+          std::pair{DType::fp8_e4m3, 0.5f}})
+      for (const auto& [accumulate, dx_dtype] :
+           {std::pair{true, DType::fp32}, std::pair{false, DType::fp32},
+            std::pair{false, DType::bf16}}) {
+        auto g = geometry(3, 24, 7, 8, 40, 1, 1, 1, 0);
+        g.stride_h = st.h;
+        g.stride_w = st.w;
+        SCOPED_TRACE(std::string(sdk::dtype_name(dtype)) + ", stride " + std::to_string(st.h) +
+                     "x" + std::to_string(st.w) + (accumulate ? ", accumulating" : ", plain") +
+                     " into " + std::string(sdk::dtype_name(dx_dtype)));
+        CpuBackend be(2);
+        be.set_conv_gemm(ConvGemm::gemm);
+        auto& conv = *sdk::facet<sdk::ConvolutionFacet>(be);
+        EXPECT_TRUE(conv.supports(C::conv2d_backward_data_accumulate,
+                                  std::vector<DType>{dtype, dtype, DType::fp32}));
+        const auto dyv = representable(random_values(y_shape(g).numel(), 71), dtype);
+        const auto wv = representable(random_values(w_shape(g).numel(), 72), dtype);
+        const auto dx0 = representable(random_values(x_shape(g).numel(), 73), dx_dtype);
+        DeviceTensor dy(be, dtype, y_shape(g), dyv), w(be, dtype, w_shape(g), wv);
+        DeviceTensor dx(be, dx_dtype, x_shape(g), dx0);
+        sdk::Conv2dBackwardDataArgs bd;
+        bd.geometry = g;
+        bd.dy.view = dy;
+        bd.dy.scale_inv = scale;
+        bd.w.view = w;
+        bd.w.scale_inv = scale;
+        bd.dx = dx;
+        if (accumulate)
+          conv.conv2d_backward_data_accumulate(bd);
+        else
+          conv.conv2d_backward_data(bd);
+        EXPECT_EQ(be.last_conv_implementation().rfind("gemm ", 0), 0u)
+            << be.last_conv_implementation();
+        const auto got = dx.get();
+        const std::int64_t O = g.out_channels, Cn = g.in_channels;
+        const std::int64_t oh = g.out_height(), ow = g.out_width();
+        const double u = 0x1p-24, gamma = (O + 2) * u / (1.0 - (O + 2) * u);
+        const double rounding = dx_dtype == DType::bf16 ? 0x1p-8 : 0.0;
+        int bad = 0;
+        for (std::int64_t n = 0; n < g.batch; ++n)
+          for (std::int64_t h = 0; h < g.height; ++h)
+            for (std::int64_t x = 0; x < g.width; ++x)
+              for (std::int64_t c = 0; c < Cn; ++c) {
+                const auto e =
+                    static_cast<std::size_t>(((n * g.height + h) * g.width + x) * Cn + c);
+                const double base = accumulate ? dx0[e] : 0.0;
+                if (h % st.h != 0 || x % st.w != 0) {
+                  // Off the stride: nothing of the product reaches it.
+                  if (got[e] != base || (!accumulate && std::signbit(got[e])))
+                    if (++bad <= 3)
+                      ADD_FAILURE() << "dx[" << e << "] = " << got[e] << ", want " << base
+                                    << " (off the stride)";
+                  continue;
+                }
+                const std::int64_t m = (n * oh + h / st.h) * ow + x / st.w;  // dy's pixel
+                double exact = 0.0, magnitude = 0.0;
+                for (std::int64_t o = 0; o < O; ++o) {
+                  const double p = double{dyv[static_cast<std::size_t>(m * O + o)]} *
+                                   wv[static_cast<std::size_t>(o * Cn + c)] * scale * scale;
+                  exact += p;
+                  magnitude += std::abs(p);
+                }
+                const double want = exact + base;
+                const double bound = gamma * (magnitude + std::abs(base)) + u * std::abs(want) +
+                                     rounding * (std::abs(want) + gamma * magnitude);
+                if (std::abs(got[e] - want) > bound && ++bad <= 3)
+                  ADD_FAILURE() << "dx[" << e << "] = " << got[e] << ", exact " << want
+                                << ", bound " << bound;
+              }
+        // A 16-bit sum is not the GEMM's: refused by supports(), run by the convolution.
+        EXPECT_FALSE(conv.supports(C::conv2d_backward_data_accumulate,
+                                   std::vector<DType>{DType::bf16, DType::bf16, DType::bf16}));
       }
-    // A 16-bit sum is not the GEMM's: refused by supports(), run by the convolution.
-    EXPECT_FALSE(conv.supports(C::conv2d_backward_data_accumulate,
-                               std::vector<DType>{DType::bf16, DType::bf16, DType::bf16}));
-  }
-  // Stride 2: the convolution's route, dx0 + the overwriting call's dx exactly.
+  // A padded 1x1: the convolution's route, dx0 + the overwriting call's dx exactly.
   CpuBackend be(2);
   be.set_conv_gemm(ConvGemm::gemm);
-  EXPECT_NE(expect_accumulate_adds_the_overwritten(be, geometry(2, 8, 7, 7, 16, 1, 1, 2, 0),
+  EXPECT_NE(expect_accumulate_adds_the_overwritten(be, geometry(2, 8, 7, 7, 16, 1, 1, 2, 1),
                                                    DType::bf16, 74)
                 .rfind("gemm ", 0),
             0u);
@@ -1361,6 +1394,71 @@ TEST(BackendCpuConvolution, WeightGradientAsAGemmTakesItsScratchFromTheWorkspace
     EXPECT_GT(grew, 0u) << "without a workspace the scratch is the backend's own";
     EXPECT_EQ(grew_lent, 0u) << "with it, nothing of the backend's grew";
   }
+}
+
+// A strided 1x1's data gradient as a GEMM keeps its product [N·OH·OW, C] in fp32 before writing it
+// to every stride-th pixel: from the workspace it asked for when given one (the same dx, plain and
+// accumulating), from the backend's own scratch otherwise; at stride 1 it asks for nothing.
+TEST(BackendCpuConvolution, DataGradientAsAGemmTakesItsProductFromTheWorkspaceItAskedFor) {
+  for (const std::int64_t stride : {2, 1})
+    for (const bool accumulate : {false, true}) {
+      const auto g = geometry(3, 24, 9, 8, 16, 1, 1, stride, 0);
+      SCOPED_TRACE(::testing::Message() << "stride " << stride << (accumulate ? ", +=" : ""));
+      const std::size_t least = stride == 1 ? 0 : std::size_t{3 * 5 * 4 * 24 * 4};
+      const auto dyv = representable(random_values(y_shape(g).numel(), 53), DType::bf16);
+      const auto wv = representable(random_values(w_shape(g).numel(), 54), DType::bf16);
+      const auto dx0 = random_values(x_shape(g).numel(), 55);
+      sdk::Conv2dWorkspaceQuery q;
+      q.op = accumulate ? sdk::ConvolutionOp::conv2d_backward_data_accumulate
+                        : sdk::ConvolutionOp::conv2d_backward_data;
+      q.geometry = g;
+      q.a = q.b = DType::bf16;
+      q.out = DType::fp32;
+      const auto run = [&](bool with_workspace, std::size_t* asked, std::size_t* grew) {
+        CpuBackend be(1, Bf16GemmPath::automatic, Bf16ConvPath::automatic, ConvAlgorithm::direct);
+        be.set_conv_gemm(ConvGemm::gemm);
+        auto& conv = *sdk::facet<sdk::ConvolutionFacet>(be);
+        const auto& scratch = *sdk::facet<sdk::ScratchFacet>(be);
+        DeviceTensor dy(be, DType::bf16, y_shape(g), dyv), w(be, DType::bf16, w_shape(g), wv);
+        DeviceTensor dx(be, DType::fp32, x_shape(g), dx0);
+        *asked = conv.conv2d_workspace_bytes(q);
+        std::vector<std::byte> memory(*asked + 64, std::byte{0xFF});
+        auto* at = reinterpret_cast<std::byte*>(
+            (reinterpret_cast<std::uintptr_t>(memory.data()) + 63) / 64 * 64);
+        sdk::Conv2dBackwardDataArgs bd;
+        bd.geometry = g;
+        bd.dy.view = dy;
+        bd.w.view = w;
+        bd.dx = dx;
+        const TensorView ws{at, DType::fp32, Shape{static_cast<std::int64_t>((*asked + 3) / 4)}};
+        const std::size_t before = scratch.scratch_bytes();
+        if (accumulate && with_workspace)
+          conv.conv2d_backward_data_accumulate_with_workspace(bd, ws);
+        else if (accumulate)
+          conv.conv2d_backward_data_accumulate(bd);
+        else if (with_workspace)
+          conv.conv2d_backward_data_with_workspace(bd, ws);
+        else
+          conv.conv2d_backward_data(bd);
+        *grew = scratch.scratch_bytes() - before;
+        EXPECT_EQ(be.last_conv_implementation().rfind("gemm ", 0), 0u);
+        return dx.get();
+      };
+      std::size_t asked = 0, grew = 0, asked_lent = 0, grew_lent = 0;
+      const auto own = run(false, &asked, &grew);
+      const auto lent = run(true, &asked_lent, &grew_lent);
+      EXPECT_EQ(lent, own);
+      EXPECT_EQ(asked, asked_lent);
+      if (least == 0) {
+        EXPECT_EQ(asked, 0u);
+        EXPECT_EQ(grew, 0u);
+        continue;
+      }
+      EXPECT_GE(asked, least);
+      EXPECT_LE(asked, least + 64 + 63);
+      EXPECT_GT(grew, 0u) << "without a workspace the product is the backend's own scratch";
+      EXPECT_EQ(grew_lent, 0u) << "with it, nothing of the backend's grew";
+    }
 }
 
 // What the GEMM does not take (groups, an fp8 dy with a bias gradient) stays on the convolution
