@@ -183,9 +183,10 @@ inline bool blocked_pays(Direction dir, const sdk::Conv2dGeometry& g) {
 //   not measured. Static, so a shape takes the same route in every run on one CPU. The
 //   accumulating 1x1 data gradient saved about 10 ms of ResNet-50's 320 ms bf16 step at batch 8
 //   there (its 16 block inputs' sums without a bf16 contribution and an axpy; RESULTS.md,
-//   session 63). The other 1x1 data gradients, measured on the same CPU in session 65 (oneDNN's
-//   backward-data convolution, jit:avx512_core_amx_bf16, against the matmul and, past stride 1,
-//   the write of its rows to every stride-th pixel; 2 threads, batch 8, filled operands; ms):
+//   session 63). The other 1x1 data gradients, measured on the same CPU in session 65
+//   (bench/cnn/onednn_dgrad_gemm.cpp: oneDNN's backward-data convolution,
+//   jit:avx512_core_amx_bf16, against the matmul and, past stride 1, the write of its rows to
+//   every stride-th pixel; 2 threads, batch 8, filled operands; ms):
 //     C->O        HxW  stride  dx     convolution   GEMM (+ strided write)
 //     64->256      56     1    fp32      1.03          0.74
 //     256->64      56     1    fp32      1.38          1.07
