@@ -390,10 +390,10 @@ bool CpuConvolution::supports(sdk::ConvolutionOp op, std::span<const DType> dtyp
   // The accumulating data gradient is offered where cpu_conv_algorithm.h's conv_gemm rule runs a
   // 1x1 one as a GEMM (by default bf16 operands with AMX-BF16, into an fp32 sum): ResNet's
   // Bottleneck adds its input's gradient through its first convolution and its downsampling
-  // shortcut, both 1x1. Its
-  // other shapes are implemented too (the reference the host's tests put behind a facet that
-  // offers it): oneDNN's backward primitives take no sum post-op, so they write an fp32 scratch
-  // and add it, which alone measured no faster than the bf16 contribution and axpy it replaces
+  // shortcut, both 1x1. Its other shapes are implemented too (the reference the host's tests put
+  // behind a facet that offers it): oneDNN's backward primitives take no sum post-op, so they
+  // write an fp32 scratch and add it, which alone measured no faster than the bf16 contribution
+  // and axpy it replaces
   // (bench/RESULTS.md; docs/model-graph.md, "Input gradients added by their op").
   if (op == sdk::ConvolutionOp::conv2d_backward_data_accumulate)
     return dtypes.size() == 3 && is_conv_operand(dtypes[0]) && is_conv_operand(dtypes[1]) &&

@@ -91,9 +91,10 @@ void CpuResidual::add_backward(TensorView dy, TensorView y, bool relu,
                                std::span<const TensorView> dxs) {
   context_.use_threads();
   const std::int64_t total = checks().residual_add_backward(dy, y, relu, dxs);
+  // fp32 and bf16 with one or two gradients in one element-wise loop; any other storage here:
+  // each chunk of dy (and y) is read once, masked into g, and g is rounded once into every
+  // gradient; a gradient that is dy itself is written after g is complete.
   if (add_backward_in_one_loop(dy, relu ? y : TensorView{}, dxs, total)) return;
-    // One pass: each chunk of dy (and y) is read once, masked into g, and g is rounded once into
-    // every gradient; a gradient that is dy itself is written after g is complete.
 #pragma omp parallel for schedule(static) if (parallel_worth(total))
   for (std::int64_t c0 = 0; c0 < total; c0 += kChunk) {
     const std::int64_t len = std::min(kChunk, total - c0);
