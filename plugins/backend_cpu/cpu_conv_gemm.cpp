@@ -132,29 +132,44 @@ void weight_gradient_as_gemm(CpuContext& context, const sdk::Conv2dBackwardWeigh
                 args.accumulate);
 }
 
-std::size_t dgrad_gemm_product_bytes(const sdk::Conv2dGeometry& g) {
-  if (g.stride_h == 1 && g.stride_w == 1) return 0;
+namespace {
+
+// The GEMM writes dx itself where dx is its fp32 product's own layout: stride 1, an fp32 dx.
+bool writes_dx_directly(const sdk::Conv2dGeometry& g, sdk::DType dx) {
+  return g.stride_h == 1 && g.stride_w == 1 && dx == sdk::DType::fp32;
+}
+
+}  // namespace
+
+std::size_t dgrad_gemm_product_bytes(const sdk::Conv2dGeometry& g, sdk::DType dx) {
+  if (writes_dx_directly(g, dx)) return 0;
   return static_cast<std::size_t>(g.batch * g.out_height() * g.out_width() * g.in_channels) * 4;
 }
 
 void data_gradient_as_gemm(CpuContext& context, const sdk::Conv2dBackwardDataArgs& args,
                            bool accumulate, float* product) {
   const sdk::Conv2dGeometry& g = args.geometry;
-  const bool unit_stride = g.stride_h == 1 && g.stride_w == 1;
+  const bool direct = writes_dx_directly(g, args.dx.dtype);
   const std::int64_t oh = g.out_height(), ow = g.out_width(), c = g.in_channels;
   const std::int64_t pixels = g.batch * oh * ow;  // M: dy's pixels
-  // dy is [M, O]; w [O, C]; the product [M, C]: dx itself at stride 1.
+  // dy is [M, O]; w [O, C]; the product [M, C]: dx itself when direct.
   sdk::GemmArgs gemm;
   gemm.a = args.dy;
   gemm.a.view.shape = sdk::Shape{pixels, g.out_channels};
   gemm.b = args.w;
   gemm.b.view.shape = sdk::Shape{g.out_channels, c};
-  gemm.c = unit_stride ? sdk::TensorView{args.dx.data, args.dx.dtype, sdk::Shape{pixels, c}}
-                       : sdk::TensorView{product, sdk::DType::fp32, sdk::Shape{pixels, c}};
-  gemm.beta = unit_stride && accumulate ? 1.0f : 0.0f;
+  gemm.c = direct ? sdk::TensorView{args.dx.data, args.dx.dtype, sdk::Shape{pixels, c}}
+                  : sdk::TensorView{product, sdk::DType::fp32, sdk::Shape{pixels, c}};
+  gemm.beta = direct && accumulate ? 1.0f : 0.0f;
   gemm.compute = args.compute;
   context.gemm().run(gemm);
-  if (unit_stride) return;
+  if (direct) return;
+  if (g.stride_h == 1 && g.stride_w == 1) {
+    // A 16-bit dx at stride 1 (never accumulating: the rule adds into fp32 only): the product
+    // rounded once, as a whole.
+    encode_tensor(args.dx, product, pixels * c);
+    return;
+  }
   // x [N, H, W, C]: a row of pixels (n, h) at a time; h on the stride takes dy's row h / sh, and
   // each of its pixels on the stride the product's pixel w / sw.
   const std::int64_t rows = g.batch * g.height;

@@ -1396,69 +1396,82 @@ TEST(BackendCpuConvolution, WeightGradientAsAGemmTakesItsScratchFromTheWorkspace
   }
 }
 
-// A strided 1x1's data gradient as a GEMM keeps its product [N·OH·OW, C] in fp32 before writing it
-// to every stride-th pixel: from the workspace it asked for when given one (the same dx, plain and
-// accumulating), from the backend's own scratch otherwise; at stride 1 it asks for nothing.
+// A 1x1's data gradient as a GEMM keeps its product [N·OH·OW, C] in fp32 before writing it to
+// every stride-th pixel, or before rounding it into a 16-bit dx: from the workspace it asked for
+// when given one (the same dx, plain and accumulating), from the backend's own scratch otherwise;
+// at stride 1 into an fp32 dx it asks for nothing (the GEMM writes dx).
 TEST(BackendCpuConvolution, DataGradientAsAGemmTakesItsProductFromTheWorkspaceItAskedFor) {
-  for (const std::int64_t stride : {2, 1})
-    for (const bool accumulate : {false, true}) {
-      const auto g = geometry(3, 24, 9, 8, 16, 1, 1, stride, 0);
-      SCOPED_TRACE(::testing::Message() << "stride " << stride << (accumulate ? ", +=" : ""));
-      const std::size_t least = stride == 1 ? 0 : std::size_t{3 * 5 * 4 * 24 * 4};
-      const auto dyv = representable(random_values(y_shape(g).numel(), 53), DType::bf16);
-      const auto wv = representable(random_values(w_shape(g).numel(), 54), DType::bf16);
-      const auto dx0 = random_values(x_shape(g).numel(), 55);
-      sdk::Conv2dWorkspaceQuery q;
-      q.op = accumulate ? sdk::ConvolutionOp::conv2d_backward_data_accumulate
-                        : sdk::ConvolutionOp::conv2d_backward_data;
-      q.geometry = g;
-      q.a = q.b = DType::bf16;
-      q.out = DType::fp32;
-      const auto run = [&](bool with_workspace, std::size_t* asked, std::size_t* grew) {
-        CpuBackend be(1, Bf16GemmPath::automatic, Bf16ConvPath::automatic, ConvAlgorithm::direct);
-        be.set_conv_gemm(ConvGemm::gemm);
-        auto& conv = *sdk::facet<sdk::ConvolutionFacet>(be);
-        const auto& scratch = *sdk::facet<sdk::ScratchFacet>(be);
-        DeviceTensor dy(be, DType::bf16, y_shape(g), dyv), w(be, DType::bf16, w_shape(g), wv);
-        DeviceTensor dx(be, DType::fp32, x_shape(g), dx0);
-        *asked = conv.conv2d_workspace_bytes(q);
-        std::vector<std::byte> memory(*asked + 64, std::byte{0xFF});
-        auto* at = reinterpret_cast<std::byte*>(
-            (reinterpret_cast<std::uintptr_t>(memory.data()) + 63) / 64 * 64);
-        sdk::Conv2dBackwardDataArgs bd;
-        bd.geometry = g;
-        bd.dy.view = dy;
-        bd.w.view = w;
-        bd.dx = dx;
-        const TensorView ws{at, DType::fp32, Shape{static_cast<std::int64_t>((*asked + 3) / 4)}};
-        const std::size_t before = scratch.scratch_bytes();
-        if (accumulate && with_workspace)
-          conv.conv2d_backward_data_accumulate_with_workspace(bd, ws);
-        else if (accumulate)
-          conv.conv2d_backward_data_accumulate(bd);
-        else if (with_workspace)
-          conv.conv2d_backward_data_with_workspace(bd, ws);
-        else
-          conv.conv2d_backward_data(bd);
-        *grew = scratch.scratch_bytes() - before;
-        EXPECT_EQ(be.last_conv_implementation().rfind("gemm ", 0), 0u);
-        return dx.get();
-      };
-      std::size_t asked = 0, grew = 0, asked_lent = 0, grew_lent = 0;
-      const auto own = run(false, &asked, &grew);
-      const auto lent = run(true, &asked_lent, &grew_lent);
-      EXPECT_EQ(lent, own);
-      EXPECT_EQ(asked, asked_lent);
-      if (least == 0) {
-        EXPECT_EQ(asked, 0u);
-        EXPECT_EQ(grew, 0u);
-        continue;
-      }
-      EXPECT_GE(asked, least);
-      EXPECT_LE(asked, least + 64 + 63);
-      EXPECT_GT(grew, 0u) << "without a workspace the product is the backend's own scratch";
-      EXPECT_EQ(grew_lent, 0u) << "with it, nothing of the backend's grew";
+  struct Case {
+    std::int64_t stride;
+    DType dx;
+    bool accumulate;
+    std::size_t least;
+  };
+  for (const Case& k : {Case{2, DType::fp32, false, 3 * 5 * 4 * 24 * 4},
+                        Case{2, DType::fp32, true, 3 * 5 * 4 * 24 * 4},
+                        Case{2, DType::bf16, false, 3 * 5 * 4 * 24 * 4},
+                        Case{1, DType::bf16, false, 3 * 9 * 8 * 24 * 4},
+                        Case{1, DType::fp32, false, 0}, Case{1, DType::fp32, true, 0}}) {
+    const std::int64_t stride = k.stride;
+    const bool accumulate = k.accumulate;
+    const auto g = geometry(3, 24, 9, 8, 16, 1, 1, stride, 0);
+    SCOPED_TRACE(::testing::Message() << "stride " << stride << ", dx " << sdk::dtype_name(k.dx)
+                                      << (accumulate ? ", +=" : ""));
+    const std::size_t least = k.least;
+    const auto dyv = representable(random_values(y_shape(g).numel(), 53), DType::bf16);
+    const auto wv = representable(random_values(w_shape(g).numel(), 54), DType::bf16);
+    const auto dx0 = random_values(x_shape(g).numel(), 55);
+    sdk::Conv2dWorkspaceQuery q;
+    q.op = accumulate ? sdk::ConvolutionOp::conv2d_backward_data_accumulate
+                      : sdk::ConvolutionOp::conv2d_backward_data;
+    q.geometry = g;
+    q.a = q.b = DType::bf16;
+    q.out = k.dx;
+    const auto run = [&](bool with_workspace, std::size_t* asked, std::size_t* grew) {
+      CpuBackend be(1, Bf16GemmPath::automatic, Bf16ConvPath::automatic, ConvAlgorithm::direct);
+      be.set_conv_gemm(ConvGemm::gemm);
+      auto& conv = *sdk::facet<sdk::ConvolutionFacet>(be);
+      const auto& scratch = *sdk::facet<sdk::ScratchFacet>(be);
+      DeviceTensor dy(be, DType::bf16, y_shape(g), dyv), w(be, DType::bf16, w_shape(g), wv);
+      DeviceTensor dx(be, k.dx, x_shape(g), dx0);
+      *asked = conv.conv2d_workspace_bytes(q);
+      std::vector<std::byte> memory(*asked + 64, std::byte{0xFF});
+      auto* at = reinterpret_cast<std::byte*>(
+          (reinterpret_cast<std::uintptr_t>(memory.data()) + 63) / 64 * 64);
+      sdk::Conv2dBackwardDataArgs bd;
+      bd.geometry = g;
+      bd.dy.view = dy;
+      bd.w.view = w;
+      bd.dx = dx;
+      const TensorView ws{at, DType::fp32, Shape{static_cast<std::int64_t>((*asked + 3) / 4)}};
+      const std::size_t before = scratch.scratch_bytes();
+      if (accumulate && with_workspace)
+        conv.conv2d_backward_data_accumulate_with_workspace(bd, ws);
+      else if (accumulate)
+        conv.conv2d_backward_data_accumulate(bd);
+      else if (with_workspace)
+        conv.conv2d_backward_data_with_workspace(bd, ws);
+      else
+        conv.conv2d_backward_data(bd);
+      *grew = scratch.scratch_bytes() - before;
+      EXPECT_EQ(be.last_conv_implementation().rfind("gemm ", 0), 0u);
+      return dx.get();
+    };
+    std::size_t asked = 0, grew = 0, asked_lent = 0, grew_lent = 0;
+    const auto own = run(false, &asked, &grew);
+    const auto lent = run(true, &asked_lent, &grew_lent);
+    EXPECT_EQ(lent, own);
+    EXPECT_EQ(asked, asked_lent);
+    if (least == 0) {
+      EXPECT_EQ(asked, 0u);
+      EXPECT_EQ(grew, 0u);
+      continue;
     }
+    EXPECT_GE(asked, least);
+    EXPECT_LE(asked, least + 64 + 63);
+    EXPECT_GT(grew, 0u) << "without a workspace the product is the backend's own scratch";
+    EXPECT_EQ(grew_lent, 0u) << "with it, nothing of the backend's grew";
+  }
 }
 
 // What the GEMM does not take (groups, an fp8 dy with a bias gradient) stays on the convolution
