@@ -7,97 +7,54 @@
 // - the forward of the 1x1s (y = x · wᵀ) and of the 3x3s (x's pixels gathered first, im2col);
 // - the data gradient of the 3x3s (the matmul into columns, then a col2im that adds each tap).
 // Best of 7 calls after 2 warm-ups, milliseconds (TFLOP/s), with oneDNN's implementation names;
-// operands filled with bf16 values (untouched zero pages would flatter the matmul). What
-// cpu_conv_algorithm.h's data-gradient rule was decided from (bench/RESULTS.md, session 65).
+// operands filled (onednn_aid.h). What cpu_conv_algorithm.h's data-gradient rule was decided
+// from (bench/RESULTS.md, session 65).
 // Not part of the CMake build (a measurement aid; oneDNN 2.6's API):
 //   g++ -O2 -fopenmp -std=c++17 bench/cnn/onednn_dgrad_gemm.cpp -ldnnl -o /tmp/dgrad_gemm
 //   OMP_NUM_THREADS=2 /tmp/dgrad_gemm
-#include <oneapi/dnnl/dnnl.hpp>
-
-#include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <random>
 #include <vector>
 
+#include "onednn_aid.h"
+
 using namespace dnnl;
-using dt = memory::data_type;
-using tag = memory::format_tag;
+using onednn_aid::best_ms;
+using onednn_aid::dt;
+using onednn_aid::tag;
+using onednn_aid::Timed;
 
 namespace {
 
 constexpr int kBatch = 8;
 
-template <class F>
-double best_ms(F&& f) {
-  std::vector<double> t;
-  for (int i = 0; i < 9; ++i) {
-    const auto a = std::chrono::steady_clock::now();
-    f();
-    const auto b = std::chrono::steady_clock::now();
-    if (i >= 2) t.push_back(std::chrono::duration<double, std::milli>(b - a).count());
-  }
-  return *std::min_element(t.begin(), t.end());
-}
-
-// bf16 codes of values near ±1 (sign and low mantissa bits random).
-void fill_bf16(memory& m) {
-  auto* p = static_cast<std::uint16_t*>(m.get_data_handle());
-  std::mt19937 rng(1);
-  for (std::size_t i = 0; i < m.get_desc().get_size() / 2; ++i)
-    p[i] = static_cast<std::uint16_t>(0x3f80u ^ (rng() & 0x807fu));
-}
-
-void run(stream& s, primitive& p, const std::unordered_map<int, memory>& args) {
-  p.execute(s, args);
-  s.wait();
-}
-
 struct Shape {
   int c, h, o, k, stride;
 };
 
+int out_size(const Shape& g) {
+  return (g.h + 2 * (g.k / 2) - g.k) / g.stride + 1;
+}
+
+const char* name(dt t) {
+  return t == dt::f32 ? "f32" : "bf16";
+}
+
 void pointwise_data_gradient(engine& eng, stream& s, const Shape& g, dt dx_type) {
-  const int oh = (g.h - 1) / g.stride + 1, m = kBatch * oh * oh;
+  const int oh = out_size(g), m = kBatch * oh * oh;
   const double flops = 2.0 * m * g.o * g.c;
-  const memory::desc x_md({kBatch, g.c, g.h, g.h}, dt::bf16, tag::nhwc),
-      w_md({g.o, g.c, 1, 1}, dt::bf16, tag::any), dy_md({kBatch, g.o, oh, oh}, dt::bf16, tag::nhwc),
-      dx_md({kBatch, g.c, g.h, g.h}, dx_type, tag::nhwc);
-  const convolution_forward::primitive_desc hint({prop_kind::forward_training,
-                                                  algorithm::convolution_direct,
-                                                  x_md,
-                                                  w_md,
-                                                  dy_md,
-                                                  {g.stride, g.stride},
-                                                  {0, 0},
-                                                  {0, 0}},
-                                                 eng);
-  const convolution_backward_data::primitive_desc bwd(
-      {algorithm::convolution_direct, dx_md, w_md, dy_md, {g.stride, g.stride}, {0, 0}, {0, 0}},
-      eng, hint);
-  memory dy(bwd.diff_dst_desc(), eng), w(bwd.weights_desc(), eng), dx(bwd.diff_src_desc(), eng);
-  fill_bf16(dy);
-  fill_bf16(w);
-  convolution_backward_data conv(bwd);
-  const double t_conv = best_ms([&] {
-    run(s, conv, {{DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DIFF_SRC, dx}});
-  });
+  memory dy, z;
+  const Timed conv =
+      onednn_aid::time_backward_data(eng, s, kBatch, g.c, g.h, g.o, 1, g.stride, dx_type, dy);
   // The matmul into fp32 [M, C] (dx itself at stride 1), then the strided write past it.
-  const memory::desc a_md({m, g.o}, dt::bf16, tag::ab), b_md({g.o, g.c}, dt::bf16, tag::ab),
-      c_md({m, g.c}, g.stride == 1 ? dx_type : dt::f32, tag::ab);
-  const matmul::primitive_desc mm_pd({a_md, b_md, c_md}, eng);
-  matmul mm(mm_pd);
-  memory a(a_md, eng, dy.get_data_handle()), b(b_md, eng), c(c_md, eng);
-  fill_bf16(b);
-  const double t_mm = best_ms([&] {
-    run(s, mm, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
-  });
+  const Timed mm = onednn_aid::time_matmul(
+      eng, s, {{m, g.o}, dt::bf16, tag::ab}, {{g.o, g.c}, dt::bf16, tag::ab},
+      {{m, g.c}, g.stride == 1 ? dx_type : dt::f32, tag::ab}, dy.get_data_handle(), z);
   double t_write = 0.0;
   if (g.stride > 1) {
     std::vector<float> sum(static_cast<std::size_t>(kBatch) * g.h * g.h * g.c, 0.0f);
-    const auto* z = static_cast<const float*>(c.get_data_handle());
+    const auto* product = static_cast<const float*>(z.get_data_handle());
     t_write = best_ms([&] {
 #pragma omp parallel for
       for (int r = 0; r < kBatch * g.h; ++r) {
@@ -105,7 +62,7 @@ void pointwise_data_gradient(engine& eng, stream& s, const Shape& g, dt dx_type)
         if (h % g.stride != 0) continue;
         for (int x = 0; x < g.h; x += g.stride) {
           const float* from =
-              z + (static_cast<std::size_t>(n * oh + h / g.stride) * oh + x / g.stride) * g.c;
+              product + (static_cast<std::size_t>(n * oh + h / g.stride) * oh + x / g.stride) * g.c;
           float* to = sum.data() + (static_cast<std::size_t>(r) * g.h + x) * g.c;
           for (int k = 0; k < g.c; ++k) to[k] += from[k];
         }
@@ -115,14 +72,13 @@ void pointwise_data_gradient(engine& eng, stream& s, const Shape& g, dt dx_type)
   std::printf(
       "dgrad 1x1 %5d->%-5d %3dx%-3d /%d dx %-4s  conv %7.3f (%.2f) [%s]  matmul %7.3f + "
       "%.3f (%.2f) [%s]\n",
-      g.c, g.o, g.h, g.h, g.stride, dx_type == dt::f32 ? "f32" : "bf16", t_conv,
-      flops / t_conv / 1e9, bwd.impl_info_str(), t_mm, t_write, flops / (t_mm + t_write) / 1e9,
-      mm_pd.impl_info_str());
+      g.c, g.o, g.h, g.h, g.stride, name(dx_type), conv.ms, flops / conv.ms / 1e9,
+      conv.implementation.c_str(), mm.ms, t_write, flops / (mm.ms + t_write) / 1e9,
+      mm.implementation.c_str());
 }
 
 void forward(engine& eng, stream& s, const Shape& g) {
-  const int pad = g.k / 2, oh = (g.h + 2 * pad - g.k) / g.stride + 1, m = kBatch * oh * oh,
-            kc = g.k * g.k * g.c;
+  const int pad = g.k / 2, oh = out_size(g), m = kBatch * oh * oh, kc = g.k * g.k * g.c;
   const double flops = 2.0 * m * g.o * kc;
   const memory::desc x_md({kBatch, g.c, g.h, g.h}, dt::bf16, tag::nhwc),
       w_md({g.o, g.c, g.k, g.k}, dt::bf16, tag::any),
@@ -137,11 +93,12 @@ void forward(engine& eng, stream& s, const Shape& g) {
                                                  {pad, pad}},
                                                 eng);
   memory x(fwd.src_desc(), eng), w(fwd.weights_desc(), eng), y(fwd.dst_desc(), eng);
-  fill_bf16(x);
-  fill_bf16(w);
+  onednn_aid::fill_bf16(x);
+  onednn_aid::fill_bf16(w);
   convolution_forward conv(fwd);
   const double t_conv = best_ms([&] {
-    run(s, conv, {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, y}});
+    conv.execute(s, {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, y}});
+    s.wait();
   });
   const bool gather = g.k != 1 || g.stride != 1;
   std::vector<std::uint16_t> cols(gather ? static_cast<std::size_t>(m) * kc : 0);
@@ -164,78 +121,43 @@ void forward(engine& eng, stream& s, const Shape& g) {
           }
     }
   });
-  const memory::desc a_md({m, kc}, dt::bf16, tag::ab), b_md({kc, g.o}, dt::bf16, tag::ba),
-      c_md({m, g.o}, dt::f32, tag::ab);
-  const matmul::primitive_desc mm_pd({a_md, b_md, c_md}, eng);
-  matmul mm(mm_pd);
-  memory a(a_md, eng, gather ? static_cast<void*>(cols.data()) : x.get_data_handle()), b(b_md, eng),
-      c(c_md, eng);
-  fill_bf16(b);
-  const double t_mm = best_ms([&] {
-    run(s, mm, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
-  });
+  memory z;
+  const Timed mm =
+      onednn_aid::time_matmul(eng, s, {{m, kc}, dt::bf16, tag::ab}, {{kc, g.o}, dt::bf16, tag::ba},
+                              {{m, g.o}, dt::f32, tag::ab},
+                              gather ? static_cast<void*>(cols.data()) : x.get_data_handle(), z);
   std::printf(
       "forward %dx%d %5d->%-5d %3dx%-3d /%d  conv %7.3f (%.2f) [%s]  gather + matmul %.3f + "
       "%7.3f (%.2f) [%s]\n",
       g.k, g.k, g.c, g.o, g.h, g.h, g.stride, t_conv, flops / t_conv / 1e9, fwd.impl_info_str(),
-      t_gather, t_mm, flops / (t_gather + t_mm) / 1e9, mm_pd.impl_info_str());
+      t_gather, mm.ms, flops / (t_gather + mm.ms) / 1e9, mm.implementation.c_str());
 }
 
 void data_gradient_3x3(engine& eng, stream& s, const Shape& g) {
-  const int pad = 1, oh = (g.h + 2 * pad - 3) / g.stride + 1, m = kBatch * oh * oh, kc = 9 * g.c;
+  const int pad = 1, oh = out_size(g), m = kBatch * oh * oh, kc = 9 * g.c;
   const double flops = 2.0 * m * g.o * kc;
-  const memory::desc x_md({kBatch, g.c, g.h, g.h}, dt::bf16, tag::nhwc),
-      w_md({g.o, g.c, 3, 3}, dt::bf16, tag::any), dy_md({kBatch, g.o, oh, oh}, dt::bf16, tag::nhwc),
-      dx_md({kBatch, g.c, g.h, g.h}, dt::f32, tag::nhwc);
-  const convolution_forward::primitive_desc hint({prop_kind::forward_training,
-                                                  algorithm::convolution_direct,
-                                                  x_md,
-                                                  w_md,
-                                                  dy_md,
-                                                  {g.stride, g.stride},
-                                                  {pad, pad},
-                                                  {pad, pad}},
-                                                 eng);
-  const convolution_backward_data::primitive_desc bwd({algorithm::convolution_direct,
-                                                       dx_md,
-                                                       w_md,
-                                                       dy_md,
-                                                       {g.stride, g.stride},
-                                                       {pad, pad},
-                                                       {pad, pad}},
-                                                      eng, hint);
-  memory dy(bwd.diff_dst_desc(), eng), w(bwd.weights_desc(), eng), dx(bwd.diff_src_desc(), eng);
-  fill_bf16(dy);
-  fill_bf16(w);
-  convolution_backward_data conv(bwd);
-  const double t_conv = best_ms([&] {
-    run(s, conv, {{DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DIFF_SRC, dx}});
-  });
-  const memory::desc a_md({m, g.o}, dt::bf16, tag::ab), b_md({g.o, kc}, dt::bf16, tag::ab),
-      c_md({m, kc}, dt::f32, tag::ab);
-  const matmul::primitive_desc mm_pd({a_md, b_md, c_md}, eng);
-  matmul mm(mm_pd);
-  memory a(a_md, eng, dy.get_data_handle()), b(b_md, eng), c(c_md, eng);
-  fill_bf16(b);
-  const double t_mm = best_ms([&] {
-    run(s, mm, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
-  });
-  auto* out = static_cast<float*>(dx.get_data_handle());
-  const auto* z = static_cast<const float*>(c.get_data_handle());
+  memory dy, z;
+  const Timed conv =
+      onednn_aid::time_backward_data(eng, s, kBatch, g.c, g.h, g.o, 3, g.stride, dt::f32, dy);
+  const Timed mm =
+      onednn_aid::time_matmul(eng, s, {{m, g.o}, dt::bf16, tag::ab}, {{g.o, kc}, dt::bf16, tag::ab},
+                              {{m, kc}, dt::f32, tag::ab}, dy.get_data_handle(), z);
+  std::vector<float> dx(static_cast<std::size_t>(kBatch) * g.h * g.h * g.c);
+  const auto* columns = static_cast<const float*>(z.get_data_handle());
   const double t_col2im = best_ms([&] {
 #pragma omp parallel for
     for (int n = 0; n < kBatch; ++n) {
-      std::memset(out + static_cast<std::size_t>(n) * g.h * g.h * g.c, 0,
-                  static_cast<std::size_t>(g.h) * g.h * g.c * 4);
+      float* image = dx.data() + static_cast<std::size_t>(n) * g.h * g.h * g.c;
+      std::memset(image, 0, static_cast<std::size_t>(g.h) * g.h * g.c * 4);
       for (int i = 0; i < oh; ++i)
         for (int j = 0; j < oh; ++j)
           for (int kh = 0; kh < 3; ++kh)
             for (int kw = 0; kw < 3; ++kw) {
               const int h = i * g.stride - pad + kh, ww = j * g.stride - pad + kw;
               if (h < 0 || h >= g.h || ww < 0 || ww >= g.h) continue;
-              float* to = out + (static_cast<std::size_t>(n * g.h + h) * g.h + ww) * g.c;
-              const float* from =
-                  z + (static_cast<std::size_t>(n * oh + i) * oh + j) * kc + (kh * 3 + kw) * g.c;
+              float* to = image + (static_cast<std::size_t>(h) * g.h + ww) * g.c;
+              const float* from = columns + (static_cast<std::size_t>(n * oh + i) * oh + j) * kc +
+                                  (kh * 3 + kw) * g.c;
               for (int k = 0; k < g.c; ++k) to[k] += from[k];
             }
     }
@@ -243,8 +165,8 @@ void data_gradient_3x3(engine& eng, stream& s, const Shape& g) {
   std::printf(
       "dgrad 3x3 %5d->%-5d %3dx%-3d /%d  conv %7.3f (%.2f) [%s]  matmul + col2im %7.3f + "
       "%.3f (%.2f) [%s]\n",
-      g.c, g.o, g.h, g.h, g.stride, t_conv, flops / t_conv / 1e9, bwd.impl_info_str(), t_mm,
-      t_col2im, flops / (t_mm + t_col2im) / 1e9, mm_pd.impl_info_str());
+      g.c, g.o, g.h, g.h, g.stride, conv.ms, flops / conv.ms / 1e9, conv.implementation.c_str(),
+      mm.ms, t_col2im, flops / (mm.ms + t_col2im) / 1e9, mm.implementation.c_str());
 }
 
 }  // namespace

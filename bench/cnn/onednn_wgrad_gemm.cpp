@@ -17,21 +17,13 @@
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "onednn_aid.h"
 using namespace dnnl;
 using tag = memory::format_tag;
 using dt = memory::data_type;
 
-template <class F>
-double best_ms(F&& f) {
-  std::vector<double> t;
-  for (int i = 0; i < 9; ++i) {
-    const auto a = std::chrono::steady_clock::now();
-    f();
-    const auto b = std::chrono::steady_clock::now();
-    if (i >= 2) t.push_back(std::chrono::duration<double, std::milli>(b - a).count());
-  }
-  return *std::min_element(t.begin(), t.end());
-}
+using onednn_aid::best_ms;
 
 int main(int argc, char** argv) {
   const dt d = argc > 1 && std::string(argv[1]) == "f32" ? dt::f32 : dt::bf16;
