@@ -971,7 +971,7 @@ TEST(BackendCpuConvolution, PointwiseDataGradientAsAGemmIsWithinTheFp32SumBound)
           std::pair{DType::fp8_e4m3, 0.5f}})
       for (const auto& [accumulate, dx_dtype] :
            {std::pair{true, DType::fp32}, std::pair{false, DType::fp32},
-            std::pair{false, DType::bf16}}) {
+            std::pair{false, DType::bf16}, std::pair{false, DType::fp16}}) {
         auto g = geometry(3, 24, 7, 8, 40, 1, 1, 1, 0);
         g.stride_h = st.h;
         g.stride_w = st.w;
@@ -1005,7 +1005,9 @@ TEST(BackendCpuConvolution, PointwiseDataGradientAsAGemmIsWithinTheFp32SumBound)
         const std::int64_t O = g.out_channels, Cn = g.in_channels;
         const std::int64_t oh = g.out_height(), ow = g.out_width();
         const double u = 0x1p-24, gamma = (O + 2) * u / (1.0 - (O + 2) * u);
-        const double rounding = dx_dtype == DType::bf16 ? 0x1p-8 : 0.0;
+        const double rounding = dx_dtype == DType::bf16   ? 0x1p-8
+                                : dx_dtype == DType::fp16 ? 0x1p-11
+                                                          : 0.0;
         int bad = 0;
         for (std::int64_t n = 0; n < g.batch; ++n)
           for (std::int64_t h = 0; h < g.height; ++h)
