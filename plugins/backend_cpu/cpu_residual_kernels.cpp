@@ -15,6 +15,7 @@
 #include "cpu_access.h"  // parallel_worth
 #include "cpu_bf16_bits.h"
 #include "cpu_isa.h"
+#include "cpu_typed_storage.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -63,45 +64,27 @@ template <class TDy, class TY, class TA, class TB>
 MIXTRAIN_ISA_VARIANTS(pair_loop)
 
 template <class TDy, class TY, class TA, class TB>
-void run_pair(const void* dy, const void* y, void* a, void* b, std::int64_t n) {
-  const auto* d = static_cast<const TDy*>(dy);
-  const auto* m = static_cast<const TY*>(y);
-  auto* pa = static_cast<TA*>(a);
-  auto* pb = static_cast<TB*>(b);
+void run_pair(const TDy* dy, const TY* y, TA* a, TB* b, std::int64_t n) {
 #pragma omp parallel for schedule(static) if (parallel_worth(n))
   for (std::int64_t b0 = 0; b0 < n; b0 += kBlock)
-    pair_loop_best(d, m, pa, pb, b0, std::min(n, b0 + kBlock));
-}
-
-// Resolves the storages one at a time into template arguments.
-template <class... Chosen>
-void dispatch(const void* dy, const void* y, void* a, void* b, std::int64_t n) {
-  run_pair<Chosen...>(dy, y, a, b, n);
-}
-
-template <class... Chosen, class... Rest>
-void dispatch(const void* dy, const void* y, void* a, void* b, std::int64_t n, ElementStorage next,
-              Rest... rest) {
-  if (next == ElementStorage::bf16)
-    dispatch<Chosen..., Bf16Bits>(dy, y, a, b, n, rest...);
-  else
-    dispatch<Chosen..., float>(dy, y, a, b, n, rest...);
+    pair_loop_best(dy, y, a, b, b0, std::min(n, b0 + kBlock));
 }
 
 }  // namespace
 
-void residual_backward_pair(const void* dy, ElementStorage dy_storage, const void* y,
-                            ElementStorage y_storage, ResidualGradientOut a, ResidualGradientOut b,
-                            std::int64_t n) {
+void residual_backward_pair(const sdk::TensorView& dy, const sdk::TensorView& y,
+                            const sdk::TensorView& a, const sdk::TensorView& b, std::int64_t n) {
   if (n <= 0) return;
-  if (y == nullptr) {
-    if (dy_storage == ElementStorage::bf16)
-      dispatch<Bf16Bits, NoMask>(dy, y, a.data, b.data, n, a.storage, b.storage);
-    else
-      dispatch<float, NoMask>(dy, y, a.data, b.data, n, a.storage, b.storage);
-    return;
-  }
-  dispatch<>(dy, y, a.data, b.data, n, dy_storage, y_storage, a.storage, b.storage);
+  with_typed(dy, [&](const auto* d) {
+    with_typed(a, [&](auto* pa) {
+      with_typed(b, [&](auto* pb) {
+        if (y.empty())
+          run_pair(d, static_cast<const NoMask*>(nullptr), pa, pb, n);
+        else
+          with_typed(y, [&](const auto* m) { run_pair(d, m, pa, pb, n); });
+      });
+    });
+  });
 }
 
 }  // namespace mixtrain::backend_cpu

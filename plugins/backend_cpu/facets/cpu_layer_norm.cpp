@@ -17,6 +17,7 @@
 #include "cpu_bf16_rows.h"
 #include "cpu_context.h"
 #include "cpu_layernorm_kernels.h"
+#include "cpu_typed_storage.h"
 #include "mixtrain/sdk/backend_layer_norm.h"
 #include "mixtrain/sdk/support/facet_registry.h"
 
@@ -92,11 +93,6 @@ void normalize_row(const float* in, std::int64_t r, std::int64_t n, float eps, c
   commit_row(y, r, n, out);
 }
 
-// Storage the typed row kernels read and write in place (cpu_layernorm_kernels.h).
-bool typed_rows(const TensorView& v) {
-  return is_fp32_storage(v.dtype) || v.dtype == sdk::DType::bf16;
-}
-
 // read_row, with bf16 rows decoded inline rather than through the SDK's bulk converter, which
 // costs a call per row (cpu_bf16_rows.h).
 const float* read_row_decoded(const TensorView& v, std::int64_t r, std::int64_t n,
@@ -105,15 +101,6 @@ const float* read_row_decoded(const TensorView& v, std::int64_t r, std::int64_t 
   buf.resize(static_cast<std::size_t>(n));
   decode_bf16_rows(v.as<const Bf16Bits>() + r * n, n, 1, n, buf.data());
   return buf.data();
-}
-
-// f(p) with v's data as float* (fp32 storage) or Bf16Bits*; v passes typed_rows().
-template <class F>
-void with_typed(const TensorView& v, F&& f) {
-  if (is_fp32_storage(v.dtype))
-    f(static_cast<float*>(v.data));
-  else
-    f(static_cast<Bf16Bits*>(v.data));
 }
 
 }  // namespace
@@ -127,7 +114,7 @@ void CpuLayerNorm::layernorm_forward(TensorView x, TensorView gamma, TensorView 
   const Fp32Vector b(beta, n, 0.0f);
   float* mean_out = mean.as<float>();
   float* rstd_out = rstd.as<float>();
-  if (typed_rows(x) && typed_rows(y)) {
+  if (typed_storage(x) && typed_storage(y)) {
     with_typed(x, [&](auto* xp) {
       with_typed(y, [&](auto* yp) {
         layernorm_rows(static_cast<const std::remove_pointer_t<decltype(xp)>*>(xp), yp, rows, n,
@@ -154,8 +141,8 @@ void CpuLayerNorm::layernorm_add_forward(const sdk::LayerNormAddArgs& args) {
   const Fp32Vector b(args.beta, n, 0.0f);
   float* mean_out = args.mean.as<float>();
   float* rstd_out = args.rstd.as<float>();
-  if (args.a.dtype == args.sum.dtype && args.b.dtype == args.sum.dtype && typed_rows(args.sum) &&
-      typed_rows(args.y)) {
+  if (args.a.dtype == args.sum.dtype && args.b.dtype == args.sum.dtype && typed_storage(args.sum) &&
+      typed_storage(args.y)) {
     with_typed(args.sum, [&](auto* sum) {
       using T = std::remove_pointer_t<decltype(sum)>;
       with_typed(args.y, [&](auto* yp) {
@@ -236,7 +223,7 @@ void CpuLayerNorm::backward(TensorView dy, TensorView x, TensorView gamma, Tenso
   // rows decode inline (cpu_bf16_rows.h). That row path is also the faster one for bf16 x and dy
   // with an fp32 dx (GPT's case): the typed kernel decodes each element in four loops, the row
   // path once (bench/gpt/bench_add_layer_norm: 0.130 -> 0.081 ms for 1024 x 128 on 2 threads).
-  const bool typed = x.dtype == dy.dtype && typed_rows(x) &&
+  const bool typed = x.dtype == dy.dtype && typed_storage(x) &&
                      (is_fp32_storage(x.dtype) ? add_into_dx || is_fp32_storage(dx.dtype)
                                                : !add_into_dx && dx.dtype == x.dtype);
 #pragma omp parallel if (parallel)

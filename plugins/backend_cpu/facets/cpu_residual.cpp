@@ -4,11 +4,11 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
-#include <optional>
 
 #include "cpu_access.h"
 #include "cpu_context.h"
 #include "cpu_residual_kernels.h"
+#include "cpu_typed_storage.h"
 #include "mixtrain/sdk/backend_residual.h"
 #include "mixtrain/sdk/support/facet_registry.h"
 
@@ -32,32 +32,20 @@ class CpuResidual final : public sdk::ResidualFacet {
 
 const sdk::FacetRegistration<CpuContext, sdk::ResidualFacet, CpuResidual> kRegistration;
 
-std::optional<ElementStorage> element_storage(const TensorView& v) {
-  if (is_fp32_storage(v.dtype)) return ElementStorage::fp32;
-  if (v.dtype == sdk::DType::bf16) return ElementStorage::bf16;
-  return std::nullopt;
-}
-
 // The common joins (fp32 or bf16 storage throughout, one or two gradients: a ResNet block's
 // input and its branch, GPT's residual stream) in one element-wise loop (cpu_residual_kernels.h);
 // false leaves the call to the generic chunked path, which gives the same bits.
 bool add_backward_in_one_loop(const TensorView& dy, const TensorView& y,
                               std::span<const TensorView> dxs, std::int64_t total) {
-  const auto dy_storage = element_storage(dy);
-  const auto y_storage = y.empty() ? std::optional{ElementStorage::fp32} : element_storage(y);
-  if (!dy_storage || !y_storage) return false;
-  ResidualGradientOut out[2];
+  if (!typed_storage(dy) || (!y.empty() && !typed_storage(y))) return false;
+  const TensorView* out[2] = {};
   int count = 0;
   for (const TensorView& dx : dxs) {
     if (dx.empty()) continue;
-    const auto storage = element_storage(dx);
-    if (!storage || count == 2) return false;
-    out[count++] = {dx.data, *storage};
+    if (!typed_storage(dx) || count == 2) return false;
+    out[count++] = &dx;
   }
-  if (count == 0) return true;
-  if (count == 1) out[1] = out[0];
-  residual_backward_pair(dy.data, *dy_storage, y.empty() ? nullptr : y.data, *y_storage, out[0],
-                         out[1], total);
+  if (count > 0) residual_backward_pair(dy, y, *out[0], *out[count - 1], total);
   return true;
 }
 
