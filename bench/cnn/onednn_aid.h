@@ -33,6 +33,15 @@ double best_ms(F&& f) {
   return *std::min_element(t.begin(), t.end());
 }
 
+// A primitive's best call, each call waited for.
+inline double best_call_ms(const dnnl::primitive& p, dnnl::stream& s,
+                           const std::unordered_map<int, memory>& args) {
+  return best_ms([&] {
+    p.execute(s, args);
+    s.wait();
+  });
+}
+
 // bf16 codes of values near ±1 (sign and low mantissa bits random) over the whole buffer.
 inline void fill_bf16(memory& m) {
   auto* p = static_cast<std::uint16_t*>(m.get_data_handle());
@@ -66,12 +75,8 @@ inline Timed time_backward_data(dnnl::engine& eng, dnnl::stream& s, int n, int c
   fill_bf16(dy);
   fill_bf16(w);
   dnnl::convolution_backward_data conv(bwd);
-  const std::unordered_map<int, memory> args{
-      {DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DIFF_SRC, dx}};
-  const double ms = best_ms([&] {
-    conv.execute(s, args);
-    s.wait();
-  });
+  const double ms = best_call_ms(
+      conv, s, {{DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DIFF_SRC, dx}});
   return {ms, bwd.impl_info_str()};
 }
 
@@ -86,12 +91,8 @@ inline Timed time_matmul(dnnl::engine& eng, dnnl::stream& s, const memory::desc&
   if (a_data == nullptr) fill_bf16(a);
   fill_bf16(b);
   c = memory(c_md, eng);
-  const std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
-  const double ms = best_ms([&] {
-    mm.execute(s, args);
-    s.wait();
-  });
+  const double ms =
+      best_call_ms(mm, s, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
   return {ms, pd.impl_info_str()};
 }
 

@@ -96,10 +96,8 @@ void forward(engine& eng, stream& s, const Shape& g) {
   onednn_aid::fill_bf16(x);
   onednn_aid::fill_bf16(w);
   convolution_forward conv(fwd);
-  const double t_conv = best_ms([&] {
-    conv.execute(s, {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, y}});
-    s.wait();
-  });
+  const double t_conv = onednn_aid::best_call_ms(
+      conv, s, {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, y}});
   const bool gather = g.k != 1 || g.stride != 1;
   std::vector<std::uint16_t> cols(gather ? static_cast<std::size_t>(m) * kc : 0);
   const auto* xs = static_cast<const std::uint16_t*>(x.get_data_handle());

@@ -73,10 +73,7 @@ int main(int argc, char** argv) {
     convolution_backward_weights conv(bwd);
     std::unordered_map<int, memory> conv_args{
         {DNNL_ARG_SRC, x}, {DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_DIFF_WEIGHTS, dw}};
-    const double t_conv = best_ms([&] {
-      conv.execute(s, conv_args);
-      s.wait();
-    });
+    const double t_conv = onednn_aid::best_call_ms(conv, s, conv_args);
     // cols [M, KH·KW·C]: x itself for 1x1 stride 1, else gathered.
     const bool gather = g.k != 1 || g.stride != 1;
     std::vector<char> cols(gather ? static_cast<std::size_t>(m) * kc * esize : 0);
@@ -110,10 +107,7 @@ int main(int argc, char** argv) {
         b(b_md, eng, gather ? static_cast<void*>(cols.data()) : x.get_data_handle()), c(c_md, eng);
     std::unordered_map<int, memory> mm_args{
         {DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
-    const double t_mm = best_ms([&] {
-      mm.execute(s, mm_args);
-      s.wait();
-    });
+    const double t_mm = onednn_aid::best_call_ms(mm, s, mm_args);
     char name[64], conv_col[96], mm_col[96];
     std::snprintf(name, sizeof name, "%d->%d %dx%d %dx%d/%d", g.c, g.o, g.h, g.h, g.k, g.k,
                   g.stride);
