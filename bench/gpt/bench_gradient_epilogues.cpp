@@ -1,7 +1,9 @@
 // bench_gradient_epilogues: GPT-2 small's MLP backward (c_fc → gelu → c_proj, C = 768) on the
 // CPU backend, unfused against gemm facet 1.5's gemm_gradient (docs/model-graph.md, "Backward
-// epilogues"), through the facets the model calls:
-// - c_proj's dgrad: gemm into dh [rows, 4C], activation_backward (gelu) into dz, bias_grad of dz
+// epilogues"), through the facets the model calls, with c_fc's forward for comparison:
+// - c_fc's forward: the gemm alone (bias only), then activation_forward (gelu), against one gemm
+//   with the activation epilogue (pre-activation kept);
+// - c_proj's dgrad (and the gemm alone): gemm into dh [rows, 4C], activation_backward (gelu) into dz, bias_grad of dz
 //   (c_fc's bias), against one gemm_gradient with gelu's gradient and the column sums;
 // - c_proj's wgrad: gemm into dW [C, 4C], bias_grad of dy (c_proj's bias), against one
 //   gemm_gradient with the row sums of dyᵀ.

@@ -173,7 +173,8 @@ void data_gradient_as_gemm(CpuContext& context, const sdk::Conv2dBackwardDataArg
   // x [N, H, W, C]: a row of pixels (n, h) at a time; h on the stride takes dy's row h / sh, and
   // each of its pixels on the stride the product's pixel w / sw.
   const std::int64_t rows = g.batch * g.height;
-  const std::size_t pixel_bytes = static_cast<std::size_t>(c) * sdk::dtype_size(args.dx.dtype);
+  const std::size_t element_bytes = sdk::dtype_size(args.dx.dtype);
+  const std::size_t pixel_bytes = static_cast<std::size_t>(c) * element_bytes;
   char* dx = static_cast<char*>(args.dx.data);
 #pragma omp parallel for schedule(static) if (parallel_worth(args.dx.numel()))
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -182,7 +183,7 @@ void data_gradient_as_gemm(CpuContext& context, const sdk::Conv2dBackwardDataArg
     for (std::int64_t w = 0; w < g.width; ++w) {
       const std::int64_t at = (r * g.width + w) * c;  // x pixel's first element
       if (!row_hit || w % g.stride_w != 0) {
-        if (!accumulate) std::memset(dx + at * sdk::dtype_size(args.dx.dtype), 0, pixel_bytes);
+        if (!accumulate) std::memset(dx + at * element_bytes, 0, pixel_bytes);
         continue;
       }
       const float* z = product + ((n * oh + h / g.stride_h) * ow + w / g.stride_w) * c;
