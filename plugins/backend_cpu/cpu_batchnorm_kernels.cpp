@@ -536,6 +536,11 @@ void channel_grad_sums(const T* x, const T* dy, const ReluMask& mask, std::int64
   using K = ReluMask::Kind;
   const auto team = static_cast<std::size_t>(max_team());
   const auto c = static_cast<std::size_t>(channels);
+  // Each thread's sums, added across threads in thread order after the rows (the same bits on
+  // every run for a given team). A thread sums into a vector of its own while it runs and copies
+  // it into its slice at the end, as layer norm's backward does: summing in the slices, the wide
+  // path (every channel's two sums updated each row) ran no faster on 2 threads than on 1 at 256
+  // and 512 channels (bench/RESULTS.md, session 66).
   std::vector<double> parts(2 * team * c, 0.0);
   // The sums of rows [r0, r1) of x, dy and the mask's y (stored, or a decoded chunk) added into g.
   auto sums = [&](auto* xs, auto* dys, const ReluMask& m, std::int64_t r0, std::int64_t r1,
@@ -551,7 +556,8 @@ void channel_grad_sums(const T* x, const T* dy, const ReluMask& mask, std::int64
                            mean, g, g + c);
   };
   for_row_ranges(rows, channels, [&](int t, std::int64_t r0, std::int64_t r1) {
-    double* g = parts.data() + 2 * static_cast<std::size_t>(t) * c;
+    std::vector<double> mine(2 * c, 0.0);
+    double* g = mine.data();
     if constexpr (kChunkedFp16<T>) {
       Fp16Chunks chunks(channels);
       chunks.for_each(r0, r1, [&](std::int64_t r, std::int64_t nr) {
@@ -562,6 +568,7 @@ void channel_grad_sums(const T* x, const T* dy, const ReluMask& mask, std::int64
     } else {
       sums(x, dy, mask, r0, r1, g);
     }
+    std::copy(mine.begin(), mine.end(), parts.begin() + 2 * static_cast<std::ptrdiff_t>(t) * c);
   });
   for (std::size_t j = 0; j < c; ++j) {
     sum_g[j] = 0.0;
