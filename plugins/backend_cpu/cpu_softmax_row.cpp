@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "cpu_exp.h"
 #include "cpu_isa.h"
@@ -10,10 +11,31 @@ namespace mixtrain::backend_cpu {
 
 namespace {
 
-// Elements summed in fp32 before their sum joins the row's double: each of a vector's lanes adds
-// 16 or fewer terms (8 with AVX-512), so a block's sum is within about 16 ulp in the worst case,
-// and the block sums add in double.
-constexpr std::int64_t kSumBlock = 64;
+#define MIXTRAIN_SOFTMAX_INLINE __attribute__((always_inline))
+
+// The exponentials' sum in kLanes double lanes: lane j adds elements j, j + kLanes, ... of the row
+// in order, and the lanes are added pairwise in a fixed tree, so the sum's bits follow the
+// exponentials alone, on every ISA. They were fp32 sums of 64-element blocks added in double: the
+// blocks' order of additions followed the vector width, and each block ended in a chain of 16
+// dependent scalar adds, about a quarter of the row's time (bench/RESULTS.md, session 66).
+constexpr int kLanes = 32;
+
+// The first j with z[j] == top, top being one of z's values: blocks of 64 compared at the ISA's
+// width, then the block that holds it scanned. A scalar scan from z[0] took about a third of a
+// GPT-2 row's time (half of 50,257 compares on average).
+[[gnu::always_inline]] inline std::int64_t first_equal(const float* z, std::int64_t n, float top) {
+  constexpr std::int64_t kBlock = 64;
+  std::int64_t b = 0;
+  for (; b + kBlock <= n; b += kBlock) {
+    int hit = 0;
+#pragma omp simd reduction(| : hit)
+    for (std::int64_t j = b; j < b + kBlock; ++j) hit |= z[j] == top ? 1 : 0;
+    if (hit != 0) break;
+  }
+  for (std::int64_t j = b; j < n; ++j)
+    if (z[j] == top) return j;
+  return 0;
+}
 
 [[gnu::always_inline]] inline void softmax_row_kernel(const float* z, std::int64_t classes,
                                                       float* p, bool want_z_sum, SoftmaxRow* out) {
@@ -25,14 +47,10 @@ constexpr std::int64_t kSumBlock = 64;
   if (top == top) {
 #pragma omp simd reduction(max : top)
     for (std::int64_t j = 0; j < classes; ++j) top = z[j] > top ? z[j] : top;
-    for (std::int64_t j = 0; j < classes; ++j)
-      if (z[j] == top) {
-        arg = j;
-        break;
-      }
+    arg = first_equal(z, classes, top);
   }
 
-  double sum = 0.0, z_sum = 0.0;
+  double z_sum = 0.0;
   // Before p is written: p may be z.
   if (want_z_sum) {
 #pragma omp simd reduction(+ : z_sum)
@@ -40,22 +58,27 @@ constexpr std::int64_t kSumBlock = 64;
   }
   // e_j = e^(z_j - max) into p when it is wanted (the gradient's pass then reads it back from
   // cache instead of taking a second exponential), else only summed.
-  for (std::int64_t b = 0; b < classes; b += kSumBlock) {
-    const std::int64_t end = std::min(classes, b + kSumBlock);
-    float block = 0.0f;
-    if (p != nullptr) {
-#pragma omp simd reduction(+ : block)
-      for (std::int64_t j = b; j < end; ++j) {
-        const float e = exp_shifted(z[j] - top);
-        p[j] = e;
-        block += e;
-      }
-    } else {
-#pragma omp simd reduction(+ : block)
-      for (std::int64_t j = b; j < end; ++j) block += exp_shifted(z[j] - top);
+  alignas(64) double lanes[kLanes] = {};
+  auto sum_exponentials = [&](auto write_p) MIXTRAIN_SOFTMAX_INLINE {
+    auto lane = [&](std::int64_t i, int j) MIXTRAIN_SOFTMAX_INLINE {
+      const float e = exp_shifted(z[i] - top);
+      if constexpr (decltype(write_p)::value) p[i] = e;
+      lanes[j] += static_cast<double>(e);
+    };
+    std::int64_t i = 0;
+    for (; i + kLanes <= classes; i += kLanes) {
+#pragma omp simd
+      for (int j = 0; j < kLanes; ++j) lane(i + j, j);
     }
-    sum += static_cast<double>(block);
-  }
+    for (int j = 0; i + j < classes; ++j) lane(i + j, j);
+  };
+  if (p != nullptr)
+    sum_exponentials(std::true_type{});
+  else
+    sum_exponentials(std::false_type{});
+  for (int w = kLanes / 2; w > 0; w /= 2)
+    for (int j = 0; j < w; ++j) lanes[j] += lanes[j + w];
+  const double sum = lanes[0];
   if (p != nullptr) {
     const float inv = static_cast<float>(1.0 / sum);
 #pragma omp simd
@@ -66,7 +89,19 @@ constexpr std::int64_t kSumBlock = 64;
   out->z_sum = z_sum;
 }
 
+// The label's probability is read before the row is written: dst may be p.
+template <class D>
+[[gnu::always_inline]] inline void gradient_row_kernel(const float* p, std::int64_t classes,
+                                                       std::int64_t label, float off, float on,
+                                                       float grad_factor, D* dst) {
+  const float p_label = p[label];
+#pragma omp simd
+  for (std::int64_t j = 0; j < classes; ++j) store_rounded(dst, j, (p[j] - off) * grad_factor);
+  store_rounded(dst, label, (p_label - on) * grad_factor);
+}
+
 MIXTRAIN_ISA_VARIANTS(softmax_row_kernel)
+MIXTRAIN_ISA_VARIANTS(gradient_row_kernel)
 
 }  // namespace
 
@@ -74,6 +109,16 @@ SoftmaxRow softmax_row(const float* z, std::int64_t classes, float* p, bool want
   SoftmaxRow row;
   softmax_row_kernel_best(z, classes, p, want_z_sum, &row);
   return row;
+}
+
+void softmax_gradient_row(const float* p, std::int64_t classes, std::int64_t label, float off,
+                          float on, float grad_factor, float* dst) {
+  gradient_row_kernel_best(p, classes, label, off, on, grad_factor, dst);
+}
+
+void softmax_gradient_row(const float* p, std::int64_t classes, std::int64_t label, float off,
+                          float on, float grad_factor, Bf16Bits* dst) {
+  gradient_row_kernel_best(p, classes, label, off, on, grad_factor, dst);
 }
 
 }  // namespace mixtrain::backend_cpu

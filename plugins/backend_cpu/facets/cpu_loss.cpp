@@ -87,12 +87,16 @@ void CpuLoss::softmax_cross_entropy(TensorView logits, TensorView labels, float 
       }
       correct_count += row.argmax == y ? 1 : 0;
       if (want_grad) {
-        // (p - t)·grad_factor with t = `off` everywhere, then the label's own target `on`.
-        const float p_label = out[y];
-#pragma omp simd
-        for (std::int64_t j = 0; j < classes; ++j) out[j] = (out[j] - off) * grad_factor;
-        out[y] = (p_label - on) * grad_factor;
-        commit_row(dlogits, r, classes, out);
+        // (p - t)·grad_factor with t = `off` everywhere, then the label's own target `on`: in
+        // place for fp32 storage, straight into a bf16 dlogits row (one pass over p where the
+        // fp32 row, then its bulk encode, took two), else in place and encoded.
+        if (dlogits.dtype == sdk::DType::bf16) {
+          softmax_gradient_row(out, classes, y, off, on, grad_factor,
+                               dlogits.as<Bf16Bits>() + r * classes);
+        } else {
+          softmax_gradient_row(out, classes, y, off, on, grad_factor, out);
+          commit_row(dlogits, r, classes, out);
+        }
       }
     }
   }

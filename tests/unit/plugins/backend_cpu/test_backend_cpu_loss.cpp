@@ -1,6 +1,7 @@
 // The CPU backend's softmax cross-entropy (facets/cpu_loss.cpp, cpu_softmax_row.h): loss, gradient
 // and correct count against double references and finite differences, label smoothing, each ISA
 // variant of the row kernel, the same bits on any number of threads, and bad labels.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -11,6 +12,7 @@
 #include "cpu_softmax_row.h"
 #include "isa_variants.h"
 #include "mixtrain/sdk/error.h"
+#include "mixtrain/sdk/support/float_formats.h"
 
 namespace mixtrain::backend_cpu::testing {
 namespace {
@@ -160,7 +162,7 @@ TEST(backend_cpu_loss, SmoothedCrossEntropyGradientMatchesFiniteDifferences) {
 
 // softmax_row on every ISA variant this CPU runs, against double arithmetic on the same floats.
 // The bounds come from the format: z_j - max is rounded to fp32 (relative error in e^(z_j - max)
-// up to |z_j - max|·2^-24), the exponential is within 1 ulp, the block sums, 1 / Σ and the
+// up to |z_j - max|·2^-24), the exponential is within 1 ulp, the lanes' double sum, 1 / Σ and the
 // product add a few ulp (2^-19 covers them with room); lse inherits the sum's relative error as
 // an absolute one. Rows long and short (one class, a partial last block, GPT-2's vocabulary),
 // a NaN first logit, ties and an in-place call.
@@ -203,6 +205,41 @@ TEST(backend_cpu_loss, SoftmaxRowOnEveryIsaVariantMatchesADoubleReference) {
     EXPECT_EQ(softmax_row(lead.data(), 3, nullptr, false).argmax, 0) << isa_name(isa);
     std::vector<float> clean = {1.0f, 3.0f, -2.0f, 3.0f, 0.0f, 3.0f};
     EXPECT_EQ(softmax_row(clean.data(), 6, nullptr, false).argmax, 1) << isa_name(isa);
+    // Past the first 64-logit block the first maximum is found block by block: a tie in a later
+    // block, in the block after a full one, and in the partial block at the end.
+    for (const std::int64_t first : {64, 700, 1000, 1030}) {
+      std::vector<float> row = random_values(1037, 3, -5.0f, 5.0f);
+      row[static_cast<std::size_t>(first)] = 9.0f;
+      if (first + 3 < 1037) row[static_cast<std::size_t>(first + 3)] = 9.0f;
+      row[1036] = 9.0f;
+      EXPECT_EQ(softmax_row(row.data(), 1037, nullptr, false).argmax, first)
+          << isa_name(isa) << ", first maximum at " << first;
+    }
+  }
+}
+
+// The exponentials' sum runs in fixed double lanes (cpu_softmax_row.cpp), so the ISA variants
+// that compute the exponentials alike (both contract exp_shifted's polynomial into FMAs: x86-64-v4
+// and v3) give the same lse and probabilities bit for bit at any vector width.
+TEST(backend_cpu_loss, SoftmaxRowIsTheSameBitsOnEveryFmaVariant) {
+  const auto isas = runnable_isas();
+  if (std::find(isas.begin(), isas.end(), Isa::v4) == isas.end())
+    GTEST_SKIP() << "this CPU runs no x86-64-v4 variant to compare with v3";
+  for (const std::int64_t classes : {7, 65, 1000, 50257}) {
+    const auto z = random_values(static_cast<std::size_t>(classes),
+                                 static_cast<std::uint32_t>(classes + 5), -12.0f, 12.0f);
+    std::vector<float> p4(z.size()), p3(z.size());
+    SoftmaxRow r4, r3;
+    {
+      IsaScope scope(Isa::v4);
+      r4 = softmax_row(z.data(), classes, p4.data(), true);
+    }
+    {
+      IsaScope scope(Isa::v3);
+      r3 = softmax_row(z.data(), classes, p3.data(), true);
+    }
+    EXPECT_EQ(r4.lse, r3.lse) << classes << " classes";
+    EXPECT_EQ(p4, p3) << classes << " classes";
   }
 }
 
@@ -236,6 +273,29 @@ TEST(backend_cpu_loss, SameBitsOnAnyNumberOfThreads) {
         EXPECT_EQ(right, correct_1) << where;
       }
     }
+  }
+}
+
+// A bf16 dlogits is the fp32 gradient rounded once (the SDK's encode_bf16), bit for bit: the rows
+// written straight into bf16 storage by one pass (softmax_gradient_row) against an fp32 dlogits of
+// the same logits encoded afterwards. Labels first, last and inside, with and without smoothing.
+TEST(backend_cpu_loss, Bf16GradientIsTheFp32GradientRoundedOnce) {
+  CpuBackend be(2);
+  const std::int64_t rows = 6, classes = 1031;
+  const auto zv = random_values(static_cast<std::size_t>(rows * classes), 83, -9.0f, 9.0f);
+  const std::vector<float> labels = {0, 1030, 64, 65, 500, 1};
+  DeviceTensor lab(be, DType::int32, {rows}, labels);
+  DeviceTensor z(be, DType::fp32, {rows, classes}, zv);
+  for (const float eps : {0.0f, 0.1f}) {
+    DeviceTensor loss(be, DType::fp32, {1}), loss16(be, DType::fp32, {1});
+    DeviceTensor dz(be, DType::fp32, {rows, classes}), dz16(be, DType::bf16, {rows, classes});
+    sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(z, lab, 512.0f, eps, loss, {}, dz);
+    sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(z, lab, 512.0f, eps, loss16, {}, dz16);
+    EXPECT_EQ(loss16.get(), loss.get()) << "eps " << eps;
+    const float* exact = dz.view().as<const float>();
+    const auto* rounded = dz16.view().as<const std::uint16_t>();
+    for (std::int64_t i = 0; i < rows * classes; ++i)
+      ASSERT_EQ(rounded[i], sdk::encode_bf16(exact[i])) << "eps " << eps << ", element " << i;
   }
 }
 
