@@ -17,6 +17,7 @@
 #include "cpu_bf16_rows.h"
 #include "cpu_exp.h"
 #include "cpu_isa.h"
+#include "cpu_lane_reductions.h"
 #include "cpu_tile_matmul.h"
 
 namespace mixtrain::backend_cpu {
@@ -117,6 +118,9 @@ struct Index {
   return std::max<std::int64_t>(0, std::min(bk, i - j0 + 1));
 }
 
+// Lambdas in the per-ISA kernels must be inlined to be compiled for their ISA (cpu_isa.h).
+#define MIXTRAIN_FLASH_INLINE __attribute__((always_inline))
+
 // The element work between the tile products, compiled per ISA (cpu_isa.h): the exponentials are
 // most of it, and the build's baseline (SSE2) runs them 4 to a register where AVX2 runs 8.
 
@@ -132,20 +136,17 @@ struct Index {
   for (std::int64_t r = 0; r < bq; ++r) {
     float* row = s + r * bk;
     const std::int64_t seen = visible(first + r, j0, bk);
-    float top = m[r];
-    // Written as a select, not std::max: GCC leaves std::max's reduction scalar, a chain of
-    // dependent maxss that took half this function's time. The same max of the non-NaN values.
-    if (pre != 1.0f) {
-#pragma omp simd reduction(max : top)
-      for (std::int64_t j = 0; j < seen; ++j) {
-        const float v = row[j] * pre;
-        row[j] = v;
-        top = v > top ? v : top;
-      }
-    } else {
-#pragma omp simd reduction(max : top)
-      for (std::int64_t j = 0; j < seen; ++j) top = row[j] > top ? row[j] : top;
-    }
+    // The max and the sum in fixed lanes (cpu_lane_reductions.h): an `omp simd` reduction ended
+    // each row in a chain of 16 dependent scalar maxes, then adds.
+    const float top =
+        pre != 1.0f
+            ? lane_max(m[r], seen,
+                       [&](std::int64_t j) MIXTRAIN_FLASH_INLINE {
+                         const float v = row[j] * pre;
+                         row[j] = v;
+                         return v;
+                       })
+            : lane_max(m[r], seen, [&](std::int64_t j) MIXTRAIN_FLASH_INLINE { return row[j]; });
     if (top == -std::numeric_limits<float>::infinity()) {
       // Every score so far is −inf (an infinite key): nothing to add, and m − top would be NaN,
       // which a later finite tile could not undo. The exact softmax gives these keys weight 0.
@@ -154,12 +155,10 @@ struct Index {
     }
     // Rescale what earlier tiles summed to the new running max (exp(−inf) = 0 at first).
     const float shrink = exp_shifted(m[r] - top);
-    float add = 0.0f;
-#pragma omp simd reduction(+ : add)
-    for (std::int64_t j = 0; j < seen; ++j) {
+    const float add = lane_sum(seen, [&](std::int64_t j) MIXTRAIN_FLASH_INLINE {
       row[j] = exp_shifted(row[j] - top);
-      add += row[j];
-    }
+      return row[j];
+    });
     for (std::int64_t j = seen; j < bk; ++j) row[j] = 0.0f;
     sum[r] = sum[r] * shrink + add;
     m[r] = top;

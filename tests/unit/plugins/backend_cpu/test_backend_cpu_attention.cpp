@@ -4,6 +4,7 @@
 // argument errors; flash attention (facet 1.1): its backward against a finite difference of its
 // forward on every ISA variant this CPU runs, the variants' agreement, the same bits on one thread
 // and on two, supports(), and the bf16 tile products (flash_products) against the FP32 ones.
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <functional>
@@ -466,6 +467,32 @@ TEST(backend_cpu_attention, FlashAgreesOnEveryIsaVariant) {
       EXPECT_LE(max_relative_difference(run.lse, widest.lse), 0x1p-20) << "lse, " << what;
       EXPECT_LE(max_relative_difference(run.dqkv, widest.dqkv), tol) << "dqkv, " << what;
     }
+  }
+}
+
+TEST(backend_cpu_attention, FlashIsTheSameBitsOnTheFmaVariants) {
+  // The online softmax's max and sum run in fixed lanes (cpu_lane_reductions.h), so the variants
+  // whose exponentials are alike (x86-64-v4 and v3 both fuse the polynomial) agree bit for bit,
+  // at 16 and at 8 floats a vector: out, lse and the gradients.
+  const auto isas = runnable_isas();
+  if (std::find(isas.begin(), isas.end(), Isa::v4) == isas.end())
+    GTEST_SKIP() << "this CPU runs no x86-64-v4 variant to compare with v3";
+  CpuBackend be(2);
+  const FlashInputs in = flash_inputs(87);
+  for (DType dt : kFloats) {
+    FlashRun v4, v3;
+    {
+      const IsaScope as_isa(Isa::v4);
+      v4 = run_flash(be, in.l, dt, in.qkv, in.dout, 0.25f);
+    }
+    {
+      const IsaScope as_isa(Isa::v3);
+      v3 = run_flash(be, in.l, dt, in.qkv, in.dout, 0.25f);
+    }
+    const std::string what(sdk::dtype_name(dt));
+    EXPECT_EQ(v4.out, v3.out) << what;
+    EXPECT_EQ(v4.lse, v3.lse) << what;
+    EXPECT_EQ(v4.dqkv, v3.dqkv) << what;
   }
 }
 
