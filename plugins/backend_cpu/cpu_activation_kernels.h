@@ -18,8 +18,10 @@
 //   Xeon (session 64) the order turned: 2^20 0.87-0.89x (4096 rows) and 0.92-0.96x (1024), 2^18
 //   0.93-1.01x and 1.01-1.03x; kept at 2^20 until one run compares both CPUs.
 // - sum_columns: sums[n] (fp32) = (accumulate ? sums : 0) + Σ_rows x[rows, n], x fp32 / bf16 /
-//   fp16 storage, summed in double per column (the bias gradient; the GEMM facet's gradient
-//   epilogue sums with it too, so fused and unfused bias gradients are the same bits).
+//   fp16 storage, each column's rows added in order in double, then the old value, rounded once
+//   (the bias gradient; the GEMM facet's gradient epilogue sums with it too, so fused and unfused
+//   bias gradients are the same bits). OpenMP over blocks of 64 columns, each walked down the rows
+//   by one thread (compiled per ISA, cpu_isa.h), so the bits do not depend on the thread count.
 // - All set the calling thread's OpenMP team (context.use_threads()) and throw
 //   sdk::BackendError naming the op and the offending tensor.
 #pragma once

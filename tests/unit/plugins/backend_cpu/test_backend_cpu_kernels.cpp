@@ -51,6 +51,37 @@ TEST(backend_cpu_kernels, BiasGrad) {
   }
 }
 
+// The contract's order, bit for bit: each column's rows added in order in double, then the old
+// value when accumulating, rounded once to fp32. Columns in whole blocks of 64 and a partial one,
+// enough elements for the OpenMP team, fp32 / bf16 (decoded in the loop) and fp16 (decoded in
+// chunks), on one thread and two.
+TEST(backend_cpu_kernels, BiasGradAddsEachColumnsRowsInOrderInDouble) {
+  const std::int64_t rows = 300, n = 200;
+  const auto y0 = random_values(static_cast<std::size_t>(rows * n), 5, -3.0f, 3.0f);
+  const auto bias = random_values(static_cast<std::size_t>(n), 6);
+  for (const int threads : {1, 2}) {
+    CpuBackend be(threads);
+    for (DType dt : {DType::fp32, DType::bf16, DType::fp16}) {
+      DeviceTensor y(be, dt, {rows, n}, representable(y0, dt));
+      const auto yv = y.get();
+      for (const bool accumulate : {false, true}) {
+        DeviceTensor db(be, DType::fp32, {n}, bias);
+        sdk::facet<sdk::ActivationFacet>(be)->bias_grad(y, db, accumulate);
+        const auto got = db.get();
+        for (std::int64_t j = 0; j < n; ++j) {
+          double sum = 0.0;
+          for (std::int64_t r = 0; r < rows; ++r)
+            sum += static_cast<double>(yv[static_cast<std::size_t>(r * n + j)]);
+          const double before = accumulate ? bias[static_cast<std::size_t>(j)] : 0.0;
+          ASSERT_EQ(got[static_cast<std::size_t>(j)], static_cast<float>(before + sum))
+              << sdk::dtype_name(dt) << ", " << threads << " threads, accumulate " << accumulate
+              << ", column " << j;
+        }
+      }
+    }
+  }
+}
+
 TEST(backend_cpu_kernels, ActivationsForwardAndBackwardAgainstFiniteDifferences) {
   CpuBackend be(2);
   const std::int64_t rows = 7, n = 13;
