@@ -52,19 +52,22 @@ TEST_F(Precision, UnderflowDemoFailsInFp16AndIsRescuedByTheDynamicScalerAndByBf1
   EXPECT_EQ(bf16["policy"], "bf16-mixed");
   EXPECT_TRUE(fs::exists(runs / "underflow-demo" / "compare.svg"));
 
+  // What the demo shows is learning against none (chance is 1/8), not how close the cures come
+  // to FP32: 20 narrow layers amplify a last-bit change in any kernel (the loss's exponentials,
+  // a GEMM's blocking on another ISA) into a different run, which ends near 0.95 held-out accuracy
+  // or on a plateau near 0.84. Measured over seeds 1-8, AVX-512 and AVX2 kernels, 400 and 800
+  // steps: every policy of seed 1 landed on one or the other, and which one moved with the build
+  // (bench/RESULTS.md, session 66). So each run that should learn must pass 0.6.
   const double base = fp32["eval_accuracy"].get<double>();
-  EXPECT_GT(base, 0.85) << "the FP32 baseline must learn for the demo to mean anything";
+  EXPECT_GT(base, 0.6) << "the FP32 baseline must learn for the demo to mean anything";
   // FP16 without a scaler: the gradients of the early layers flush to zero and it stays at chance
   // (8 classes).
   EXPECT_LT(fp16_none["eval_accuracy"].get<double>(), 0.3);
   EXPECT_GT(fp16_none["final_loss"].get<double>(), 1.5);
-  // The cures. FP16's scaled gradients of the first layers still sit in its subnormals, with few
-  // bits, and 20 narrow layers amplify that into a few points of accuracy, by the CPU's kernels
-  // (0.94 against 0.95 on an AVX-512 Xeon; other seeds trail by up to 0.08): learning, far from
-  // the unscaled run's chance.
-  EXPECT_GT(fp16_dyn["eval_accuracy"].get<double>(), base - 0.12);
+  // The cures learn, far from the unscaled run's chance.
+  EXPECT_GT(fp16_dyn["eval_accuracy"].get<double>(), 0.6);
   EXPECT_GT(fp16_dyn["final_loss_scale"].get<double>(), 65536.0) << "the scale grew";
-  EXPECT_GT(bf16["eval_accuracy"].get<double>(), base - 0.03);
+  EXPECT_GT(bf16["eval_accuracy"].get<double>(), 0.6);
   EXPECT_EQ(bf16["final_loss_scale"].get<double>(), 1.0);
 
   // The underflow is measured and reported: at scale 1 most input gradients of some early layer
