@@ -129,12 +129,16 @@ struct Index {
 // sum are updated, its o [bq, d] accumulator rescaled to the new max, and s overwritten with the
 // unnormalised probabilities (0 past the diagonal), ready for o += s·v.
 // `pre` is a factor the scores still lack (the bf16 products leave the scale out): applied first,
-// one rounding, as sgemm's alpha would have; 1 skips it.
+// one rounding, as sgemm's alpha would have; 1 skips it. With `rounded` (the bf16 products'
+// [bq, bk] tile), each row's probabilities are also rounded into it while the row is in cache;
+// the sum adds them unrounded.
 [[gnu::always_inline]] inline void softmax_step(float* s, std::int64_t bq, std::int64_t bk,
                                                 std::int64_t first, std::int64_t j0, float pre,
-                                                float* m, float* sum, float* o, std::int64_t d) {
+                                                float* m, float* sum, float* o, std::int64_t d,
+                                                Bf16Bits* rounded) {
   for (std::int64_t r = 0; r < bq; ++r) {
     float* row = s + r * bk;
+    Bf16Bits* row16 = rounded != nullptr ? rounded + r * bk : nullptr;
     const std::int64_t seen = visible(first + r, j0, bk);
     // The max and the sum in fixed lanes (cpu_lane_reductions.h): an `omp simd` reduction ended
     // each row in a chain of 16 dependent scalar maxes, then adds.
@@ -150,7 +154,10 @@ struct Index {
     if (top == -std::numeric_limits<float>::infinity()) {
       // Every score so far is −inf (an infinite key): nothing to add, and m − top would be NaN,
       // which a later finite tile could not undo. The exact softmax gives these keys weight 0.
-      std::fill(row, row + bk, 0.0f);
+      if (row16 != nullptr)
+        std::fill(row16, row16 + bk, Bf16Bits{0});
+      else
+        std::fill(row, row + bk, 0.0f);
       continue;
     }
     // Rescale what earlier tiles summed to the new running max (exp(−inf) = 0 at first).
@@ -159,7 +166,14 @@ struct Index {
       row[j] = exp_shifted(row[j] - top);
       return row[j];
     });
-    for (std::int64_t j = seen; j < bk; ++j) row[j] = 0.0f;
+    if (row16 != nullptr) {
+      // While the row is in L1 (rounding inside the sum's lanes ran the forward 1.3x slower).
+#pragma omp simd
+      for (std::int64_t j = 0; j < seen; ++j) row16[j] = bf16_from_float(row[j]);
+      for (std::int64_t j = seen; j < bk; ++j) row16[j] = 0;
+    } else {
+      for (std::int64_t j = seen; j < bk; ++j) row[j] = 0.0f;
+    }
     sum[r] = sum[r] * shrink + add;
     m[r] = top;
     if (shrink != 1.0f) {
@@ -172,10 +186,11 @@ struct Index {
 
 // The backward's probabilities: p [bq, bk] = exp(scale·q·kᵀ − lse) in place for query rows
 // first.. against keys j0.. (lse [bq] those rows' log-sum-exp), exact 0 past the diagonal; `pre`
-// as in softmax_step.
+// as in softmax_step. With `rounded`, each probability also goes there rounded to bf16, in the
+// same pass (the bf16 products' Pᵀ·dO reads that tile).
 [[gnu::always_inline]] inline void probabilities(float* p, std::int64_t bq, std::int64_t bk,
                                                  std::int64_t first, std::int64_t j0, float pre,
-                                                 const float* lse) {
+                                                 const float* lse, Bf16Bits* rounded) {
   for (std::int64_t r = 0; r < bq; ++r) {
     float* row = p + r * bk;
     const std::int64_t seen = visible(first + r, j0, bk);
@@ -184,22 +199,40 @@ struct Index {
 #pragma omp simd
       for (std::int64_t j = 0; j < seen; ++j) row[j] *= pre;
     }
+    if (rounded != nullptr) {
+      Bf16Bits* row16 = rounded + r * bk;
 #pragma omp simd
-    for (std::int64_t j = 0; j < seen; ++j) row[j] = exp_shifted(row[j] - shift);
+      for (std::int64_t j = 0; j < seen; ++j) {
+        row[j] = exp_shifted(row[j] - shift);
+        row16[j] = bf16_from_float(row[j]);
+      }
+      for (std::int64_t j = seen; j < bk; ++j) row16[j] = 0;
+    } else {
+#pragma omp simd
+      for (std::int64_t j = 0; j < seen; ++j) row[j] = exp_shifted(row[j] - shift);
+    }
     for (std::int64_t j = seen; j < bk; ++j) row[j] = 0.0f;
   }
 }
 
-// The scores' gradient: ds [bq, bk] = p∘(dP − D)·scale in place over dP, D [bq] the rows' Σ dO·O.
+// The scores' gradient: ds [bq, bk] = p∘(dP − D)·scale in place over dP, D [bq] the rows' Σ dO·O;
+// with `rounded`, written there rounded to bf16 instead (the bf16 products read only that).
 [[gnu::always_inline]] inline void score_gradient(float* ds, const float* p, std::int64_t bq,
-                                                  std::int64_t bk, const float* delta,
-                                                  float scale) {
+                                                  std::int64_t bk, const float* delta, float scale,
+                                                  Bf16Bits* rounded) {
   for (std::int64_t r = 0; r < bq; ++r) {
     const float di = delta[r];
     float* dsr = ds + r * bk;
     const float* pr = p + r * bk;
+    if (rounded != nullptr) {
+      Bf16Bits* row16 = rounded + r * bk;
 #pragma omp simd
-    for (std::int64_t j = 0; j < bk; ++j) dsr[j] = pr[j] * (dsr[j] - di) * scale;
+      for (std::int64_t j = 0; j < bk; ++j)
+        row16[j] = bf16_from_float(pr[j] * (dsr[j] - di) * scale);
+    } else {
+#pragma omp simd
+      for (std::int64_t j = 0; j < bk; ++j) dsr[j] = pr[j] * (dsr[j] - di) * scale;
+    }
   }
 }
 
@@ -250,6 +283,8 @@ class Fp32ForwardProducts {
         vbuf_(kbuf_.size()) {}
   // What softmax_step still multiplies the scores by.
   static float pending_scale(float) { return 1.0f; }
+  // The element kernels' bf16 tile of P (or dS), or none: FP32 products read the fp32 tiles.
+  static Bf16Bits* rounded() { return nullptr; }
   void load_keys(const QkvRows& at, std::int64_t n, std::int64_t h, std::int64_t seen) {
     k_ = fp32_rows(src_, at.at(1, n, h, 0), at.tok, seen, d_, kbuf_.data());
     v_ = fp32_rows(src_, at.at(2, n, h, 0), at.tok, seen, d_, vbuf_.data());
@@ -298,8 +333,9 @@ class Bf16ForwardProducts {
     Bf16TileMatmul::run(bq, bk, d_, q_.data(), false, k_.data() + j0 * d_, true, s, scratch_);
     return true;
   }
-  bool accumulate(std::int64_t bq, std::int64_t bk, std::int64_t j0, const float* p, float* o) {
-    encode_bf16_rows(p, bq, bk, p_.data(), bk);
+  // softmax_step rounds P into this tile as it forms it.
+  Bf16Bits* rounded() { return p_.data(); }
+  bool accumulate(std::int64_t bq, std::int64_t bk, std::int64_t j0, const float*, float* o) {
     Bf16TileMatmul::run(bq, d_, bk, p_.data(), false, v_.data() + j0 * d_, false, pv_.data(),
                         scratch_);
     add_into_best(o, pv_.data(), bq * d_);
@@ -369,7 +405,7 @@ void causal_forward(const TensorView& src, const QkvRows& at, std::int64_t batch
             const std::int64_t bk = std::min(kFlashBlock, offset + i0 + bq - j0);
             if (!products.scores(bq, bk, j0, scale, s.data())) return false;
             softmax_step_best(s.data(), bq, bk, offset + i0, j0, pre, m.data(), sum.data(),
-                              o.data(), d);
+                              o.data(), d, products.rounded());
             if (!products.accumulate(bq, bk, j0, s.data(), o.data())) return false;
           }
           for (std::int64_t r = 0; r < bq; ++r) {
@@ -418,6 +454,8 @@ class Fp32BackwardProducts {
         kbuf_(static_cast<std::size_t>(kFlashBlock * d)),
         vbuf_(kbuf_.size()) {}
   static float pending_scale(float) { return 1.0f; }
+  // The element kernels' bf16 tile of P (or dS), or none: FP32 products read the fp32 tiles.
+  static Bf16Bits* rounded() { return nullptr; }
   void set_head(const Index& ix, std::int64_t n, std::int64_t h) {
     q_ = fp32_rows(qkv_, ix.qkv(n, 0, 0, h), ix.qkv_stride(), ix.t, d_, qbuf_.data());
     g_ = fp32_rows(dout_, ix.out(n, 0, h), ix.out_stride(), ix.t, d_, gbuf_.data());
@@ -485,8 +523,10 @@ class Bf16BackwardProducts {
     Bf16TileMatmul::run(bq, bk, d_, q_.data() + i0 * d_, false, k_.data(), true, p, scratch_);
     return true;
   }
-  bool dv(std::int64_t i0, std::int64_t bq, std::int64_t bk, const float* p, float* dv) {
-    encode_bf16_rows(p, bq, bk, rounded_.data(), bk);
+  // probabilities rounds P into this tile, then score_gradient dS, each as it forms them: dv
+  // reads P's before score_gradient writes dS's.
+  Bf16Bits* rounded() { return rounded_.data(); }
+  bool dv(std::int64_t i0, std::int64_t bq, std::int64_t bk, const float*, float* dv) {
     // pᵀ [bk, bq] is p's rounded rows read transposed.
     Bf16TileMatmul::run(bk, d_, bq, rounded_.data(), true, g_.data() + i0 * d_, false,
                         product_.data(), scratch_);
@@ -497,9 +537,8 @@ class Bf16BackwardProducts {
     Bf16TileMatmul::run(bq, bk, d_, g_.data() + i0 * d_, false, v_.data(), true, dp, scratch_);
     return true;
   }
-  bool dq_dk(std::int64_t i0, std::int64_t bq, std::int64_t bk, const float* ds, float* dq,
+  bool dq_dk(std::int64_t i0, std::int64_t bq, std::int64_t bk, const float*, float* dq,
              float* dk) {
-    encode_bf16_rows(ds, bq, bk, rounded_.data(), bk);
     Bf16TileMatmul::run(bq, d_, bk, rounded_.data(), false, k_.data(), false, product_.data(),
                         scratch_);
     add_into_best(dq, product_.data(), bq * d_);
@@ -567,11 +606,12 @@ void causal_backward(const TensorView& qkv, const TensorView& out, const TensorV
             const std::int64_t bq = std::min(kFlashBlock, t_len - i0);
             // P = exp(scale·q·kᵀ − lse), exact 0 above the diagonal.
             if (!products.scores(i0, bq, bk, scale, p.data())) return false;
-            probabilities_best(p.data(), bq, bk, i0, j0, pre, lse_head + i0);
+            probabilities_best(p.data(), bq, bk, i0, j0, pre, lse_head + i0, products.rounded());
             // dV += Pᵀ·dO; dP = dO·vᵀ; dS = P∘(dP − D)·scale in dp.
             if (!products.dv(i0, bq, bk, p.data(), dv.data())) return false;
             if (!products.dp(i0, bq, bk, dp.data())) return false;
-            score_gradient_best(dp.data(), p.data(), bq, bk, delta.data() + i0, scale);
+            score_gradient_best(dp.data(), p.data(), bq, bk, delta.data() + i0, scale,
+                                products.rounded());
             // dQ += dS·k; dK += dSᵀ·q.
             if (!products.dq_dk(i0, bq, bk, dp.data(), dq.data() + i0 * d, dk.data())) return false;
           }
