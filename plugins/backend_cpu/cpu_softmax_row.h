@@ -7,7 +7,8 @@
 //   / Σ_k e^(z_k - max) (it may be z itself). The caller owns both; nothing is allocated.
 // - lse = max + log Σ e^(z_j - max) in double; argmax is what a scan from z[0] that moves on a
 //   strictly greater z finds (the first index of the largest non-NaN value; 0 when z[0] is NaN);
-//   z_sum = Σ z_j in double when asked for, else 0. All three are read before p is written.
+//   z_sum = Σ z_j in double when asked for (in the lanes below), else 0. All three are read
+//   before p is written.
 // - The exponentials are exp_shifted's (cpu_exp.h, within 1 ulp), summed in double in 32 fixed
 //   lanes added pairwise in a fixed tree; p_j is e_j times the rounded 1 / Σ, so within a few ulp
 //   of the exact quotient. A NaN logit makes lse NaN; +inf makes it NaN too (inf - inf).

@@ -218,9 +218,9 @@ TEST(backend_cpu_loss, SoftmaxRowOnEveryIsaVariantMatchesADoubleReference) {
   }
 }
 
-// The exponentials' sum runs in fixed double lanes (cpu_softmax_row.cpp), so the ISA variants
-// that compute the exponentials alike (both contract exp_shifted's polynomial into FMAs: x86-64-v4
-// and v3) give the same lse and probabilities bit for bit at any vector width.
+// The row's sums run in fixed double lanes (cpu_softmax_row.cpp), so the ISA variants that compute
+// the exponentials alike (both contract exp_shifted's polynomial into FMAs: x86-64-v4 and v3) give
+// the same lse, Σ z and probabilities bit for bit at any vector width.
 TEST(backend_cpu_loss, SoftmaxRowIsTheSameBitsOnEveryFmaVariant) {
   const auto isas = runnable_isas();
   if (std::find(isas.begin(), isas.end(), Isa::v4) == isas.end())
@@ -239,6 +239,7 @@ TEST(backend_cpu_loss, SoftmaxRowIsTheSameBitsOnEveryFmaVariant) {
       r3 = softmax_row(z.data(), classes, p3.data(), true);
     }
     EXPECT_EQ(r4.lse, r3.lse) << classes << " classes";
+    EXPECT_EQ(r4.z_sum, r3.z_sum) << classes << " classes";
     EXPECT_EQ(p4, p3) << classes << " classes";
   }
 }
