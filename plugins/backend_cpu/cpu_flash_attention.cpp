@@ -162,10 +162,11 @@ struct Index {
     }
     // Rescale what earlier tiles summed to the new running max (exp(−inf) = 0 at first).
     const float shrink = exp_shifted(m[r] - top);
-    const float add = lane_sum(seen, [&](std::int64_t j) MIXTRAIN_FLASH_INLINE {
-      row[j] = exp_shifted(row[j] - top);
-      return row[j];
-    });
+    const float add =
+        lane_sum<float, kReductionLanes>(seen, [&](std::int64_t j) MIXTRAIN_FLASH_INLINE {
+          row[j] = exp_shifted(row[j] - top);
+          return row[j];
+        });
     if (row16 != nullptr) {
       // While the row is in L1 (rounding inside the sum's lanes ran the forward 1.3x slower).
 #pragma omp simd

@@ -11,6 +11,7 @@
 
 #include "cpu_access.h"
 #include "cpu_isa.h"
+#include "cpu_lane_reductions.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -19,24 +20,13 @@ namespace {
 // The lambdas the kernels call must be inlined into each ISA variant too (cpu_isa.h).
 #define MIXTRAIN_INLINE __attribute__((always_inline))
 
-// Σ f(j) over [0, n) in double, in the fixed order the header states: kLanes interleaved partial
-// sums, whatever the vector width the compiler gives them, added pairwise, then the tail. 32 and
-// not 8: eight lanes are one AVX-512 register, so every add waited on the one before it, and the
-// two sums of a row took about a cycle an element (bench/RESULTS.md, session 66).
+// Σ f(j) over [0, n) in double, in the fixed order the header states: 32 lanes, whatever the
+// vector width the compiler gives them (cpu_lane_reductions.h). 32 and not 8: eight lanes are one
+// AVX-512 register, so every add waited on the one before it, and the two sums of a row took
+// about a cycle an element (bench/RESULTS.md, session 66).
 template <class F>
 [[gnu::always_inline]] inline double ordered_sum(std::int64_t n, F&& f) {
-  constexpr int kLanes = 32;
-  alignas(64) double lane[kLanes] = {};
-  std::int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-#pragma omp simd
-    for (int l = 0; l < kLanes; ++l) lane[l] += f(j + l);
-  }
-  double tail = 0.0;
-  for (; j < n; ++j) tail += f(j);
-  for (int w = kLanes / 2; w > 0; w /= 2)
-    for (int l = 0; l < w; ++l) lane[l] += lane[l + w];
-  return lane[0] + tail;
+  return lane_sum<double, 32>(n, f);
 }
 
 // Row `in` [n] normalised into `out` (may be `in`), its mean and rstd.

@@ -7,10 +7,10 @@
 //   rounded inline: cpu_bf16_bits.h). gamma and beta are fp32 [n] (the caller passes ones and
 //   zeros for absent ones); mean and rstd fp32 [rows]. All caller-owned.
 // - Row r: the mean and the (two-pass) variance are summed in double in a fixed order (32
-//   interleaved partial sums added pairwise in a tree, then the tail), so every ISA variant, thread
-//   count and storage type gives the same bits for the same values; mean = (float)(Σx / n), rstd =
-//   (float)(1 / sqrt(Σ(x − mean)² / n + eps)) in double; y = (x − mean)·rstd·gamma + beta in fp32,
-//   each operation rounded (no contraction), stored once into Y.
+//   interleaved partial sums added pairwise in a tree: cpu_lane_reductions.h), so every ISA
+//   variant, thread count and storage type gives the same bits for the same values; mean =
+//   (float)(Σx / n), rstd = (float)(1 / sqrt(Σ(x − mean)² / n + eps)) in double; y = (x −
+//   mean)·rstd·gamma + beta in fp32, each operation rounded (no contraction), stored once into Y.
 // - layernorm_rows: y may be x when Y is T (each element is read before it is written).
 // - add_layernorm_rows: sum = a + b in fp32, rounded once into T, then the layer norm of the sum as
 //   stored; sum may be a or b.

@@ -5,6 +5,7 @@
 
 #include "cpu_exp.h"
 #include "cpu_isa.h"
+#include "cpu_lane_reductions.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -12,28 +13,12 @@ namespace {
 
 #define MIXTRAIN_SOFTMAX_INLINE __attribute__((always_inline))
 
-// Sums in kLanes double lanes (the exponentials, and Σ z for label smoothing): lane j adds values
-// j, j + kLanes, ... of the row in order, and the lanes are added pairwise in a fixed tree, so a
-// sum's bits follow its values alone, on every ISA. The exponentials were fp32 sums of 64-element
-// blocks added in double: the blocks' order of additions followed the vector width, and each block
-// ended in a chain of 16 dependent scalar adds, about a quarter of the row's time
-// (bench/RESULTS.md, session 66). value(i) is called once per index, in order, so it may store what
-// it computes.
+// The row's sums (the exponentials, and Σ z for label smoothing) in 32 double lanes added in a
+// fixed tree (cpu_lane_reductions.h), so a sum's bits follow its values alone, on every ISA. The
+// exponentials were fp32 sums of 64-element blocks added in double: the blocks' order of additions
+// followed the vector width, and each block ended in a chain of 16 dependent scalar adds, about a
+// quarter of the row's time (bench/RESULTS.md, session 66).
 constexpr int kLanes = 32;
-
-template <class Value>
-[[gnu::always_inline]] inline double lanes_sum(std::int64_t n, Value&& value) {
-  alignas(64) double lanes[kLanes] = {};
-  std::int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-#pragma omp simd
-    for (int j = 0; j < kLanes; ++j) lanes[j] += value(i + j);
-  }
-  for (int j = 0; i + j < n; ++j) lanes[j] += value(i + j);
-  for (int w = kLanes / 2; w > 0; w /= 2)
-    for (int j = 0; j < w; ++j) lanes[j] += lanes[j + w];
-  return lanes[0];
-}
 
 // The first j with z[j] == top, top being one of z's values: blocks of 64 compared at the ISA's
 // width, then the block that holds it scanned. A scalar scan from z[0] took about a third of a
@@ -67,21 +52,22 @@ template <class Value>
 
   // Before p is written: p may be z.
   const double z_sum =
-      want_z_sum
-          ? lanes_sum(classes, [&](std::int64_t i)
-                                   MIXTRAIN_SOFTMAX_INLINE { return static_cast<double>(z[i]); })
-          : 0.0;
+      want_z_sum ? lane_sum<double, kLanes>(
+                       classes, [&](std::int64_t i)
+                                    MIXTRAIN_SOFTMAX_INLINE { return static_cast<double>(z[i]); })
+                 : 0.0;
   // e_j = e^(z_j - max) into p when it is wanted (the gradient's pass then reads it back from
   // cache instead of taking a second exponential), else only summed.
-  const double sum = p != nullptr ? lanes_sum(classes,
+  const double sum =
+      p != nullptr ? lane_sum<double, kLanes>(classes,
                                               [&](std::int64_t i) MIXTRAIN_SOFTMAX_INLINE {
                                                 const float e = exp_shifted(z[i] - top);
                                                 p[i] = e;
                                                 return static_cast<double>(e);
                                               })
-                                  : lanes_sum(classes, [&](std::int64_t i) MIXTRAIN_SOFTMAX_INLINE {
-                                      return static_cast<double>(exp_shifted(z[i] - top));
-                                    });
+                   : lane_sum<double, kLanes>(classes, [&](std::int64_t i) MIXTRAIN_SOFTMAX_INLINE {
+                       return static_cast<double>(exp_shifted(z[i] - top));
+                     });
   if (p != nullptr) {
     const float inv = static_cast<float>(1.0 / sum);
 #pragma omp simd
