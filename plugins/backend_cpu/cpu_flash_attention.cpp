@@ -15,9 +15,7 @@
 
 #include "cpu_access.h"
 #include "cpu_bf16_rows.h"
-#include "cpu_exp.h"
-#include "cpu_isa.h"
-#include "cpu_lane_reductions.h"
+#include "cpu_flash_element_kernels.h"
 #include "cpu_tile_matmul.h"
 
 namespace mixtrain::backend_cpu {
@@ -110,148 +108,6 @@ struct Index {
   std::int64_t lse(std::int64_t n, std::int64_t head) const { return (n * h + head) * t; }
 };
 
-// Keys row i sees in the key tile starting at j0 (bk keys). None when the tile starts past i: in
-// a decode step the query block is shifted by its start, so its first rows may precede the last
-// key tile (queries 50..76 against the tile at 64); a row that sees none keeps its running sums.
-[[gnu::always_inline]] inline std::int64_t visible(std::int64_t i, std::int64_t j0,
-                                                   std::int64_t bk) {
-  return std::max<std::int64_t>(0, std::min(bk, i - j0 + 1));
-}
-
-// Lambdas in the per-ISA kernels must be inlined to be compiled for their ISA (cpu_isa.h).
-#define MIXTRAIN_FLASH_INLINE __attribute__((always_inline))
-
-// The element work between the tile products, compiled per ISA (cpu_isa.h): the exponentials are
-// most of it, and the build's baseline (SSE2) runs them 4 to a register where AVX2 runs 8.
-
-// The online softmax's step for one score tile: s [bq, bk] holds scale·q·kᵀ for query rows first,
-// first + 1, ... against keys j0.. (causal: row i sees keys <= i). Each row's running max m and
-// sum are updated, its o [bq, d] accumulator rescaled to the new max, and s overwritten with the
-// unnormalised probabilities (0 past the diagonal), ready for o += s·v.
-// `pre` is a factor the scores still lack (the bf16 products leave the scale out): applied first,
-// one rounding, as sgemm's alpha would have; 1 skips it. With `rounded` (the bf16 products'
-// [bq, bk] tile), each row's probabilities are also rounded into it while the row is in cache;
-// the sum adds them unrounded.
-[[gnu::always_inline]] inline void softmax_step(float* s, std::int64_t bq, std::int64_t bk,
-                                                std::int64_t first, std::int64_t j0, float pre,
-                                                float* m, float* sum, float* o, std::int64_t d,
-                                                Bf16Bits* rounded) {
-  for (std::int64_t r = 0; r < bq; ++r) {
-    float* row = s + r * bk;
-    Bf16Bits* row16 = rounded != nullptr ? rounded + r * bk : nullptr;
-    const std::int64_t seen = visible(first + r, j0, bk);
-    // The max and the sum in fixed lanes (cpu_lane_reductions.h): an `omp simd` reduction ended
-    // each row in a chain of 16 dependent scalar maxes, then adds.
-    const float top =
-        pre != 1.0f
-            ? lane_max(m[r], seen,
-                       [&](std::int64_t j) MIXTRAIN_FLASH_INLINE {
-                         const float v = row[j] * pre;
-                         row[j] = v;
-                         return v;
-                       })
-            : lane_max(m[r], seen, [&](std::int64_t j) MIXTRAIN_FLASH_INLINE { return row[j]; });
-    if (top == -std::numeric_limits<float>::infinity()) {
-      // Every score so far is −inf (an infinite key): nothing to add, and m − top would be NaN,
-      // which a later finite tile could not undo. The exact softmax gives these keys weight 0.
-      if (row16 != nullptr)
-        std::fill(row16, row16 + bk, Bf16Bits{0});
-      else
-        std::fill(row, row + bk, 0.0f);
-      continue;
-    }
-    // Rescale what earlier tiles summed to the new running max (exp(−inf) = 0 at first).
-    const float shrink = exp_shifted(m[r] - top);
-    const float add =
-        lane_sum<float, kReductionLanes>(seen, [&](std::int64_t j) MIXTRAIN_FLASH_INLINE {
-          row[j] = exp_shifted(row[j] - top);
-          return row[j];
-        });
-    if (row16 != nullptr) {
-      // While the row is in L1 (rounding inside the sum's lanes ran the forward 1.3x slower).
-#pragma omp simd
-      for (std::int64_t j = 0; j < seen; ++j) row16[j] = bf16_from_float(row[j]);
-      for (std::int64_t j = seen; j < bk; ++j) row16[j] = 0;
-    } else {
-      for (std::int64_t j = seen; j < bk; ++j) row[j] = 0.0f;
-    }
-    sum[r] = sum[r] * shrink + add;
-    m[r] = top;
-    if (shrink != 1.0f) {
-      float* orow = o + r * d;
-#pragma omp simd
-      for (std::int64_t c = 0; c < d; ++c) orow[c] *= shrink;
-    }
-  }
-}
-
-// The backward's probabilities: p [bq, bk] = exp(scale·q·kᵀ − lse) in place for query rows
-// first.. against keys j0.. (lse [bq] those rows' log-sum-exp), exact 0 past the diagonal; `pre`
-// as in softmax_step. With `rounded`, each probability also goes there rounded to bf16, in the
-// same pass (the bf16 products' Pᵀ·dO reads that tile).
-[[gnu::always_inline]] inline void probabilities(float* p, std::int64_t bq, std::int64_t bk,
-                                                 std::int64_t first, std::int64_t j0, float pre,
-                                                 const float* lse, Bf16Bits* rounded) {
-  for (std::int64_t r = 0; r < bq; ++r) {
-    float* row = p + r * bk;
-    const std::int64_t seen = visible(first + r, j0, bk);
-    const float shift = lse[r];
-    if (pre != 1.0f) {
-#pragma omp simd
-      for (std::int64_t j = 0; j < seen; ++j) row[j] *= pre;
-    }
-    if (rounded != nullptr) {
-      Bf16Bits* row16 = rounded + r * bk;
-#pragma omp simd
-      for (std::int64_t j = 0; j < seen; ++j) {
-        row[j] = exp_shifted(row[j] - shift);
-        row16[j] = bf16_from_float(row[j]);
-      }
-      for (std::int64_t j = seen; j < bk; ++j) row16[j] = 0;
-    } else {
-#pragma omp simd
-      for (std::int64_t j = 0; j < seen; ++j) row[j] = exp_shifted(row[j] - shift);
-    }
-    for (std::int64_t j = seen; j < bk; ++j) row[j] = 0.0f;
-  }
-}
-
-// The scores' gradient: ds [bq, bk] = p∘(dP − D)·scale in place over dP, D [bq] the rows' Σ dO·O;
-// with `rounded`, written there rounded to bf16 instead (the bf16 products read only that).
-[[gnu::always_inline]] inline void score_gradient(float* ds, const float* p, std::int64_t bq,
-                                                  std::int64_t bk, const float* delta, float scale,
-                                                  Bf16Bits* rounded) {
-  for (std::int64_t r = 0; r < bq; ++r) {
-    const float di = delta[r];
-    float* dsr = ds + r * bk;
-    const float* pr = p + r * bk;
-    if (rounded != nullptr) {
-      Bf16Bits* row16 = rounded + r * bk;
-#pragma omp simd
-      for (std::int64_t j = 0; j < bk; ++j)
-        row16[j] = bf16_from_float(pr[j] * (dsr[j] - di) * scale);
-    } else {
-#pragma omp simd
-      for (std::int64_t j = 0; j < bk; ++j) dsr[j] = pr[j] * (dsr[j] - di) * scale;
-    }
-  }
-}
-
-// dst [n] += src [n]: a bf16 product's tile added into its FP32 accumulator.
-[[gnu::always_inline]] inline void add_into(float* dst, const float* src, std::int64_t n) {
-#pragma omp simd
-  for (std::int64_t i = 0; i < n; ++i) dst[i] += src[i];
-}
-
-MIXTRAIN_ISA_VARIANTS(softmax_step)
-MIXTRAIN_ISA_VARIANTS(probabilities)
-MIXTRAIN_ISA_VARIANTS(score_gradient)
-MIXTRAIN_ISA_VARIANTS(add_into)
-
-}  // namespace
-
-namespace {
-
 // Where q's, k's and v's rows lie for the forward routine below: row `tok` of part p (0 q, 1 k,
 // 2 v) of sequence n and head h starts at element at(p, n, h, tok) of the source tensor.
 struct QkvRows {
@@ -339,7 +195,7 @@ class Bf16ForwardProducts {
   bool accumulate(std::int64_t bq, std::int64_t bk, std::int64_t j0, const float*, float* o) {
     Bf16TileMatmul::run(bq, d_, bk, p_.data(), false, v_.data() + j0 * d_, false, pv_.data(),
                         scratch_);
-    add_into_best(o, pv_.data(), bq * d_);
+    flash_add_into(o, pv_.data(), bq * d_);
     return true;
   }
 
@@ -405,8 +261,8 @@ void causal_forward(const TensorView& src, const QkvRows& at, std::int64_t batch
           for (std::int64_t j0 = 0; j0 < offset + i0 + bq; j0 += kFlashBlock) {
             const std::int64_t bk = std::min(kFlashBlock, offset + i0 + bq - j0);
             if (!products.scores(bq, bk, j0, scale, s.data())) return false;
-            softmax_step_best(s.data(), bq, bk, offset + i0, j0, pre, m.data(), sum.data(),
-                              o.data(), d, products.rounded());
+            flash_softmax_step(s.data(), bq, bk, offset + i0, j0, pre, m.data(), sum.data(),
+                               o.data(), d, products.rounded());
             if (!products.accumulate(bq, bk, j0, s.data(), o.data())) return false;
           }
           for (std::int64_t r = 0; r < bq; ++r) {
@@ -531,7 +387,7 @@ class Bf16BackwardProducts {
     // pᵀ [bk, bq] is p's rounded rows read transposed.
     Bf16TileMatmul::run(bk, d_, bq, rounded_.data(), true, g_.data() + i0 * d_, false,
                         product_.data(), scratch_);
-    add_into_best(dv, product_.data(), bk * d_);
+    flash_add_into(dv, product_.data(), bk * d_);
     return true;
   }
   bool dp(std::int64_t i0, std::int64_t bq, std::int64_t bk, float* dp) {
@@ -542,10 +398,10 @@ class Bf16BackwardProducts {
              float* dk) {
     Bf16TileMatmul::run(bq, d_, bk, rounded_.data(), false, k_.data(), false, product_.data(),
                         scratch_);
-    add_into_best(dq, product_.data(), bq * d_);
+    flash_add_into(dq, product_.data(), bq * d_);
     Bf16TileMatmul::run(bk, d_, bq, rounded_.data(), true, q_.data() + i0 * d_, false,
                         product_.data(), scratch_);
-    add_into_best(dk, product_.data(), bk * d_);
+    flash_add_into(dk, product_.data(), bk * d_);
     return true;
   }
 
@@ -607,12 +463,12 @@ void causal_backward(const TensorView& qkv, const TensorView& out, const TensorV
             const std::int64_t bq = std::min(kFlashBlock, t_len - i0);
             // P = exp(scale·q·kᵀ − lse), exact 0 above the diagonal.
             if (!products.scores(i0, bq, bk, scale, p.data())) return false;
-            probabilities_best(p.data(), bq, bk, i0, j0, pre, lse_head + i0, products.rounded());
+            flash_probabilities(p.data(), bq, bk, i0, j0, pre, lse_head + i0, products.rounded());
             // dV += Pᵀ·dO; dP = dO·vᵀ; dS = P∘(dP − D)·scale in dp.
             if (!products.dv(i0, bq, bk, p.data(), dv.data())) return false;
             if (!products.dp(i0, bq, bk, dp.data())) return false;
-            score_gradient_best(dp.data(), p.data(), bq, bk, delta.data() + i0, scale,
-                                products.rounded());
+            flash_score_gradient(dp.data(), p.data(), bq, bk, delta.data() + i0, scale,
+                                 products.rounded());
             // dQ += dS·k; dK += dSᵀ·q.
             if (!products.dq_dk(i0, bq, bk, dp.data(), dq.data() + i0 * d, dk.data())) return false;
           }

@@ -24,10 +24,11 @@
 //     P·v and Pᵀ·dO, and dS before dS·k and dSᵀ·q, as FlashAttention-2 does on a GPU (the attention
 //     facet's contract allows it). The scale multiplies the scores after the product, one rounding,
 //     as sgemm's alpha does.
-//   The element work between them (the online softmax, P, dS) is compiled for x86-64-v4, v3 and
-//   the baseline and picked by cpuid (cpu_isa.h); a CPU's results do not change between runs. The
-//   online softmax's max and sum run in fixed lanes (cpu_lane_reductions.h), so the FMA variants
-//   (v4, v3) give the same bits; the baseline may differ in the last bit of an exponential.
+//   The element work between them (the online softmax, P, dS: cpu_flash_element_kernels.h) is
+//   compiled for x86-64-v4, v3 and the baseline and picked by cpuid (cpu_isa.h); a CPU's results
+//   do not change between runs. The online softmax's max and sum run in fixed lanes
+//   (cpu_lane_reductions.h), so the FMA variants (v4, v3) give the same bits; the baseline may
+//   differ in the last bit of an exponential.
 // - Scratch per thread: a few kFlashBlock × max(kFlashBlock, D) fp32 tiles; the forward's k and v,
 //   2 × [T, D] (fp32 decoded, or bf16); in the backward, the head's dQ accumulator [T, D] and D_i
 //   [T] in FP32, and its q and dO, 2 × [T, D] (fp32 decoded, or bf16) (heap, freed on return).
