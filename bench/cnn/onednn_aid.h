@@ -50,6 +50,24 @@ inline void fill_bf16(memory& m) {
     p[i] = static_cast<std::uint16_t>(0x3f80u ^ (rng() & 0x807fu));
 }
 
+// A square-strided, square-padded direct convolution's forward: timed itself, or the hint that
+// its backward primitives ask for.
+inline dnnl::convolution_forward::primitive_desc forward_convolution(dnnl::engine& eng,
+                                                                     const memory::desc& x,
+                                                                     const memory::desc& w,
+                                                                     const memory::desc& y,
+                                                                     int stride, int pad) {
+  return dnnl::convolution_forward::primitive_desc({dnnl::prop_kind::forward_training,
+                                                    dnnl::algorithm::convolution_direct,
+                                                    x,
+                                                    w,
+                                                    y,
+                                                    {stride, stride},
+                                                    {pad, pad},
+                                                    {pad, pad}},
+                                                   eng);
+}
+
 struct Timed {
   double ms;
   std::string implementation;
@@ -64,10 +82,7 @@ inline Timed time_backward_data(dnnl::engine& eng, dnnl::stream& s, int n, int c
       w_md({o, c, k, k}, dt::bf16, tag::any), dy_md({n, o, oh, oh}, dt::bf16, tag::nhwc),
       dx_md({n, c, h, h}, dx_type, tag::nhwc);
   const memory::dims strides{stride, stride}, pads{pad, pad};
-  const dnnl::convolution_forward::primitive_desc hint(
-      {dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, x_md, w_md, dy_md,
-       strides, pads, pads},
-      eng);
+  const auto hint = forward_convolution(eng, x_md, w_md, dy_md, stride, pad);
   const dnnl::convolution_backward_data::primitive_desc bwd(
       {dnnl::algorithm::convolution_direct, dx_md, w_md, dy_md, strides, pads, pads}, eng, hint);
   dy = memory(bwd.diff_dst_desc(), eng);

@@ -83,15 +83,7 @@ void forward(engine& eng, stream& s, const Shape& g) {
   const memory::desc x_md({kBatch, g.c, g.h, g.h}, dt::bf16, tag::nhwc),
       w_md({g.o, g.c, g.k, g.k}, dt::bf16, tag::any),
       y_md({kBatch, g.o, oh, oh}, dt::f32, tag::nhwc);
-  const convolution_forward::primitive_desc fwd({prop_kind::forward_training,
-                                                 algorithm::convolution_direct,
-                                                 x_md,
-                                                 w_md,
-                                                 y_md,
-                                                 {g.stride, g.stride},
-                                                 {pad, pad},
-                                                 {pad, pad}},
-                                                eng);
+  const auto fwd = onednn_aid::forward_convolution(eng, x_md, w_md, y_md, g.stride, pad);
   memory x(fwd.src_desc(), eng), w(fwd.weights_desc(), eng), y(fwd.dst_desc(), eng);
   onednn_aid::fill_bf16(x);
   onednn_aid::fill_bf16(w);

@@ -50,15 +50,7 @@ int main(int argc, char** argv) {
     const memory::desc x_md({n, g.c, g.h, g.h}, d, tag::nhwc),
         dy_md({n, g.o, oh, oh}, d, tag::nhwc), w_md({g.o, g.c, g.k, g.k}, d, tag::any),
         dw_md({g.o, g.c, g.k, g.k}, dt::f32, tag::any);
-    const convolution_forward::primitive_desc fwd({prop_kind::forward_training,
-                                                   algorithm::convolution_direct,
-                                                   x_md,
-                                                   w_md,
-                                                   dy_md,
-                                                   {g.stride, g.stride},
-                                                   {pad, pad},
-                                                   {pad, pad}},
-                                                  eng);
+    const auto fwd = onednn_aid::forward_convolution(eng, x_md, w_md, dy_md, g.stride, pad);
     const convolution_backward_weights::primitive_desc bwd({algorithm::convolution_direct,
                                                             x_md,
                                                             dw_md,
