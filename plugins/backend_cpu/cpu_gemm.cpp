@@ -159,7 +159,7 @@ GemmEngine::Operands GemmEngine::prepare_operands(const sdk::GemmArgs& args, std
 }
 
 GemmEngine::Entry GemmEngine::create_entry(const Key& key) const {
-  const memory::data_type c_dt = memory::data_type::f32;
+  const memory::data_type c_dt = key.c_dt;
   const memory::dim m = key.m, n = key.n, k = key.k;
   Entry e;
   // op(A) is [m,k]: stored [m,k] row-major, or stored [k,m] and read through swapped strides.
@@ -230,6 +230,7 @@ std::vector<std::string> GemmEngine::report() const {
                        " k=" + std::to_string(key.k) + " A " + dnnl_type_text(key.a_dt) +
                        (key.trans_a ? " (T)" : "") + " B " + dnnl_type_text(key.b_dt) +
                        (key.trans_b ? " (T)" : "");
+    if (key.c_dt != memory::data_type::f32) line += std::string(" C ") + dnnl_type_text(key.c_dt);
     if (key.batch > 0) line += ", batch " + std::to_string(key.batch);
     const float beta = std::bit_cast<float>(key.beta_bits);
     if (beta != 0.0f) line += ", beta " + std::to_string(beta);
@@ -309,8 +310,13 @@ void GemmEngine::run_product(const sdk::GemmArgs& args, const ActivateInPlace& a
   const Operands ops = prepare_operands(args, av.numel(), bv.numel());
   // z is computed in fp32: in C itself when C is fp32, else in scratch, encoded into C once at the
   // end with the SDK's RNE (oneDNN's own down-conversion flushes fp32 subnormals, which would make
-  // a second definition of bf16). An activation epilogue then runs in place on that fp32 z.
-  const bool c_via_fp32 = !is_fp32_storage(args.c.dtype);
+  // a second definition of bf16). An activation epilogue then runs in place on that fp32 z. The
+  // native bf16 route, whose products already flush subnormals, lets oneDNN write a bf16 C
+  // without an epilogue itself (the header's exception): one pass over C fewer.
+  const bool native_c = args.c.dtype == DType::bf16 && ops.a_dt == memory::data_type::bf16 &&
+                        ops.b_dt == memory::data_type::bf16 && !args.has_activation && !into_c &&
+                        k > 0;
+  const bool c_via_fp32 = !is_fp32_storage(args.c.dtype) && !native_c;
   const std::int64_t total = m * n;
   void* c_ptr = args.c.data;
   if (c_via_fp32) {
@@ -331,11 +337,13 @@ void GemmEngine::run_product(const sdk::GemmArgs& args, const ActivateInPlace& a
   } else {
     const SingleThreadScope small_gemm(m * n * k <= kSingleThreadGemm);
     const float alpha = output_scale(args);
-    const Key key{
+    Key key{
         {m, n, k, args.a.transpose, args.b.transpose}, has_bias, alpha != 1.0f, ops.a_dt, ops.b_dt,
         std::bit_cast<std::uint32_t>(args.beta)};
+    if (native_c) key.c_dt = memory::data_type::bf16;
     execute(entry_for(key), key, ops.a, ops.b, c_ptr, alpha, args.bias.data);
   }
+  if (native_c) return;
 
   // z is in fp32 at c_ptr (C itself, or scratch).
   float* z = static_cast<float*>(c_ptr);

@@ -14,8 +14,16 @@
 //   codes unscaled), so the emulated products are the ones the hardware format feeds its FP32
 //   accumulator; the fp8 operands' scale_inv multiply alpha (in double, rounded to fp32 once)
 //   and scale the accumulated result once. All conversions are sdk/float_formats.h.
-// - The primitive always writes fp32: a bf16/fp16 C goes through fp32 scratch and is encoded once
-//   with the SDK's RNE (beta reads the decoded old C), so C = the fp32 result rounded once.
+// - A bf16/fp16 C goes through fp32 scratch and is encoded once with the SDK's RNE (beta reads the
+//   decoded old C), so C = the fp32 result rounded once. Exception, the native bf16 route (both
+//   operands bf16, read by oneDNN's bf16 matmul): a bf16 C without an epilogue (no activation, not
+//   run_into) is written by the primitive itself, with no fp32 pass over C. It is oneDNN's FP32
+//   accumulation rounded once RNE, subnormal results flushed to zero (as vdpbf16ps already
+//   flushes its inputs and products); for a bf16 destination at large k oneDNN sums in an order
+//   of its own (an AMX Xeon, [1024, 3072]·[3072, 768]: 63 of 786,432 elements an ulp from the
+//   fp32 destination's rounding, as often nearer the exact sum as further; none at k = 768). The
+//   same bits on any thread count. GPT-2 small's linear GEMMs 333 -> 319 ms a step (RESULTS.md,
+//   session 67).
 // - Activation epilogue (GemmArgs::has_activation): z goes to fp32 (C itself when C is fp32,
 //   scratch otherwise), pre_activation receives z rounded once, the activation runs in place on
 //   the fp32 z through `activate`, and a 16-bit C is encoded once from act(z); the three passes
@@ -124,10 +132,12 @@ class GemmEngine {
     // Batched keys only (0 for run()'s 2-D primitive): batch count and the strides in elements
     // of the operands as they enter oneDNN (0: broadcast).
     std::int64_t batch = 0, stride_a = 0, stride_b = 0, stride_c = 0;
+    // C as the primitive writes it: fp32, or bf16 on the native route (run_product).
+    dnnl::memory::data_type c_dt = dnnl::memory::data_type::f32;
     bool operator==(const Key&) const = default;
     auto fields() const {
       return std::tie(has_bias, has_alpha, a_dt, b_dt, beta_bits, batch, stride_a, stride_b,
-                      stride_c);
+                      stride_c, c_dt);
     }
   };
   struct Entry {

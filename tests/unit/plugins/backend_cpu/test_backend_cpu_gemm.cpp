@@ -3,6 +3,7 @@
 #include <tuple>
 
 #include "backend_test_util.h"
+#include "mixtrain/sdk/backend_scratch.h"
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::backend_cpu::testing {
@@ -92,6 +93,68 @@ TEST(backend_cpu_gemm_output, Bf16AndFp16OutputsAreRoundedResults) {
     const double ulp = out == DType::bf16 ? 0x1p-8 : 0x1p-11;
     expect_close(c.get(), expected, ulp, 1e-5, "16-bit C");
   }
+}
+
+// A bf16 C of bf16 operands: on the native route (oneDNN's bf16 matmul) oneDNN writes C itself,
+// with no fp32 scratch for it, each element within the FP32 sum's bound of the exact
+// alpha·Σ a·b + beta·c0 + bias plus one rounding, the same bits on one and two threads; on the
+// emulated route C is the fp32 result rounded once through scratch, within the same bound. At
+// k = 3072 (GPT-2 small's c_proj), where oneDNN's order for a bf16 destination differs from its
+// fp32 one's.
+TEST(backend_cpu_gemm_output, NativeBf16OutputIsWrittenByTheMatmulWithinTheSumBound) {
+  const std::int64_t m = 48, n = 40, k = 3072;
+  const auto a = representable(random_values(static_cast<std::size_t>(m * k), 11), DType::bf16);
+  const auto b = representable(random_values(static_cast<std::size_t>(n * k), 12), DType::bf16);
+  const auto bias = random_values(static_cast<std::size_t>(n), 13);
+  const auto c0 = representable(random_values(static_cast<std::size_t>(m * n), 14), DType::bf16);
+  for (const Bf16GemmPath path : {Bf16GemmPath::automatic, Bf16GemmPath::emulated})
+    for (const float beta : {0.0f, 1.0f}) {
+      const auto run = [&](int threads, std::size_t* grew) {
+        CpuBackend be(threads, path);
+        DeviceTensor at(be, DType::bf16, {m, k}, a), bt(be, DType::bf16, {n, k}, b);
+        DeviceTensor c(be, DType::bf16, {m, n}, c0), bias_t(be, DType::fp32, {n}, bias);
+        sdk::GemmArgs args;
+        args.a = {at, false};
+        args.b = {bt, true};
+        args.c = c;
+        args.beta = beta;
+        args.bias = bias_t;
+        const std::size_t before = sdk::facet<sdk::ScratchFacet>(be)->scratch_bytes();
+        sdk::facet<sdk::GemmFacet>(be)->gemm(args);
+        *grew = sdk::facet<sdk::ScratchFacet>(be)->scratch_bytes() - before;
+        return std::pair{c.get(), be.bf16_gemm_native()};
+      };
+      std::size_t grew = 0, grew_one = 0;
+      const auto [got, native] = run(2, &grew);
+      SCOPED_TRACE(std::string(native ? "native" : "emulated") + ", beta " + std::to_string(beta));
+      EXPECT_EQ(run(1, &grew_one).first, got);
+      // Native: no scratch at all (operands read as stored, C written by the matmul); emulated:
+      // the decoded operands and the fp32 C.
+      if (native)
+        EXPECT_EQ(grew, 0u);
+      else
+        EXPECT_GE(grew, static_cast<std::size_t>(m * n) * 4);
+      const double u = 0x1p-24, gamma = (k + 2) * u / (1.0 - (k + 2) * u);
+      int bad = 0;
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t j = 0; j < n; ++j) {
+          double exact = 0.0, magnitude = 0.0;
+          for (std::int64_t p = 0; p < k; ++p) {
+            const double t = double{a[static_cast<std::size_t>(i * k + p)]} *
+                             b[static_cast<std::size_t>(j * k + p)];
+            exact += t;
+            magnitude += std::abs(t);
+          }
+          const auto e = static_cast<std::size_t>(i * n + j);
+          const double base = beta * c0[e] + bias[static_cast<std::size_t>(j)];
+          const double want = exact + base;
+          const double bound =
+              gamma * (magnitude + std::abs(base)) + 0x1p-8 * (std::abs(want) + gamma * magnitude);
+          if (std::abs(got[e] - want) > bound && ++bad <= 3)
+            ADD_FAILURE() << "C[" << e << "] = " << got[e] << ", exact " << want << ", bound "
+                          << bound;
+        }
+    }
 }
 
 TEST(backend_cpu_gemm_tf32, RoundsInputsToTenMantissaBits) {
