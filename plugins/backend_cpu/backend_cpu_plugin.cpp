@@ -92,12 +92,12 @@ std::vector<sdk::ComponentInfo> backend_cpu_components() {
                 "keeps it in the backend's own buffers, grown to the largest call and held"),
             sdk::OptionSpec::string(
                 "conv_gemm", "auto",
-                "convolution gradients as one GEMM: auto (weight gradients dy^T cols, x's pixels "
+                "convolutions as one GEMM: auto (weight gradients dy^T cols, x's pixels "
                 "gathered first past a 1x1 stride-1 kernel, of bf16 1x1 and wide 3x3 "
-                "convolutions, and the data gradients of bf16 unpadded 1x1 convolutions, added "
-                "into an fp32 sum or not, where the CPU has AMX-BF16: measured 1.1-5.1x faster "
-                "there; oneDNN's convolution elsewhere), "
-                "gemm (always the GEMM), convolution (never)")
+                "convolutions, the data gradients of bf16 unpadded 1x1 convolutions, added "
+                "into an fp32 sum or not, and the forwards of bf16 unpadded 1x1 convolutions on "
+                "7x7 maps, where the CPU has AMX-BF16: measured 1.1-5.1x faster there; oneDNN's "
+                "convolution elsewhere), gemm (always the GEMM), convolution (never)")
                 .one_of({"auto", "gemm", "convolution"}),
             sdk::OptionSpec::string(
                 "flash_products", "auto",

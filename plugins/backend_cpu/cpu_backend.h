@@ -69,7 +69,7 @@ class CpuBackend final : public sdk::DeviceBackend {
   // The `conv_workspace` option: false keeps every convolution's scratch in the backend's own
   // slots (conv2d_workspace_bytes answers 0), as before convolution facet 1.2.
   void set_conv_workspace(bool on) noexcept { context_.set_conv_workspace(on); }
-  // The `conv_gemm` option (cpu_conv_algorithm.h): which convolution gradients run as one GEMM,
+  // The `conv_gemm` option (cpu_conv_gemm_rule.h): which convolutions run as one GEMM,
   // and a line saying which do here.
   void set_conv_gemm(ConvGemm choice) noexcept { context_.set_conv_gemm(choice); }
   std::string conv_gemm_note() const { return context_.conv_gemm_note(); }

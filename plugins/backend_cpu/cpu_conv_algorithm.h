@@ -1,8 +1,8 @@
 // The CPU backend's static rules for how a convolution runs (cpu_convolution.cpp applies them,
 // cpu_conv_primitives.h builds the primitives): oneDNN's direct convolution in oneDNN's blocked
 // activation layout where its nhwc kernel is the slower one (the default, conv_algorithm =
-// "direct"), Winograd F(4,3) (conv_algorithm = "winograd"), and weight gradients as one GEMM
-// (conv_gemm, at the end).
+// "direct") and Winograd F(4,3) (conv_algorithm = "winograd"). Which convolutions run as one
+// GEMM instead (conv_gemm) is cpu_conv_gemm_rule.h's rule.
 //
 // The blocked layout for the direct convolution (blocked_pays below):
 // - oneDNN 2.6's AVX2 direct kernel (jit:avx2, CPUs without AVX-512) runs 3x3 convolutions faster
@@ -135,111 +135,6 @@ inline bool blocked_pays(Direction dir, const sdk::Conv2dGeometry& g) {
                      g.out_channels >= kBlockedMinChannels;
   if (dir == Direction::backward_data) return shape && g.height * g.width >= kBlockedMinDataPixels;
   return shape;
-}
-
-// Convolution gradients as one GEMM (the backend option `conv_gemm`).
-// Weight gradients (cpu_conv_gemm.h): a convolution's dw [O, KH·KW·C] is dyᵀ [O, M] ·
-// cols [M, KH·KW·C] over its M = N·OH·OW output pixels, cols being x itself (1x1, stride 1, no
-// padding) or x's pixels gathered first (im2col). The data gradient of an unpadded 1x1
-// convolution, plain or accumulating (conv2d_backward_data_accumulate into an fp32 dx, the
-// gradient sum of a ResNet block's input): at stride 1 dx [M, C] (+)= dy [M, O] · w [O, C], beta
-// = 1 when accumulating, in place of the convolution (into fp32 scratch and an add when
-// accumulating); at a larger stride the product [N·OH·OW, C] goes to scratch and is written to
-// every stride-th pixel of dx (the others zero, or left as they are when accumulating).
-// How `conv_gemm` chooses:
-// - automatic ("auto", the default): the GEMM where all of: the convolution is on the native bf16
-//   route (both operands bf16, read as stored), the GEMM engine's bf16 GEMMs are native too, the
-//   CPU has AMX-BF16, and the shape is one wgrad_gemm_pays() takes (weight gradients) or
-//   dgrad_gemm_shape() (data gradients; the facet offers the accumulating one). There
-//   oneDNN 2.6's convolution weight gradient is its jit:avx512_core_amx_bf16 kernel and its bf16
-//   matmul is brg:avx512_core_amx_bf16, measured on ResNet-50's shapes
-//   (bench/cnn/onednn_wgrad_gemm.cpp: Intel Xeon with AMX, 2 threads, batch 8, bf16, fp32 dw,
-//   best of 7; ms):
-//     C->O        HxW   kernel/stride   convolution   gather + GEMM
-//     64->256      56     1x1/1            1.62          1.04
-//     256->64      56     1x1/1            1.93          1.02
-//     256->512     56     1x1/2            3.86          0.16 + 0.96
-//     512->128     28     1x1/1            1.16          0.58
-//     128->512     28     1x1/1            1.07          0.61
-//     512->1024    28     1x1/2            3.61          0.05 + 1.04
-//     1024->256    14     1x1/1            1.54          0.52
-//     1024->2048   14     1x1/2            6.08          0.01 + 1.18
-//     2048->512     7     1x1/1            2.60          0.58
-//     512->2048     7     1x1/1            2.59          0.55
-//     256->256     28     3x3/2            2.35          0.19 + 1.12
-//     512->512     14     3x3/2            4.88          0.07 + 1.10
-//     512->512      7     3x3/1            2.45          0.04 + 1.11
-//     256->256     14     3x3/1            1.31          0.15 + 1.14
-//     128->128     56     3x3/2            1.63          0.42 + 1.59
-//     128->128     28     3x3/1            0.90          0.32 + 1.48
-//     64->64       56     3x3/1            0.90          0.70 + 3.13
-//     3->64       224     7x7/2            4.58          11.0 + 3.65
-//   So every 1x1 (1.6-5.1x) and the wide 3x3s (1.8-4.2x: C and O at least 256 and a stride of 2,
-//   or at least 512); the 3x3 at 256 channels and stride 1 tied, and narrower ones and the stem
-//   lost (their columns are 9-49 copies of x). A 3x3's product is reordered from OHWI into OIHW
-//   once more (the convolution's weight gradient is reordered from its own layout too). On the
-//   same CPU the fp32 1x1s (jit_1x1:avx512_core against brg:avx512_core) measured 0.86-1.36x
-//   either way, so fp32, tf32, fp16, fp8 and emulated bf16 keep the convolution; other CPUs were
-//   not measured. Static, so a shape takes the same route in every run on one CPU. The
-//   accumulating 1x1 data gradient saved about 10 ms of ResNet-50's 320 ms bf16 step at batch 8
-//   there (its 16 block inputs' sums without a bf16 contribution and an axpy; RESULTS.md,
-//   session 63). The other 1x1 data gradients, measured on the same CPU in session 65
-//   (bench/cnn/onednn_dgrad_gemm.cpp: oneDNN's backward-data convolution,
-//   jit:avx512_core_amx_bf16, against the matmul and, past stride 1, the write of its rows to
-//   every stride-th pixel; 2 threads, batch 8, filled operands; ms):
-//     C->O        HxW  stride  dx     convolution   GEMM (+ strided write)
-//     64->256      56     1    fp32      1.03          0.74
-//     256->64      56     1    fp32      1.38          1.07
-//     128->512     28     1    fp32      0.66          0.54
-//     256->1024    14     1    fp32      0.58          0.54
-//     512->2048     7     1    fp32      0.91          0.68
-//     256->512     56     2    fp32      3.27          1.02 + 0.51
-//     512->1024    28     2    fp32      2.95          0.99 + 0.20
-//     1024->2048   14     2    fp32      3.34          1.47 + 0.07
-//     256->512     56     2    bf16      2.68          0.99 + 0.51
-//   ResNet-50's Bottleneck conv3 (stride 1) and its downsample shortcut (stride 2, accumulating
-//   into the block input's sum) take these.
-// - gemm ("gemm"): every weight gradient the GEMM can take (wgrad_gemm_shape, and no fp8 dy with
-//   a bias gradient) and every data gradient of dgrad_gemm_shape() (accumulating: into an fp32
-//   dx), on any route: the GEMM engine's precision rules, which are the convolution's (exact FP32
-//   on the rounded operands, FP32 accumulation). For measurements and for tests on any CPU.
-// - convolution ("convolution"): never, and the accumulating data gradient is not offered.
-// The sum runs in another order than the convolution's: the same FP32 accumulation, other bits.
-enum class ConvGemm { automatic, gemm, convolution };
-
-// A convolution whose weight gradient the GEMM computes: one group (any kernel, stride, padding
-// and dilation).
-inline bool wgrad_gemm_shape(const sdk::Conv2dGeometry& g) {
-  return g.groups == 1;
-}
-
-// A 1x1 kernel at stride 1 without padding: x's pixels are dy's, so x itself is a GEMM operand.
-inline bool unit_stride_unpadded_1x1(const sdk::Conv2dGeometry& g) {
-  return g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 &&
-         g.pad_w == 0;
-}
-
-// A convolution whose data gradient the GEMM computes: a 1x1 kernel without padding, one group,
-// any stride (each dy pixel's product lands on one x pixel; a 1x1 kernel's dilation changes
-// nothing).
-inline bool dgrad_gemm_shape(const sdk::Conv2dGeometry& g) {
-  return g.kernel_h == 1 && g.kernel_w == 1 && g.pad_h == 0 && g.pad_w == 0 && g.groups == 1;
-}
-
-// The wide-3x3 thresholds of the rule above.
-inline constexpr std::int64_t kWgradGemmWideChannels = 256;
-inline constexpr std::int64_t kWgradGemmWiderChannels = 512;
-
-// The shapes `auto` takes where the route and the CPU allow (the table above): a 1x1 kernel
-// without padding; a 3x3 kernel (dilation 1) with C and O at least kWgradGemmWideChannels and a
-// stride above 1, or C at least kWgradGemmWiderChannels.
-inline bool wgrad_gemm_pays(const sdk::Conv2dGeometry& g) {
-  if (!wgrad_gemm_shape(g)) return false;
-  if (g.kernel_h == 1 && g.kernel_w == 1) return g.pad_h == 0 && g.pad_w == 0;
-  const bool wide_3x3 = g.kernel_h == 3 && g.kernel_w == 3 && g.dilation_h == 1 &&
-                        g.dilation_w == 1 && g.in_channels >= kWgradGemmWideChannels &&
-                        g.out_channels >= kWgradGemmWideChannels;
-  return wide_3x3 && (g.stride_h > 1 || g.stride_w > 1 || g.in_channels >= kWgradGemmWiderChannels);
 }
 
 }  // namespace mixtrain::backend_cpu

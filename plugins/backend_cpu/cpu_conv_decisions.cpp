@@ -8,6 +8,7 @@
 
 #include "cpu_context.h"
 #include "cpu_conv_algorithm.h"
+#include "cpu_conv_gemm_rule.h"
 #include "cpu_conv_primitives.h"
 #include "cpu_features.h"
 #include "cpu_gemm.h"
@@ -130,6 +131,13 @@ bool CpuContext::dgrad_as_gemm(const sdk::Conv2dGeometry& g, bool native_bf16, s
   return native_bf16 && amx_bf16_gemms();
 }
 
+bool CpuContext::fprop_as_gemm(const sdk::Conv2dGeometry& g, bool native_bf16) const {
+  // A forward's y is fp32, bf16 or fp16 (checked), all of which the GEMM engine writes.
+  if (!fprop_gemm_shape(g)) return false;
+  if (const auto f = forced(conv_gemm_)) return *f;
+  return fprop_gemm_pays(g) && native_bf16 && amx_bf16_gemms();
+}
+
 bool CpuContext::offers_dgrad_accumulate(sdk::DType dy, sdk::DType w, sdk::DType dx) const {
   if (dx != sdk::DType::fp32) return false;
   if (const auto f = forced(conv_gemm_)) return *f;
@@ -140,21 +148,21 @@ std::string CpuContext::conv_gemm_note() const {
   switch (conv_gemm_) {
     case ConvGemm::gemm:
       return "conv_gemm = gemm: every weight gradient of one group, and every unpadded 1x1 "
-             "data gradient, as one GEMM";
+             "data gradient and forward, as one GEMM";
     case ConvGemm::convolution:
-      return "conv_gemm = convolution: gradients in oneDNN's convolution";
+      return "conv_gemm = convolution: every convolution in oneDNN's convolution";
     case ConvGemm::automatic:
       break;
   }
   if (!has_amx_bf16())
-    return "conv_gemm = auto: gradients in oneDNN's convolution (the GEMM is taken with AMX-BF16 "
-           "only)";
+    return "conv_gemm = auto: every convolution in oneDNN's convolution (the GEMM is taken with "
+           "AMX-BF16 only)";
   if (!bf16_conv_native() || !amx_bf16_gemms())
-    return "conv_gemm = auto: gradients in oneDNN's convolution (bf16 convolutions or GEMMs are "
-           "emulated here)";
-  return "conv_gemm = auto: bf16 weight gradients of 1x1 and wide 3x3 convolutions, and bf16 "
-         "1x1 data gradients (into an fp32 sum or not), as one AMX-BF16 GEMM; the others in "
-         "oneDNN's convolution";
+    return "conv_gemm = auto: every convolution in oneDNN's convolution (bf16 convolutions or "
+           "GEMMs are emulated here)";
+  return "conv_gemm = auto: bf16 weight gradients of 1x1 and wide 3x3 convolutions, bf16 1x1 "
+         "data gradients (into an fp32 sum or not) and bf16 1x1 forwards on small maps, as one "
+         "AMX-BF16 GEMM; the others in oneDNN's convolution";
 }
 
 bool CpuContext::blocked_layout_pays() const {

@@ -1,5 +1,5 @@
 // Convolution gradients as one GEMM (contract in cpu_conv_gemm.h; the rule that takes them, and
-// its measurements, in cpu_conv_algorithm.h).
+// its measurements, in cpu_conv_gemm_rule.h).
 #include "cpu_conv_gemm.h"
 
 #include <cstdint>
@@ -10,7 +10,7 @@
 
 #include "cpu_access.h"
 #include "cpu_activation_kernels.h"
-#include "cpu_conv_algorithm.h"
+#include "cpu_conv_gemm_rule.h"
 #include "cpu_gemm.h"
 #include "cpu_primitive_cache.h"
 
@@ -47,6 +47,54 @@ void gather_columns(const sdk::Conv2dGeometry& g, const sdk::TensorView& x, void
         }
       }
     }
+  }
+}
+
+// cols [M, C·KH·KW] in OIHW's order, elements of type T (x's bytes as stored): output pixel
+// (n, i, j)'s row holds, for each channel c, its KH·KW taps in (kh, kw) order, zeros outside the
+// image. The product dyᵀ · cols is then dw itself.
+template <class T>
+void gather_channel_major(const sdk::Conv2dGeometry& g, const T* src, T* dst) {
+  const std::int64_t oh = g.out_height(), ow = g.out_width(), c = g.in_channels;
+  const std::int64_t taps = g.kernel_h * g.kernel_w;
+#pragma omp parallel for schedule(static) if (parallel_worth(g.batch * oh * ow * c * taps))
+  for (std::int64_t r = 0; r < g.batch * oh; ++r) {
+    const std::int64_t n = r / oh, i = r % oh;
+    for (std::int64_t j = 0; j < ow; ++j) {
+      T* row = dst + (r * ow + j) * c * taps;
+      for (std::int64_t kh = 0, t = 0; kh < g.kernel_h; ++kh) {
+        const std::int64_t h = i * g.stride_h - g.pad_h + kh * g.dilation_h;
+        for (std::int64_t kw = 0; kw < g.kernel_w; ++kw, ++t) {
+          const std::int64_t w = j * g.stride_w - g.pad_w + kw * g.dilation_w;
+          T* to = row + t;
+          if (h < 0 || h >= g.height || w < 0 || w >= g.width) {
+            for (std::int64_t k = 0; k < c; ++k) to[k * taps] = T{};
+          } else {
+            const T* from = src + ((n * g.height + h) * g.width + w) * c;
+            for (std::int64_t k = 0; k < c; ++k) to[k * taps] = from[k];
+          }
+        }
+      }
+    }
+  }
+}
+
+// The same for x's dtype, by its element size (1, 2 or 4 bytes: the operands a convolution takes).
+void gather_columns_channel_major(const sdk::Conv2dGeometry& g, const sdk::TensorView& x,
+                                  void* out) {
+  switch (sdk::dtype_size(x.dtype)) {
+    case 1:
+      gather_channel_major(g, static_cast<const std::uint8_t*>(x.data),
+                           static_cast<std::uint8_t*>(out));
+      break;
+    case 2:
+      gather_channel_major(g, static_cast<const std::uint16_t*>(x.data),
+                           static_cast<std::uint16_t*>(out));
+      break;
+    default:
+      gather_channel_major(g, static_cast<const std::uint32_t*>(x.data),
+                           static_cast<std::uint32_t*>(out));
+      break;
   }
 }
 
@@ -94,33 +142,39 @@ std::size_t wgrad_gemm_cols_bytes(const sdk::Conv2dGeometry& g, sdk::DType x) {
          sdk::dtype_size(x);
 }
 
-std::size_t wgrad_gemm_product_bytes(const sdk::Conv2dGeometry& g) {
-  if (g.kernel_h == 1 && g.kernel_w == 1) return 0;
+std::size_t wgrad_gemm_product_bytes(const sdk::Conv2dGeometry& g, WgradColumns columns) {
+  if ((g.kernel_h == 1 && g.kernel_w == 1) || columns == WgradColumns::oihw) return 0;
   return static_cast<std::size_t>(g.out_channels * g.kernel_h * g.kernel_w * g.in_channels) * 4;
 }
 
 void weight_gradient_as_gemm(CpuContext& context, const sdk::Conv2dBackwardWeightsArgs& args,
-                             void* cols, float* product) {
+                             WgradColumns columns, void* cols, float* product) {
   const sdk::Conv2dGeometry& g = args.geometry;
   const std::int64_t pixels = g.batch * g.out_height() * g.out_width();  // M
   const std::int64_t taps = g.kernel_h * g.kernel_w * g.in_channels;     // KH·KW·C
   const bool pointwise = g.kernel_h == 1 && g.kernel_w == 1;
-  // dy is [M, O]; cols [M, KH·KW·C]; z [O, KH·KW·C].
+  // dy is [M, O]; cols [M, KH·KW·C] in (kh, kw, c) or OIHW's (c, kh, kw) order; z [O, KH·KW·C]
+  // in the same order: dw itself for a 1x1 kernel or OIHW's order.
   sdk::GemmArgs gemm;
   gemm.a = args.dy;
   gemm.a.view.shape = sdk::Shape{pixels, g.out_channels};
   gemm.a.transpose = true;
   gemm.b = args.x;
-  if (!unit_stride_unpadded_1x1(g)) {
+  const bool oihw = !pointwise && columns == WgradColumns::oihw;
+  if (oihw) {
+    gather_columns_channel_major(g, args.x.view, cols);
+    gemm.b.view.data = cols;
+  } else if (!unit_stride_unpadded_1x1(g)) {
     gather_columns(g, args.x.view, cols);
     gemm.b.view.data = cols;
   }
+  const bool direct = pointwise || oihw;
   gemm.b.view.shape = sdk::Shape{pixels, taps};
-  gemm.c = {pointwise ? args.dw.data : product, sdk::DType::fp32, sdk::Shape{g.out_channels, taps}};
-  gemm.beta = pointwise && args.accumulate ? 1.0f : 0.0f;
+  gemm.c = {direct ? args.dw.data : product, sdk::DType::fp32, sdk::Shape{g.out_channels, taps}};
+  gemm.beta = direct && args.accumulate ? 1.0f : 0.0f;
   gemm.compute = args.compute;
   context.gemm().run(gemm);
-  if (!pointwise) {
+  if (!direct) {
     PrimitiveCache& cache = context.prims();
     const ProductReorder& r = product_reorder(cache, g);
     cache.execute(args.accumulate ? r.add : r.overwrite,
@@ -130,6 +184,32 @@ void weight_gradient_as_gemm(CpuContext& context, const sdk::Conv2dBackwardWeigh
   if (!args.dbias.empty())
     sum_columns(context, args.dy.view, pixels, g.out_channels, args.dbias.as<float>(),
                 args.accumulate);
+}
+
+std::size_t fprop_gemm_cols_bytes(const sdk::Conv2dGeometry& g, sdk::DType x) {
+  if (unit_stride_unpadded_1x1(g)) return 0;
+  return static_cast<std::size_t>(g.batch * g.out_height() * g.out_width() * g.in_channels) *
+         sdk::dtype_size(x);
+}
+
+void forward_as_gemm(CpuContext& context, const sdk::Conv2dForwardArgs& args, void* cols) {
+  const sdk::Conv2dGeometry& g = args.geometry;
+  const std::int64_t pixels = g.batch * g.out_height() * g.out_width();  // M
+  // cols [M, C]; w [O, C] read transposed; y [M, O].
+  sdk::GemmArgs gemm;
+  gemm.a = args.x;
+  if (!unit_stride_unpadded_1x1(g)) {
+    gather_columns(g, args.x.view, cols);
+    gemm.a.view.data = cols;
+  }
+  gemm.a.view.shape = sdk::Shape{pixels, g.in_channels};
+  gemm.b = args.w;
+  gemm.b.view.shape = sdk::Shape{g.out_channels, g.in_channels};
+  gemm.b.transpose = true;
+  gemm.c = {args.y.data, args.y.dtype, sdk::Shape{pixels, g.out_channels}};
+  gemm.bias = args.bias;
+  gemm.compute = args.compute;
+  context.gemm().run(gemm);
 }
 
 namespace {

@@ -242,9 +242,9 @@ TEST_F(Cnn, ReducedResNet50LearnsAtSmallResolutionInFp32AndBf16Mixed) {
 
 TEST_F(Cnn, ConvolutionGradientsAsGemmsTrainTheReducedResNet50AsTheConvolutionDoes) {
   // Every convolution's weight gradient as one GEMM (backend.cpu.conv_gemm = gemm: the stem's
-  // 7x7, the 3x3s and 1x1s), and the first block's input gradient added into its FP32 sum by its
-  // 1x1 conv1's GEMM (beta = 1), against oneDNN's convolution, whose contribution the host adds
-  // by an axpy.
+  // 7x7, the 3x3s and 1x1s), every 1x1's forward, and the first block's input gradient added into
+  // its FP32 sum by its 1x1 conv1's GEMM (beta = 1), against oneDNN's convolution, whose
+  // contribution the host adds by an axpy.
   // `train --profile`'s lines: the weight-gradient plans ("conv2d_backward_weights N=8 C=16 ...";
   // its op and node tables name the op without a problem), and the op table's conv2d rows.
   const auto count = [](const std::string& out, const std::string& what) {
@@ -287,12 +287,24 @@ TEST_F(Cnn, ConvolutionGradientsAsGemmsTrainTheReducedResNet50AsTheConvolutionDo
     // took the GEMM in one and the axpy in the other.
     EXPECT_GT(count(conv.out, "conv2d_backward_weights N="), 0u);
     EXPECT_EQ(count(gemm.out, "conv2d_backward_weights N="), 0u);
+    // The 1x1 forwards likewise; the 3x3s' and the stem's stay oneDNN's in both.
+    const auto forward_1x1 = [&](const std::string& out) {
+      std::size_t n = 0;
+      std::istringstream lines(out);
+      for (std::string line; std::getline(lines, line);)
+        n += line.find("conv2d_forward N=") != std::string::npos &&
+             line.find("kernel 1x1") != std::string::npos;
+      return n;
+    };
+    EXPECT_GT(forward_1x1(conv.out), 0u) << conv.out;
+    EXPECT_EQ(forward_1x1(gemm.out), 0u) << gemm.out;
+    EXPECT_GT(count(gemm.out, "conv2d_forward N="), 0u) << gemm.out;
     EXPECT_GT(count(gemm.out, "conv2d_backward_data_accumulate"), 0u) << gemm.out;
     EXPECT_EQ(count(gemm.out, " axpy "), 0u) << gemm.out;
     EXPECT_GT(count(conv.out, " axpy "), 0u) << conv.out;
     // The backend says what runs whenever the option is set (info log).
     EXPECT_NE(gemm.err.find("conv_gemm = gemm: every weight gradient of one group, and every "
-                            "unpadded 1x1 data gradient, as one GEMM"),
+                            "unpadded 1x1 data gradient and forward, as one GEMM"),
               std::string::npos)
         << gemm.err;
     EXPECT_NE(conv.err.find("conv_gemm = convolution"), std::string::npos) << conv.err;

@@ -36,11 +36,11 @@
 //   reordered to its blocked layout around the call (cpu_conv_primitives.h). Everything else, and
 //   every convolution oneDNN has no Winograd kernel for, runs direct.
 //
-// Weight gradients: one GEMM dyᵀ·cols over x or its gathered columns (cpu_conv_gemm.h) where
-// cpu_conv_algorithm.h's rule takes it (the option conv_gemm; by default bf16 1x1 and wide 3x3
-// convolutions with AMX), oneDNN's convolution otherwise. The accumulating data gradient of a 1x1
-// convolution likewise, as one GEMM dy·w with beta = 1 into dx, where the rule takes it (and
-// supports() offers the op).
+// As one GEMM (cpu_conv_gemm.h) where cpu_conv_gemm_rule.h's rule takes it (the option conv_gemm;
+// by default bf16 operands with AMX), oneDNN's convolution otherwise: weight gradients, dyᵀ·cols
+// over x or its gathered columns (1x1 and wide 3x3 convolutions); the data gradient of a 1x1
+// convolution, dy·w, with beta = 1 into dx when accumulating (supports() then offers the op);
+// the forward of a 1x1 convolution on a small map, x·wᵀ with w read where it is (no reorder).
 //
 // The primitives, their cached descriptors and reorders live in cpu_conv_primitives.{h,cpp};
 // this file checks the arguments, picks the route and the algorithm, and runs them.
@@ -59,6 +59,7 @@
 #include "cpu_context.h"
 #include "cpu_conv_algorithm.h"
 #include "cpu_conv_gemm.h"
+#include "cpu_conv_gemm_rule.h"
 #include "cpu_conv_primitives.h"
 #include "cpu_features.h"
 #include "cpu_gemm.h"
@@ -345,6 +346,18 @@ void run_forward(CpuContext& context, const sdk::Conv2dForwardArgs& args, const 
   const bool bias_inside = has_bias && scale == 1.0f;
   Route r =
       route_of(args.x.view.dtype, args.w.view.dtype, args.compute, context.bf16_conv_native());
+  if (context.fprop_as_gemm(g, r.native_bf16)) {
+    // A 1x1 forward as one GEMM (cpu_conv_gemm_rule.h): w read as stored, no reorder; past
+    // stride 1 the strided pixels of x are the call's scratch.
+    const std::size_t cols = fprop_gemm_cols_bytes(g, args.x.view.dtype);
+    std::optional<PrimitiveCache::Lease> lease;
+    if (measure_or_lend(context.prims(), s, {cols}, lease)) return;
+    forward_as_gemm(context, args,
+                    cols > 0 ? context.prims().scratch<char>(Slot::src, cols) : nullptr);
+    context.record_conv_implementation("gemm " + context.gemm().last_implementation());
+    context.account_scratch();
+    return;
+  }
   const ConvMethod method =
       method_for(context, Direction::forward, g, r, args.x.view.dtype, args.w.view.dtype);
   ForwardEntry* e = &pick_entry(
@@ -387,7 +400,7 @@ void run_forward(CpuContext& context, const sdk::Conv2dForwardArgs& args, const 
 }  // namespace
 
 bool CpuConvolution::supports(sdk::ConvolutionOp op, std::span<const DType> dtypes) const {
-  // The accumulating data gradient is offered where cpu_conv_algorithm.h's conv_gemm rule runs a
+  // The accumulating data gradient is offered where cpu_conv_gemm_rule.h's rule runs a
   // 1x1 one as a GEMM (by default bf16 operands with AMX-BF16, into an fp32 sum): ResNet's
   // Bottleneck adds its input's gradient through its first convolution and its downsampling
   // shortcut, both 1x1. Its other shapes are implemented too (the reference the host's tests put
@@ -442,7 +455,7 @@ void run_backward_data(CpuContext& context, const sdk::Conv2dBackwardDataArgs& a
   Route r =
       route_of(args.dy.view.dtype, args.w.view.dtype, args.compute, context.bf16_conv_native());
   if (context.dgrad_as_gemm(g, r.native_bf16, args.dx.dtype, accumulate)) {
-    // A 1x1 data gradient as one GEMM (cpu_conv_algorithm.h), written into an fp32 dx at stride 1
+    // A 1x1 data gradient as one GEMM (cpu_conv_gemm_rule.h), written into an fp32 dx at stride 1
     // (added with beta = 1 when accumulating); otherwise the fp32 product is the call's scratch.
     const std::size_t product = dgrad_gemm_product_bytes(g, args.dx.dtype);
     std::optional<PrimitiveCache::Lease> lease;
@@ -526,14 +539,15 @@ void run_backward_weights(CpuContext& context, const sdk::Conv2dBackwardWeightsA
   Route r =
       route_of(args.x.view.dtype, args.dy.view.dtype, args.compute, context.bf16_conv_native());
   if (context.wgrad_as_gemm(g, r.native_bf16, has_bias && sdk::is_fp8(args.dy.view.dtype))) {
-    // The weight gradient as one GEMM (cpu_conv_algorithm.h): its scratch is x's gathered
-    // columns and, past 1x1, the product before its reorder into OIHW.
+    // The weight gradient as one GEMM (cpu_conv_gemm_rule.h): its scratch is x's gathered
+    // columns and, in OHWI's column order, the product before its reorder into OIHW.
+    const WgradColumns columns = wgrad_columns(g);
     const std::size_t cols = wgrad_gemm_cols_bytes(g, args.x.view.dtype);
-    const std::size_t product = wgrad_gemm_product_bytes(g);
+    const std::size_t product = wgrad_gemm_product_bytes(g, columns);
     std::optional<PrimitiveCache::Lease> lease;
     if (measure_or_lend(context.prims(), s, {cols, product}, lease)) return;
     weight_gradient_as_gemm(
-        context, args, cols > 0 ? context.prims().scratch<char>(Slot::src, cols) : nullptr,
+        context, args, columns, cols > 0 ? context.prims().scratch<char>(Slot::src, cols) : nullptr,
         product > 0 ? context.prims().scratch<float>(Slot::dst, product / 4) : nullptr);
     context.record_conv_implementation("gemm " + context.gemm().last_implementation());
     context.account_scratch();
