@@ -214,22 +214,27 @@ void forward_as_gemm(CpuContext& context, const sdk::Conv2dForwardArgs& args, vo
 
 namespace {
 
-// The GEMM writes dx itself where dx is its fp32 product's own layout: stride 1, an fp32 dx.
-bool writes_dx_directly(const sdk::Conv2dGeometry& g, sdk::DType dx) {
-  return g.stride_h == 1 && g.stride_w == 1 && dx == sdk::DType::fp32;
+// The GEMM writes dx itself where dx is its product's own layout (stride 1) in a dtype the engine
+// writes directly.
+bool writes_dx_directly(CpuContext& context, const sdk::Conv2dBackwardDataArgs& args) {
+  const sdk::Conv2dGeometry& g = args.geometry;
+  return g.stride_h == 1 && g.stride_w == 1 &&
+         context.gemm().writes_c_directly(args.dy.view.dtype, args.w.view.dtype, args.dx.dtype,
+                                          args.compute);
 }
 
 }  // namespace
 
-std::size_t dgrad_gemm_product_bytes(const sdk::Conv2dGeometry& g, sdk::DType dx) {
-  if (writes_dx_directly(g, dx)) return 0;
+std::size_t dgrad_gemm_product_bytes(CpuContext& context, const sdk::Conv2dBackwardDataArgs& args) {
+  if (writes_dx_directly(context, args)) return 0;
+  const sdk::Conv2dGeometry& g = args.geometry;
   return static_cast<std::size_t>(g.batch * g.out_height() * g.out_width() * g.in_channels) * 4;
 }
 
 void data_gradient_as_gemm(CpuContext& context, const sdk::Conv2dBackwardDataArgs& args,
                            bool accumulate, float* product) {
   const sdk::Conv2dGeometry& g = args.geometry;
-  const bool direct = writes_dx_directly(g, args.dx.dtype);
+  const bool direct = writes_dx_directly(context, args);
   const std::int64_t oh = g.out_height(), ow = g.out_width(), c = g.in_channels;
   const std::int64_t pixels = g.batch * oh * ow;  // M: dy's pixels
   // dy is [M, O]; w [O, C]; the product [M, C]: dx itself when direct.

@@ -40,17 +40,18 @@ void weight_gradient_as_gemm(CpuContext& context, const sdk::Conv2dBackwardWeigh
 // - args are the convolution facet's, already checked (conv2d_backward_data, or
 //   conv2d_backward_data_accumulate when `accumulate`, then with an fp32 dx), with a geometry that
 //   dgrad_gemm_shape() accepts: an unpadded 1x1 kernel, one group, any stride.
-// - Stride 1 into an fp32 dx: dx [M, C] (+)= dy [M, O] · w [O, C] (1x1 OIHW is [O, C]),
-//   M = N·H·W, one GEMM through the backend's GemmEngine (its precision rules; fp8 scale_invs
-//   scale the product once; FP32 accumulation; beta = 1 when accumulating: dx's old value added
-//   once).
-// - Otherwise (a stride (sh, sw), or a 16-bit dx): z [N·OH·OW, C] = dy · w, the same GEMM, into
-//   the fp32 `product` (dgrad_gemm_product_bytes(), the call's workspace, so the engine's own
+// - Stride 1 into a dx the GEMM engine writes itself (fp32; bf16 from bf16 operands on its native
+//   route, GemmEngine::writes_c_directly): dx [M, C] (+)= dy [M, O] · w [O, C] (1x1 OIHW is
+//   [O, C]), M = N·H·W, one GEMM through the backend's GemmEngine (its precision rules; fp8
+//   scale_invs scale the product once; FP32 accumulation; beta = 1 when accumulating, into fp32
+//   only: dx's old value added once).
+// - Otherwise (a stride (sh, sw), or another 16-bit dx): z [N·OH·OW, C] = dy · w, the same GEMM,
+//   into the fp32 `product` (dgrad_gemm_product_bytes(), the call's workspace, so the engine's own
 //   scratch does not grow for a 16-bit C); x pixel (n, i·sh, j·sw) takes z's row (n, i, j),
 //   rounded once into dx's dtype or added to dx's fp32; every other pixel of dx is zero (+0), or
 //   left as it is when accumulating. No scratch for the direct case (a decoded operand is the
 //   engine's own).
-std::size_t dgrad_gemm_product_bytes(const sdk::Conv2dGeometry& g, sdk::DType dx);
+std::size_t dgrad_gemm_product_bytes(CpuContext& context, const sdk::Conv2dBackwardDataArgs& args);
 
 void data_gradient_as_gemm(CpuContext& context, const sdk::Conv2dBackwardDataArgs& args,
                            bool accumulate, float* product);

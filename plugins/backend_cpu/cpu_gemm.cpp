@@ -146,6 +146,12 @@ void GemmEngine::check_dtypes(const sdk::GemmArgs& args) const {
          "use an fp32, bf16 or fp16 output");
 }
 
+bool GemmEngine::writes_c_directly(sdk::DType a, sdk::DType b, sdk::DType c, sdk::DType compute) {
+  if (c == DType::fp32) return true;
+  const bool tf32 = compute == DType::tf32 || a == DType::tf32 || b == DType::tf32;
+  return c == DType::bf16 && a == DType::bf16 && b == DType::bf16 && !tf32 && bf16_native();
+}
+
 GemmEngine::Operands GemmEngine::prepare_operands(const sdk::GemmArgs& args, std::int64_t a_numel,
                                                   std::int64_t b_numel) {
   const DType a = args.a.view.dtype;

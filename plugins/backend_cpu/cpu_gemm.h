@@ -105,6 +105,10 @@ class GemmEngine {
   std::string bf16_implementation();
   // True when bf16 x bf16 GEMMs run in oneDNN's bf16 matmul, false when emulated.
   bool bf16_native();
+  // Whether run() writes a C of dtype `c` from operands of dtypes `a` and `b` (compute `compute`)
+  // itself, with no fp32 scratch for C and no epilogue: fp32 always; bf16 on the native bf16
+  // route (the C exception above).
+  bool writes_c_directly(sdk::DType a, sdk::DType b, sdk::DType c, sdk::DType compute);
   // Why the bf16 path is what it is, for capabilities().
   std::string bf16_note();
   // oneDNN's implementation of the primitive the last GEMM ran (empty before any, or after a

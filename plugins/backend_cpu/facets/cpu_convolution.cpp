@@ -457,7 +457,7 @@ void run_backward_data(CpuContext& context, const sdk::Conv2dBackwardDataArgs& a
   if (context.dgrad_as_gemm(g, r.native_bf16, args.dx.dtype, accumulate)) {
     // A 1x1 data gradient as one GEMM (cpu_conv_gemm_rule.h), written into an fp32 dx at stride 1
     // (added with beta = 1 when accumulating); otherwise the fp32 product is the call's scratch.
-    const std::size_t product = dgrad_gemm_product_bytes(g, args.dx.dtype);
+    const std::size_t product = dgrad_gemm_product_bytes(context, args);
     std::optional<PrimitiveCache::Lease> lease;
     if (measure_or_lend(context.prims(), s, {product}, lease)) return;
     data_gradient_as_gemm(
