@@ -521,11 +521,12 @@ TEST(BackendCpuConvolution, PointwiseForwardAsAGemmIsWithinTheFp32SumBound) {
     std::int64_t h, w;
   };
   for (const Stride st : {Stride{1, 1}, Stride{2, 2}, Stride{2, 3}})
-    for (const auto& [dtype, scale] :
-         {std::pair{DType::fp32, 1.0f}, std::pair{DType::bf16, 1.0f}, std::pair{DType::fp16, 1.0f},
-          std::pair{DType::fp8_e4m3, 0.5f}})
+    for (const auto& operands : {std::pair{DType::fp32, 1.0f}, std::pair{DType::bf16, 1.0f},
+                                 std::pair{DType::fp16, 1.0f}, std::pair{DType::fp8_e4m3, 0.5f}})
       for (const DType y_dtype : {DType::fp32, DType::bf16, DType::fp16})
         for (const bool bias : {false, true}) {
+          const DType dtype = operands.first;  // not structured bindings: lambdas capture these
+          const float scale = operands.second;
           auto g = geometry(3, 40, 7, 8, 24, 1, 1, 1, 0);
           g.stride_h = st.h;
           g.stride_w = st.w;
