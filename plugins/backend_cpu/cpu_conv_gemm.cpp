@@ -1,5 +1,5 @@
-// Convolution gradients as one GEMM (contract in cpu_conv_gemm.h; the rule that takes them, and
-// its measurements, in cpu_conv_gemm_rule.h).
+// Convolutions as one GEMM (contract in cpu_conv_gemm.h; the rule that takes them, and its
+// measurements, in cpu_conv_gemm_rule.h).
 #include "cpu_conv_gemm.h"
 
 #include <cstdint>

@@ -63,7 +63,9 @@ void data_gradient_as_gemm(CpuContext& context, const sdk::Conv2dBackwardDataArg
 // - y [M, O] = cols [M, C] · wᵀ (+ bias), M = N·OH·OW, w [O, C] (1x1 OIHW) read transposed: one
 //   GEMM through the backend's GemmEngine (its precision rules, the convolution's; fp8
 //   scale_invs scale the product once, before the bias; FP32 accumulation). cols is x itself at
-//   stride 1, else x's every stride-th pixel gathered into `cols` (fprop_gemm_cols_bytes()).
+//   stride 1, else x's every stride-th pixel gathered into `cols` (fprop_gemm_cols_bytes()). No
+//   other scratch on the native bf16 route, where the engine writes a bf16 y itself; elsewhere
+//   the engine's own holds decoded operands and a 16-bit y's fp32 product (cpu_gemm.h).
 std::size_t fprop_gemm_cols_bytes(const sdk::Conv2dGeometry& g, sdk::DType x);
 
 void forward_as_gemm(CpuContext& context, const sdk::Conv2dForwardArgs& args, void* cols);

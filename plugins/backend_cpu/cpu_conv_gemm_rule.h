@@ -82,7 +82,8 @@
 //   ties, the more the wider the map. Session 65's onednn_dgrad_gemm.cpp, which timed the
 //   convolution with its weights already blocked and in the cache, found no gain: the weights'
 //   reorder (0.2-0.5 ms for 1-2 M weights) is what the GEMM saves. 3x3 forwards as a GEMM over
-//   gathered columns lost there even at 512 channels, and stay convolutions. fprop_gemm_pays()
+//   gathered columns lost even at 512 channels and 7x7 (2.10 against 1.86 ms, batch 8), and stay
+//   convolutions. fprop_gemm_pays()
 //   takes the 7x7 maps, and any map where the weights outnumber the product's rows 1024 to one
 //   (a small batch). In ResNet-50's bf16 step at batch 8 (`train --profile`) it takes layer4's
 //   five 1x1s at stride 1 and its downsampling shortcut: layer4.0.downsample.0 2.35 -> 1.70 ms,
@@ -107,9 +108,9 @@
 //   fprop_gemm_pays() (forwards).
 // - gemm ("gemm"): every weight gradient the GEMM can take (wgrad_gemm_shape, and no fp8 dy with
 //   a bias gradient), every data gradient of dgrad_gemm_shape() (accumulating: into an fp32 dx)
-//   and every forward of fprop_gemm_shape() into a y the engine writes, on any route: the GEMM
-//   engine's precision rules, which are the convolution's (exact FP32 on the rounded operands,
-//   FP32 accumulation). For measurements and for tests on any CPU.
+//   and every forward of fprop_gemm_shape(), on any route: the GEMM engine's precision rules,
+//   which are the convolution's (exact FP32 on the rounded operands, FP32 accumulation). For
+//   measurements and for tests on any CPU.
 // - convolution ("convolution"): never, and the accumulating data gradient is not offered.
 // The sum runs in another order than the convolution's: the same FP32 accumulation, other bits.
 // Static, so a shape takes the same route in every run on one CPU.

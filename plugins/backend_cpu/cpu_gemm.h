@@ -21,9 +21,9 @@
 //   accumulation rounded once RNE, subnormal results flushed to zero (as vdpbf16ps already
 //   flushes its inputs and products); for a bf16 destination at large k oneDNN sums in an order
 //   of its own (an AMX Xeon, [1024, 3072]·[3072, 768]: 63 of 786,432 elements an ulp from the
-//   fp32 destination's rounding, as often nearer the exact sum as further; none at k = 768). The
-//   same bits on any thread count. GPT-2 small's linear GEMMs 333 -> 319 ms a step (RESULTS.md,
-//   session 67).
+//   fp32 destination's rounding, as often nearer the exact sum as further; none at k = 768), the
+//   same bits on one and two threads. GPT-2 small's linear GEMMs 327 / 324 -> 315 / 311 ms a step
+//   in two interleaved pairs (RESULTS.md, session 67).
 // - Activation epilogue (GemmArgs::has_activation): z goes to fp32 (C itself when C is fp32,
 //   scratch otherwise), pre_activation receives z rounded once, the activation runs in place on
 //   the fp32 z through `activate`, and a 16-bit C is encoded once from act(z); the three passes
