@@ -20,63 +20,64 @@ namespace {
 
 using dnnl::memory;
 
-// cols [M, KH·KW·C] from x [N, H, W, C], bytes as stored: output pixel (n, i, j)'s row holds the
-// input pixels (i·s − p + kh·d, j·s − p + kw·d) for kh, kw in order, zeros outside the image.
-void gather_columns(const sdk::Conv2dGeometry& g, const sdk::TensorView& x, void* out) {
+// Calls tap(m, t, from) for every output pixel m = (n, i, j) of x [N, H, W, C] and every kernel
+// tap t = (kh, kw) in order, `from` being the input pixel (i·s − p + kh·d, j·s − p + kw·d)'s
+// first byte, or nullptr where the tap falls outside the image: the walk both column orders of
+// im2col share. One row of output pixels per iteration, rows split between the threads.
+template <class Tap>
+void for_each_tap(const sdk::Conv2dGeometry& g, const sdk::TensorView& x, const Tap& tap) {
   const std::int64_t oh = g.out_height(), ow = g.out_width();
   const std::size_t pixel = static_cast<std::size_t>(g.in_channels) * sdk::dtype_size(x.dtype);
-  const std::size_t row_bytes = pixel * static_cast<std::size_t>(g.kernel_h * g.kernel_w);
   const auto* src = static_cast<const char*>(x.data);
-  auto* dst = static_cast<char*>(out);
-  // One row of output pixels per iteration.
-#pragma omp parallel for schedule(static) if (parallel_worth(g.batch * oh * ow * g.in_channels))
+  const std::int64_t elements = g.batch * oh * ow * g.kernel_h * g.kernel_w * g.in_channels;
+#pragma omp parallel for schedule(static) if (parallel_worth(elements))
   for (std::int64_t r = 0; r < g.batch * oh; ++r) {
     const std::int64_t n = r / oh, i = r % oh;
     for (std::int64_t j = 0; j < ow; ++j) {
-      char* to = dst + static_cast<std::size_t>(r * ow + j) * row_bytes;
-      for (std::int64_t kh = 0; kh < g.kernel_h; ++kh) {
+      for (std::int64_t kh = 0, t = 0; kh < g.kernel_h; ++kh) {
         const std::int64_t h = i * g.stride_h - g.pad_h + kh * g.dilation_h;
-        for (std::int64_t kw = 0; kw < g.kernel_w; ++kw, to += pixel) {
+        for (std::int64_t kw = 0; kw < g.kernel_w; ++kw, ++t) {
           const std::int64_t w = j * g.stride_w - g.pad_w + kw * g.dilation_w;
-          if (h < 0 || h >= g.height || w < 0 || w >= g.width)
-            std::memset(to, 0, pixel);
-          else
-            std::memcpy(to,
-                        src + static_cast<std::size_t>((n * g.height + h) * g.width + w) * pixel,
-                        pixel);
+          const bool inside = h >= 0 && h < g.height && w >= 0 && w < g.width;
+          tap(r * ow + j, t,
+              inside ? src + static_cast<std::size_t>((n * g.height + h) * g.width + w) * pixel
+                     : nullptr);
         }
       }
     }
   }
 }
 
-// cols [M, C·KH·KW] in OIHW's order, elements of type T (x's bytes as stored): output pixel
-// (n, i, j)'s row holds, for each channel c, its KH·KW taps in (kh, kw) order, zeros outside the
-// image. The product dyᵀ · cols is then dw itself.
+// cols [M, KH·KW·C] from x [N, H, W, C], bytes as stored: output pixel m's row holds its taps'
+// input pixels in (kh, kw) order, zeros outside the image.
+void gather_columns(const sdk::Conv2dGeometry& g, const sdk::TensorView& x, void* out) {
+  const std::size_t pixel = static_cast<std::size_t>(g.in_channels) * sdk::dtype_size(x.dtype);
+  const std::size_t row_bytes = pixel * static_cast<std::size_t>(g.kernel_h * g.kernel_w);
+  auto* dst = static_cast<char*>(out);
+  for_each_tap(g, x, [&](std::int64_t m, std::int64_t t, const char* from) {
+    char* to = dst + static_cast<std::size_t>(m) * row_bytes + static_cast<std::size_t>(t) * pixel;
+    if (from == nullptr)
+      std::memset(to, 0, pixel);
+    else
+      std::memcpy(to, from, pixel);
+  });
+}
+
+// cols [M, C·KH·KW] in OIHW's order, elements of type T (x's bytes as stored): output pixel m's
+// row holds, for each channel c, its KH·KW taps in (kh, kw) order, zeros outside the image. The
+// product dyᵀ · cols is then dw itself.
 template <class T>
-void gather_channel_major(const sdk::Conv2dGeometry& g, const T* src, T* dst) {
-  const std::int64_t oh = g.out_height(), ow = g.out_width(), c = g.in_channels;
-  const std::int64_t taps = g.kernel_h * g.kernel_w;
-#pragma omp parallel for schedule(static) if (parallel_worth(g.batch * oh * ow * c * taps))
-  for (std::int64_t r = 0; r < g.batch * oh; ++r) {
-    const std::int64_t n = r / oh, i = r % oh;
-    for (std::int64_t j = 0; j < ow; ++j) {
-      T* row = dst + (r * ow + j) * c * taps;
-      for (std::int64_t kh = 0, t = 0; kh < g.kernel_h; ++kh) {
-        const std::int64_t h = i * g.stride_h - g.pad_h + kh * g.dilation_h;
-        for (std::int64_t kw = 0; kw < g.kernel_w; ++kw, ++t) {
-          const std::int64_t w = j * g.stride_w - g.pad_w + kw * g.dilation_w;
-          T* to = row + t;
-          if (h < 0 || h >= g.height || w < 0 || w >= g.width) {
-            for (std::int64_t k = 0; k < c; ++k) to[k * taps] = T{};
-          } else {
-            const T* from = src + ((n * g.height + h) * g.width + w) * c;
-            for (std::int64_t k = 0; k < c; ++k) to[k * taps] = from[k];
-          }
-        }
-      }
+void gather_channel_major(const sdk::Conv2dGeometry& g, const sdk::TensorView& x, T* dst) {
+  const std::int64_t c = g.in_channels, taps = g.kernel_h * g.kernel_w;
+  for_each_tap(g, x, [&](std::int64_t m, std::int64_t t, const char* bytes) {
+    T* to = dst + m * c * taps + t;
+    if (bytes == nullptr) {
+      for (std::int64_t k = 0; k < c; ++k) to[k * taps] = T{};
+    } else {
+      const T* from = reinterpret_cast<const T*>(bytes);
+      for (std::int64_t k = 0; k < c; ++k) to[k * taps] = from[k];
     }
-  }
+  });
 }
 
 // The same for x's dtype, by its element size (1, 2 or 4 bytes: the operands a convolution takes).
@@ -84,16 +85,13 @@ void gather_columns_channel_major(const sdk::Conv2dGeometry& g, const sdk::Tenso
                                   void* out) {
   switch (sdk::dtype_size(x.dtype)) {
     case 1:
-      gather_channel_major(g, static_cast<const std::uint8_t*>(x.data),
-                           static_cast<std::uint8_t*>(out));
+      gather_channel_major(g, x, static_cast<std::uint8_t*>(out));
       break;
     case 2:
-      gather_channel_major(g, static_cast<const std::uint16_t*>(x.data),
-                           static_cast<std::uint16_t*>(out));
+      gather_channel_major(g, x, static_cast<std::uint16_t*>(out));
       break;
     default:
-      gather_channel_major(g, static_cast<const std::uint32_t*>(x.data),
-                           static_cast<std::uint32_t*>(out));
+      gather_channel_major(g, x, static_cast<std::uint32_t*>(out));
       break;
   }
 }

@@ -146,19 +146,21 @@ void GemmEngine::check_dtypes(const sdk::GemmArgs& args) const {
          "use an fp32, bf16 or fp16 output");
 }
 
+bool GemmEngine::reads_bf16_natively(sdk::DType a, sdk::DType b, sdk::DType compute) {
+  return a == DType::bf16 && b == DType::bf16 && compute != DType::tf32 && bf16_native();
+}
+
 bool GemmEngine::writes_c_directly(sdk::DType a, sdk::DType b, sdk::DType c, sdk::DType compute) {
-  if (c == DType::fp32) return true;
-  const bool tf32 = compute == DType::tf32 || a == DType::tf32 || b == DType::tf32;
-  return c == DType::bf16 && a == DType::bf16 && b == DType::bf16 && !tf32 && bf16_native();
+  return c == DType::fp32 || (c == DType::bf16 && reads_bf16_natively(a, b, compute));
 }
 
 GemmEngine::Operands GemmEngine::prepare_operands(const sdk::GemmArgs& args, std::int64_t a_numel,
                                                   std::int64_t b_numel) {
   const DType a = args.a.view.dtype;
   const DType b = args.b.view.dtype;
-  const bool tf32 = args.compute == DType::tf32 || a == DType::tf32 || b == DType::tf32;
-  if (a == DType::bf16 && b == DType::bf16 && !tf32 && bf16_native())
+  if (reads_bf16_natively(a, b, args.compute))
     return {args.a.view.data, args.b.view.data, memory::data_type::bf16, memory::data_type::bf16};
+  const bool tf32 = args.compute == DType::tf32 || a == DType::tf32 || b == DType::tf32;
   const float* a32 = operand_fp32(args.a, a_numel, tf32, scratch_a_);
   const float* b32 = operand_fp32(args.b, b_numel, tf32, scratch_b_);
   return {a32, b32, memory::data_type::f32, memory::data_type::f32};
@@ -405,7 +407,7 @@ bool GemmEngine::run_batched(const sdk::GemmBatchedArgs& args) {
   // everything else decoded exactly to fp32.
   const DType at = g.a.view.dtype, bt = g.b.view.dtype;
   const bool tf32 = g.compute == DType::tf32 || at == DType::tf32 || bt == DType::tf32;
-  const bool bf16_pair = at == DType::bf16 && bt == DType::bf16 && !tf32 && bf16_native();
+  const bool bf16_pair = reads_bf16_natively(at, bt, g.compute);
   const bool a_native = bf16_pair || (is_fp32_storage(at) && !tf32);
   const bool b_native = bf16_pair || (is_fp32_storage(bt) && !tf32);
   const bool c_via_fp32 = !is_fp32_storage(g.c.dtype);

@@ -160,9 +160,12 @@ class GemmEngine {
   };
 
   // run() and run_into(): the product into fp32, then the activation and one rounding into C, or
-  // into_c's epilogue.
+  // into_c's epilogue; on the native bf16 route a bf16 C without either, straight from the matmul.
   void run_product(const sdk::GemmArgs& args, const ActivateInPlace& activate,
                    const EpilogueIntoC& into_c);
+  // Whether operands of dtypes `a` and `b` enter oneDNN's bf16 matmul as stored (the native bf16
+  // route): both bf16, compute not tf32, and the bf16 path native here.
+  bool reads_bf16_natively(sdk::DType a, sdk::DType b, sdk::DType compute);
   Operands prepare_operands(const sdk::GemmArgs& args, std::int64_t a_numel, std::int64_t b_numel);
   const float* operand_fp32(const sdk::GemmOperand& op, std::int64_t numel, bool tf32,
                             ScratchBuffer& scratch);
