@@ -28,7 +28,7 @@ ResolvedSection model_section_of(const sdk::Options& model) {
   };
   leave_unset(
       "loss_chunk_rows",
-      "loss_chunk_rows unset: for a model of 4096 classes or more, 256 rows on a backend whose "
+      "loss_chunk_rows unset: for a model of 4096 classes or more, 512 rows on a backend whose "
       "GEMMs reach their rate at a few hundred rows (the CPU) and 1024 on others (CUDA), "
       "else 0 (whole)");
   leave_unset("loss_pad_classes",

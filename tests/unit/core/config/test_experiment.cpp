@@ -830,7 +830,7 @@ TEST(sdk_Experiment, RunDirAndPluginPathsResolveLikeEveryOtherPath) {
 }
 
 // model.loss_chunk_rows unset means "by the class count and the backend" (from 4096 classes 1024,
-// or 256 on the CPU; else 0): the resolved config must leave it unset, or an evaluation or resume
+// or 512 on the CPU; else 0): the resolved config must leave it unset, or an evaluation or resume
 // reading it would chunk a small vocabulary's loss that the run computed whole (another summation
 // order, other last bits).
 TEST(sdk_Experiment, AnUnsetLossChunkStaysUnsetInTheResolvedConfig) {

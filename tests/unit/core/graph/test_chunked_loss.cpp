@@ -303,8 +303,8 @@ class GpuLikeRowsBackend final : public test_support::ForwardingBackend {
   }
 };
 
-// Unset, the block is 256 rows on the CPU (its GEMMs are at their rate there, and the logits and
-// the GEMMs' copies take a quarter of 1024 rows' bytes), 1024 on a backend without the feature,
+// Unset, the block is 512 rows on the CPU (its GEMMs are at their rate there, and the logits and
+// the GEMMs' copies take half of 1024 rows' bytes), 1024 on a backend without the feature,
 // for a model of 4096 classes or more (a vocabulary); the logits of fewer classes are computed
 // whole. Set, 0 included, it is what it says.
 TEST(ChunkedLoss, UnsetBlocksOnlyAVocabularyOfLogitsByTheBackendsGemmRate) {

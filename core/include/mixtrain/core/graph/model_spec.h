@@ -51,8 +51,12 @@ inline constexpr const char* kGraphInput = "input";
 
 inline constexpr std::int64_t kLossChunkRows = 1024, kLossChunkClasses = 4096;
 // The block on a backend whose GEMMs reach their rate at a few hundred rows
-// (sdk::kFeatureGemmFullRateAtFewRows: the CPU's).
-inline constexpr std::int64_t kLossChunkRowsFewRows = 256;
+// (sdk::kFeatureGemmFullRateAtFewRows: the CPU's). 512, not 256: GPT-2 small's LM head GEMMs
+// (50257 classes, 768 wide) ran 7 % faster in 512-row blocks than in 256- or 1024-row ones on an
+// AMX Xeon (oneDNN's bf16 weight gradient, dW += dlᵀ·x, at 1.1 TFLOP/s against 0.86), and the
+// step 2.8 % faster, for 49 MiB more peak; with the bf16 GEMMs emulated in fp32, 1.4 % faster
+// for 147 MiB more (bench/RESULTS.md, session 68).
+inline constexpr std::int64_t kLossChunkRowsFewRows = 512;
 // llm.c's padded vocabulary: GPT-2's 50257 classes in blocks of 50304.
 inline constexpr std::int64_t kLossPadClasses = 64;
 

@@ -27,9 +27,9 @@ inline constexpr std::string_view kFeatureGemmWantsAlignedRows = "gemm_wants_ali
 // The GEMM facet runs a GEMM of a few hundred rows at its full rate (a CPU library blocks by cache,
 // not by a GPU's waves of output tiles), while its scratch grows with the rows (a 16-bit C's fp32
 // copy before its rounding, an emulated operand's decoded copy). The chunked loss then takes
-// blocks of kLossChunkRowsFewRows rows when model.loss_chunk_rows is unset: GPT-2 small's
-// [rows, 50257] logits block, its gradient and the GEMMs' copies of them take a quarter of the
-// bytes of 1024-row blocks, in the same wall time (bench/RESULTS.md, session 61).
+// blocks of kLossChunkRowsFewRows rows (core's model_spec.h: 512) when model.loss_chunk_rows is
+// unset: GPT-2 small's [rows, 50257] logits block, its gradient and the GEMMs' copies of them take
+// half the bytes of 1024-row blocks, in less wall time (bench/RESULTS.md, sessions 61 and 68).
 inline constexpr std::string_view kFeatureGemmFullRateAtFewRows = "gemm_full_rate_at_few_rows";
 
 // Whether `caps` lists the feature `name`.
