@@ -37,7 +37,9 @@ void CpuBackend::flush_denormals() {
 }
 
 sdk::BackendCapabilities CpuBackend::capabilities() const {
-  const CpuInfo cpu = detect_cpu();
+  // Read once: the host asks at every allocation (a linear's choice of epilogues among them), and
+  // the model name and memory come from /proc.
+  static const CpuInfo cpu = detect_cpu();
   sdk::BackendCapabilities caps;
   caps.kind = "cpu";
   const int threads = context_.threads();
@@ -57,6 +59,9 @@ sdk::BackendCapabilities CpuBackend::capabilities() const {
       {DType::tf32, false,
        "emulated: A and B rounded to tf32 (RNE, 10 mantissa bits) + " + fp32_gemm});
   const std::string bf16_impl = context_.gemm().bf16_implementation();
+  // A native bf16 GEMM writes a bf16 C itself; a gelu epilogue needs its product in FP32 first
+  // (cpu_gemm.h), which cost more than the activation facet's own pass (backend_features.h).
+  if (context_.gemm().bf16_native()) caps.features.emplace_back(sdk::kFeatureGemmBf16GeluUnfused);
   if (context_.gemm().bf16_native())
     caps.gemm_inputs.push_back({DType::bf16, true,
                                 "oneDNN bf16 matmul (" + bf16_impl + "), fp32 accumulation (" +

@@ -567,8 +567,9 @@ sdk::OptionSchema model_schema() {
                              "relative to this file"),
           OptionSpec::boolean("fuse_epilogues", true,
                               "run each relu/gelu that follows a linear layer as that GEMM's "
-                              "epilogue, and each batch norm read only by an add inside the "
-                              "add (one rounding, one pass less)"),
+                              "epilogue (a gelu after bf16 GEMMs apart where the backend runs "
+                              "them faster so: the CPU on AMX), and each batch norm read only by "
+                              "an add inside the add (one rounding, one pass less)"),
           OptionSpec::boolean("fp32_gradient_sums", true,
                               "a tensor read by several ops (a residual block's input) sums its "
                               "gradient in FP32; false sums it in its readers' gradient dtype "

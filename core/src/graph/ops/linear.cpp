@@ -10,6 +10,7 @@
 #include "graph/ops/op_registry.h"
 #include "graph/ops/op_support.h"
 #include "mixtrain/sdk/backend_quantized_weight.h"
+#include "mixtrain/sdk/support/backend_features.h"
 #include "mixtrain/sdk/support/float_formats.h"
 
 namespace mixtrain::core {
@@ -128,6 +129,17 @@ bool LinearLayer::fuse_input(std::size_t k, Layer& input) {
 void LinearLayer::choose_kernels(sdk::DeviceBackend& backend) {
   // wgrad writes fp32, dgrad the input's gradient dtype (gelu's gradient: the activation's).
   const DType g = precision_.gemm_input;
+  // A gelu epilogue of bf16 GEMMs that the backend runs faster apart (backend_features.h). FP8
+  // and block-scaled operands keep theirs: their casts and quantizers are the fused work.
+  const bool has_gelu = (fused_ != nullptr && fused_->activation() == sdk::Activation::gelu) ||
+                        grad_input_ != nullptr;
+  gelu_unfused_ = has_gelu && g == DType::bf16 && !scaler_.active() && !blocks_.active() &&
+                  sdk::has_feature(backend.capabilities(), sdk::kFeatureGemmBf16GeluUnfused);
+  if (gelu_unfused_ && fusion_on_)
+    ops::log_once("linear", "gelu_unfused",
+                  "the backend runs bf16 GEMMs faster without a gelu epilogue: node '" + name_ +
+                      "' and the linears like it run their gelu as its own op, forward and "
+                      "backward (the rounded z in, as PyTorch AMP)");
   gradient_gemm_ =
       !unmet(backend, {sdk::GemmOp::gemm_gradient, {g, g, DType::fp32}}) &&
       !unmet(backend, {sdk::GemmOp::gemm_gradient, {g, g, storage_of(precision_.activation_grad)}});
@@ -163,9 +175,13 @@ bool LinearLayer::casts_gelu_gradient(DType grad) const {
          folds_gradient_cast(grad) && storage_of(precision_.activation) == grad;
 }
 
+bool LinearLayer::declines(const ActivationLayer* act) const {
+  return gelu_unfused_ && act != nullptr && act->activation() == sdk::Activation::gelu;
+}
+
 bool LinearLayer::input_gradient_fusable() const {
-  return grad_input_ != nullptr && fusion_on_ && gradient_gemm_ && !scaler_.active() &&
-         !blocks_.active() && loss_chunk_rows() == 0;
+  return grad_input_ != nullptr && fusion_on_ && !declines(grad_input_) && gradient_gemm_ &&
+         !scaler_.active() && !blocks_.active() && loss_chunk_rows() == 0;
 }
 
 bool LinearLayer::can_accumulate_input_gradient(std::size_t k) const {
@@ -179,11 +195,11 @@ bool LinearLayer::bias_grad_in_reader() const {
 }
 
 void LinearLayer::update_fusion() {
-  epilogue_fused_ = fused_ != nullptr && fusion_on_;
+  epilogue_fused_ = fused_ != nullptr && fusion_on_ && !declines(fused_);
   if (fused_ != nullptr) {
-    fused_->fused_ = fusion_on_;
+    fused_->fused_ = epilogue_fused_;
     // The epilogue writes the activation's output in this GEMM, at this op's step.
-    fused_->traits_.output_written_by_input = fusion_on_;
+    fused_->traits_.output_written_by_input = epilogue_fused_;
   }
   // A fused relu's backward reads the activation's output, so z is never needed.
   traits_.output_deferred = epilogue_fused_ && fused_->activation() == sdk::Activation::relu;
@@ -193,7 +209,7 @@ void LinearLayer::update_fusion() {
   // The gelu whose gradient this dgrad writes where the gelu's output gradient lies asks the plan
   // for one buffer for both (activation.h).
   if (grad_input_ != nullptr)
-    grad_input_->set_gradient_through(fusion_on_ && gradient_gemm_,
+    grad_input_->set_gradient_through(fusion_on_ && !declines(grad_input_) && gradient_gemm_,
                                       grad_input_->through_for_producer_);
   // So does a gelu whose gradient this linear's FP8 cast computes, which then reads z in this
   // backward: z lives until then (planned once, so whether or not fusion is on at the time).

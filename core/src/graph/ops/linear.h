@@ -10,7 +10,8 @@
 //   rectifies in place (memory_plan.h's output_home); until then output() is a view without
 //   data.
 //   set_fusion(false) runs the pair unfused again (the non-finite replay names every tensor that
-//   way).
+//   way). A gelu stays apart, forward and backward, where this layer's GEMMs are bf16 and the
+//   backend lists sdk::kFeatureGemmBf16GeluUnfused (choose_kernels): the same bits as unfused.
 // - Backward epilogues (gemm facet 1.5's gemm_gradient, where the backend offers it for this
 //   layer's dtypes and its operands are not FP8- or block-scaled):
 //   - the bias gradient is summed by the wgrad GEMM when that GEMM reads dy as stored;
@@ -137,6 +138,11 @@ class LinearLayer final : public Layer {
   std::uint64_t run_seed_ = 0;  // init_parameters()'s: keys stochastic rounding
   ActivationLayer* fused_ = nullptr;
   bool fusion_on_ = true;
+  // The backend runs this layer's (bf16) GEMMs faster without a gelu epilogue, forward or
+  // backward (sdk::kFeatureGemmBf16GeluUnfused; choose_kernels): a gelu reader, or the gelu input
+  // whose gradient the dgrad would compute, then runs as its own op.
+  bool gelu_unfused_ = false;
+  bool declines(const ActivationLayer* act) const;
   void update_fusion();  // epilogue_fused_ and output_deferred from fused_ and fusion_on_
   // Backward epilogues. gradient_gemm_: the backend runs gemm_gradient for this layer's dtypes;
   // grad_input_: the gelu input whose gradient this dgrad may compute; input_gradient_done_:

@@ -14,6 +14,7 @@
 #include "forwarding_backend.h"
 #include "mixtrain/core/graph/model.h"
 #include "mixtrain/sdk/backend_call_observer.h"
+#include "mixtrain/sdk/support/backend_features.h"
 #include "mixtrain/sdk/tensor_view.h"
 
 namespace mixtrain::core::test_support {
@@ -30,11 +31,28 @@ class ForwardingBackend : public test::ForwardingBackend {
   ForwardingBackend() : test::ForwardingBackend(cpu()) {}
 };
 
+// The shared CPU backend listing sdk::kFeatureGemmBf16GeluUnfused or not, as asked, whatever this
+// CPU's GEMMs are: a test of bf16 gelu epilogues means the same on every CPU.
+class GeluFeatureBackend : public ForwardingBackend {
+ public:
+  explicit GeluFeatureBackend(bool gelu_unfused) : gelu_unfused_(gelu_unfused) {}
+  sdk::BackendCapabilities capabilities() const override {
+    auto caps = ForwardingBackend::capabilities();
+    std::erase(caps.features, std::string(sdk::kFeatureGemmBf16GeluUnfused));
+    if (gelu_unfused_) caps.features.emplace_back(sdk::kFeatureGemmBf16GeluUnfused);
+    return caps;
+  }
+
+ private:
+  bool gelu_unfused_;
+};
+
 // The shared CPU backend with a call observer (sdk/backend_call_observer.h) counting the facet
 // calls by op name while `counting` is set; a facet in `stand_ins` (by name, not owned) is found
-// in place of the CPU backend's.
-class CallCountingBackend final : public ForwardingBackend, public sdk::CallObserverFacet {
+// in place of the CPU backend's. Its gelu epilogues are fused on every CPU (GeluFeatureBackend).
+class CallCountingBackend final : public GeluFeatureBackend, public sdk::CallObserverFacet {
  public:
+  CallCountingBackend() : GeluFeatureBackend(false) {}
   sdk::Facet* find_facet(std::string_view name) override {
     if (name == sdk::CallObserverFacet::kName) return static_cast<sdk::CallObserverFacet*>(this);
     if (const auto it = stand_ins.find(name); it != stand_ins.end()) return it->second;

@@ -56,6 +56,7 @@ class CountingActivation final : public sdk::ActivationFacet {
     in_.bias_grad(dy, db, acc);
   }
   void activation_forward(sdk::Activation a, TensorView x, TensorView y) override {
+    ++activation_forward_calls;
     in_.activation_forward(a, x, y);
   }
   void activation_backward(sdk::Activation a, TensorView x, TensorView dy, TensorView dx) override {
@@ -63,16 +64,18 @@ class CountingActivation final : public sdk::ActivationFacet {
     in_.activation_backward(a, x, dy, dx);
   }
   void axpy(float alpha, TensorView x, TensorView y) override { in_.axpy(alpha, x, y); }
-  int bias_grad_calls = 0, activation_backward_calls = 0;
+  int bias_grad_calls = 0, activation_forward_calls = 0, activation_backward_calls = 0;
 
  private:
   sdk::ActivationFacet& in_;
 };
 
-class CountingBackend final : public test_support::ForwardingBackend {
+// gelu_unfused: whether it lists sdk::kFeatureGemmBf16GeluUnfused (on any CPU).
+class CountingBackend final : public test_support::GeluFeatureBackend {
  public:
-  explicit CountingBackend(bool offer_gradient)
-      : gemm(*sdk::facet<sdk::GemmFacet>(*in_), offer_gradient),
+  CountingBackend(bool offer_gradient, bool gelu_unfused)
+      : GeluFeatureBackend(gelu_unfused),
+        gemm(*sdk::facet<sdk::GemmFacet>(*in_), offer_gradient),
         activation(*sdk::facet<sdk::ActivationFacet>(*in_)) {}
   sdk::Facet* find_facet(std::string_view name) override {
     if (name == sdk::GemmFacet::kName) return &gemm;
@@ -103,9 +106,10 @@ struct Step {
 };
 
 // Two micro-batches of one step (the second accumulates), from seed 5's weights.
-Step run(const ModelSpec& spec, bool offer_gradient, const sdk::OpPrecision& precision = {}) {
+Step run(const ModelSpec& spec, bool offer_gradient, const sdk::OpPrecision& precision = {},
+         bool gelu_unfused = false) {
   Step s;
-  s.backend = std::make_shared<CountingBackend>(offer_gradient);
+  s.backend = std::make_shared<CountingBackend>(offer_gradient, gelu_unfused);
   Model m(s.backend, spec, 12, 5);
   for (auto& l : m.layers()) l->set_precision(precision);
   m.allocate(kRows);
@@ -183,6 +187,31 @@ TEST(GradientEpilogues, Bf16RoundsDzOnceAndStaysWithinItsRoundingOfTheUnfusedOps
   EXPECT_LT(std::sqrt(num / den), 1e-2);
 }
 
+// A backend whose bf16 GEMMs run a gelu faster apart (sdk::kFeatureGemmBf16GeluUnfused: the CPU on
+// native bf16 GEMMs) gets the gelu as its own op, forward and backward: bit for bit the model
+// built unfused, the same gradient memory, and no gelu in any GEMM. Its fp32 GEMMs keep theirs.
+TEST(GradientEpilogues, ABackendWhoseBf16GemmsRunAGeluFasterApartGetsTheUnfusedOps) {
+  sdk::OpPrecision bf16;
+  bf16.weight = DType::bf16;
+  bf16.gemm_input = DType::bf16;
+  bf16.activation = DType::bf16;
+  bf16.activation_grad = DType::bf16;
+  const Step apart = run(mlp(true), true, bf16, true);
+  const Step unfused = run(mlp(false), true, bf16, false);
+  const Step fused = run(mlp(true), true, bf16, false);
+  ASSERT_EQ(apart.values.size(), unfused.values.size());
+  EXPECT_EQ(apart.values, unfused.values);
+  EXPECT_NE(fused.values, unfused.values) << "the fused epilogues round differently";
+  EXPECT_EQ(apart.backend->gemm.activation_grad_calls, 0);
+  EXPECT_EQ(apart.backend->activation.activation_forward_calls, 2);
+  EXPECT_EQ(apart.backend->activation.activation_backward_calls, 2);
+  EXPECT_EQ(fused.backend->activation.activation_forward_calls, 0);
+  EXPECT_EQ(apart.gradient_bytes, unfused.gradient_bytes);
+  const Step fp32 = run(mlp(true), true, {}, true);
+  EXPECT_EQ(fp32.backend->gemm.activation_grad_calls, 2);
+  EXPECT_EQ(fp32.backend->activation.activation_forward_calls, 0);
+}
+
 TEST(GradientEpilogues, AFrozenProducerBiasIsNeitherSummedNorTouched) {
   ModelSpec fused_spec = mlp(true), plain_spec = mlp(false);
   ParameterPattern bias;
@@ -197,7 +226,7 @@ TEST(GradientEpilogues, AFrozenProducerBiasIsNeitherSummedNorTouched) {
 }
 
 TEST(GradientEpilogues, TheNonfiniteReplayRunsUnfusedAndTheNextStepIsFusedAgain) {
-  auto backend = std::make_shared<CountingBackend>(true);
+  auto backend = std::make_shared<CountingBackend>(true, false);
   Model m(backend, mlp(true), 12, 5);
   for (auto& l : m.layers()) l->set_precision({});
   m.allocate(kRows);

@@ -92,7 +92,9 @@ std::vector<float> train_step_outputs(bool fuse, const sdk::OpPrecision& precisi
   spec.layers = {linear("fc1", 24, 1), act("relu", "relu1"), linear("fc2", 16, 2),
                  act("gelu", "gelu2"), linear("head", 5, 3)};
   spec.fuse_epilogues = fuse;
-  auto backend = std::make_shared<backend_cpu::CpuBackend>(1);
+  // Fused means fused on every CPU, its bf16 GEMMs native or not
+  // (sdk::kFeatureGemmBf16GeluUnfused).
+  auto backend = std::make_shared<test_support::GeluFeatureBackend>(false);
   Model m(backend, spec, 12, 5);
   for (auto& l : m.layers()) l->set_precision(precision);
   m.allocate(9);

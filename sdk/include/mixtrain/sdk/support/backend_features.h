@@ -32,6 +32,17 @@ inline constexpr std::string_view kFeatureGemmWantsAlignedRows = "gemm_wants_ali
 // half the bytes of 1024-row blocks, in less wall time (bench/RESULTS.md, sessions 61 and 68).
 inline constexpr std::string_view kFeatureGemmFullRateAtFewRows = "gemm_full_rate_at_few_rows";
 
+// The GEMM facet's bf16 GEMMs (bf16 A and B, a bf16 C) run faster as a plain GEMM followed by the
+// activation facet's gelu than with gemm()'s gelu epilogue or gemm_gradient's gelu gradient: the
+// plain GEMM writes its bf16 C itself, where an epilogue takes the product in FP32 first, twice
+// the bytes (the CPU backend on native bf16 GEMMs: GPT-2 small's MLP forward 0.80x and its
+// input gradient 0.73-0.81x fused against unfused on an AMX Xeon, its step 4.5 % faster
+// unfused; bench/RESULTS.md, session 68). A linear whose GEMMs are bf16 then leaves a gelu after
+// it to the activation facet, forward and backward: the gelu reads the rounded z, and its
+// gradient the rounded dgrad, as PyTorch AMP computes them. A relu stays fused: it commutes with
+// the rounding, so both ways give the same bits.
+inline constexpr std::string_view kFeatureGemmBf16GeluUnfused = "gemm_bf16_gelu_unfused";
+
 // Whether `caps` lists the feature `name`.
 inline bool has_feature(const BackendCapabilities& caps, std::string_view name) {
   return std::find(caps.features.begin(), caps.features.end(), name) != caps.features.end();
