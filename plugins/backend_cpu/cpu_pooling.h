@@ -1,12 +1,13 @@
-// The convolution facet's pooling ops on oneDNN (cpu_pooling.cpp): the bodies of
-// ConvolutionFacet's pool2d_workspace_bytes / pool2d_forward / pool2d_backward
-// (sdk/backend_convolution.h) over channels-last activations.
+// The convolution facet's pooling ops (cpu_pooling.cpp): the bodies of ConvolutionFacet's
+// pool2d_workspace_bytes / pool2d_forward / pool2d_backward (sdk/backend_convolution.h) over
+// channels-last activations.
 //
 // Contract
-// - fp32 and bf16 run natively in oneDNN; fp16 through fp32 scratch (exact decode, one RNE
-//   encode), max pooling a chunk of whole images at a time (about 1 MiB of decoded source; the
-//   same bits as the whole batch), average pooling whole. Primitives are cached in
-//   context.prims(); scratch growth is accounted (context.account_scratch()) before returning.
+// - Max pooling: cpu_max_pool.h's loops (their index workspace; without one, the backward
+//   recomputes the indices from x into the backend's scratch).
+// - Average pooling: oneDNN, fp32 and bf16 natively, fp16 through fp32 scratch (exact decode, one
+//   RNE encode), the batch whole, no workspace. Primitives are cached in context.prims().
+// - Scratch growth is accounted (context.account_scratch()) before returning.
 // - Errors: sdk::BackendError naming the op, as the facet's contract says.
 #pragma once
 

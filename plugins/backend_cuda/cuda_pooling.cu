@@ -45,7 +45,7 @@ __device__ __forceinline__ int window_argmax(const PoolShape& p, const elem_t<S>
       }
     }
   }
-  // A NaN window gives the canonical quiet NaN, as the CPU backend writes (cpu_max_pool_specials):
+  // A NaN window gives the canonical quiet NaN, as the CPU backend writes (cpu_max_pool.h):
   // not the window's last NaN with its sign and payload.
   *value = bv == bv ? bv : __int_as_float(0x7FC00000);
   return best;

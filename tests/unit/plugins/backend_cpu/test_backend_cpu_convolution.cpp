@@ -3,15 +3,17 @@
 // with exact emulation, conv_algorithm = winograd agrees with the direct convolution and a double
 // reference within Winograd's measured error where it runs and is bit-identical to direct
 // everywhere else, the accumulating data gradient adds what the overwriting one writes, a call's
-// scratch comes from the workspace it asked for, fp16 max pooling in chunks of images is the fp32
-// pooling rounded once, and the backward ops are the gradients of their forwards (double central
+// scratch comes from the workspace it asked for, fp16 max pooling is the fp32 pooling rounded
+// once, and the backward ops are the gradients of their forwards (double central
 // differences of the scalar loss L = Σ y·r).
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <initializer_list>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -230,16 +232,20 @@ TEST(BackendCpuConvolution, PrimitivesAreCreatedOncePerGeometry) {
   run_conv(geometry(4, 16, 8, 8, 32, 1, 1, 2, 0));
   EXPECT_EQ(be.cached_dnnl_primitives(), after_first + 3);
 
-  const sdk::Pool2dGeometry p = pool_geometry(2, 16, 8, 8, 3, 2, 1);
+  sdk::Pool2dGeometry p = pool_geometry(2, 16, 8, 8, 3, 2, 1);
   DeviceTensor px(be, DType::fp32, Shape{2, 8, 8, 16}, random_values(2 * 8 * 8 * 16, 3));
   DeviceTensor py(be, DType::fp32, Shape{2, 4, 4, 16});
   DeviceTensor pdx(be, DType::fp32, Shape{2, 8, 8, 16});
   const std::size_t ws_bytes =
       sdk::facet<sdk::ConvolutionFacet>(be)->pool2d_workspace_bytes(p, DType::fp32);
   DeviceTensor ws(be, DType::int32, Shape{static_cast<std::int64_t>((ws_bytes + 3) / 4)});
+  sdk::facet<sdk::ConvolutionFacet>(be)->pool2d_forward(p, px, py, ws);
+  sdk::facet<sdk::ConvolutionFacet>(be)->pool2d_backward(p, py, px, py, ws, pdx);
+  EXPECT_EQ(be.cached_dnnl_primitives(), after_first + 3) << "max pooling is the backend's own";
+  p.kind = sdk::PoolKind::average;
   auto run_pool = [&] {
-    sdk::facet<sdk::ConvolutionFacet>(be)->pool2d_forward(p, px, py, ws);
-    sdk::facet<sdk::ConvolutionFacet>(be)->pool2d_backward(p, py, px, py, ws, pdx);
+    sdk::facet<sdk::ConvolutionFacet>(be)->pool2d_forward(p, px, py, {});
+    sdk::facet<sdk::ConvolutionFacet>(be)->pool2d_backward(p, py, px, py, {}, pdx);
   };
   run_pool();
   const std::size_t with_pool = be.cached_dnnl_primitives();
@@ -266,7 +272,8 @@ TEST(BackendCpuConvolution, PrimitivesAreCreatedOncePerGeometry) {
   EXPECT_EQ(listed("conv2d_backward_weights N=4 C=16 HxW=8x8 O=32 kernel 1x1 stride 2x2 pad 0x0, "
                    "fp32 -> fp32, bias"),
             1);
-  EXPECT_EQ(listed("pool2d_backward max N=2 C=16 HxW=8x8 kernel 3x3 stride 2x2 pad 1x1, fp32"), 1);
+  EXPECT_EQ(listed("pool2d_backward average N=2 C=16 HxW=8x8 kernel 3x3 stride 2x2 pad 1x1, fp32"),
+            1);
 
   sdk::BatchNormShape s{128, 16, 1e-5f, true};
   DeviceTensor bx(be, DType::fp32, Shape{2, 8, 8, 16}, random_values(2 * 8 * 8 * 16, 4));
@@ -1012,13 +1019,13 @@ TEST(BackendCpuConvolution, ACallsScratchComesFromTheWorkspaceItAskedFor) {
   EXPECT_EQ(sdk::facet<sdk::ConvolutionFacet>(off)->conv2d_workspace_bytes(q), 0u);
 }
 
-// fp16 max pooling decodes a chunk of whole images at a time (cpu_pooling.cpp: about 1 MiB of fp32
-// source a chunk). Its results are the fp32 pooling's of the whole batch on the decoded values,
-// rounded once, bit for bit: forward with and without a workspace, backward through the forward's
-// workspace and through indices recomputed from x. Overlapping windows (3x3, stride 2) make the
-// backward sum several dy into one dx; values on a coarse grid make ties. 8 images of 24x24x128
-// are 3 chunks (3, 3 and 2 images), and the backend's scratch stays below one fp32 copy of x.
-TEST(BackendCpuConvolution, Fp16MaxPoolingInImageChunksIsTheFp32PoolingRoundedOnce) {
+// fp16 max pooling decodes a window's rows at a time (cpu_max_pool.h). Its results are the fp32
+// pooling's on the decoded values, rounded once, bit for bit: forward with and without a
+// workspace, backward through the forward's workspace and through indices recomputed from x, on
+// two threads against one. Overlapping windows (3x3, stride 2) make the backward sum several dy
+// into one dx; values on a coarse grid make ties. The backend's scratch stays below one fp32 copy
+// of x.
+TEST(BackendCpuConvolution, Fp16MaxPoolingIsTheFp32PoolingOnTheDecodedValuesRoundedOnce) {
   const sdk::Pool2dGeometry g = pool_geometry(8, 128, 24, 24, 3, 2, 1);
   const Shape xs{g.batch, g.height, g.width, g.channels};
   const Shape ys{g.batch, g.out_height(), g.out_width(), g.channels};
@@ -1061,17 +1068,83 @@ TEST(BackendCpuConvolution, Fp16MaxPoolingInImageChunksIsTheFp32PoolingRoundedOn
 
   conv.pool2d_forward(g, x, y, wsv);
   expect_bits(y, y32.get(), "forward with a workspace");
-  EXPECT_EQ(ws, ws32) << "the chunks' argmax indices are the whole batch's";
+  EXPECT_EQ(ws, ws32) << "the indices are the fp32 pooling's";
   conv.pool2d_backward(g, dy, x, y, wsv, dx);
   expect_bits(dx, dx32.get(), "backward through the workspace");
   EXPECT_LT(scratch.scratch_bytes(), static_cast<std::size_t>(xs.numel()) * sizeof(float))
-      << "the decoded scratch is a chunk's, not a copy of x";
+      << "the decoded scratch is a few rows, not a copy of x";
 
   DeviceTensor y_eval(be, DType::fp16, ys), dx_again(be, DType::fp16, xs);
   conv.pool2d_forward(g, x, y_eval, {});
   expect_bits(y_eval, y32.get(), "forward without a workspace");
   conv.pool2d_backward(g, dy, x, y, {}, dx_again);
   expect_bits(dx_again, dx32.get(), "backward through indices recomputed from x");
+}
+
+// A window of more than 256 elements keeps int32 indices (cpu_max_pool.h): a global max pooling of
+// 17x17 maps (289 positions; a byte would wrap at 256) in fp32 and bf16. y is each channel's
+// maximum, its first occurrence's dy goes to it and nothing else, a NaN anywhere gives the
+// canonical NaN, a channel of -inf gives -inf; the same on one thread and on two, and from x alone.
+TEST(BackendCpuConvolution, MaxPoolingOverMoreThan256PositionsKeepsWholeIndices) {
+  const sdk::Pool2dGeometry g = pool_geometry(2, 5, 17, 17, 17, 1, 0);
+  const std::int64_t positions = 17 * 17;
+  const Shape xs{2, 17, 17, 5}, ys{2, 1, 1, 5};
+  auto xv = random_values(static_cast<std::size_t>(xs.numel()), 81, -2.0f, 2.0f);
+  for (auto& v : xv) v = std::round(v * 2.0f) / 2.0f;  // ties everywhere
+  // Sample 0: channel 1's maximum at position 300 > 256, channel 2 holds a NaN, channel 3 is -inf.
+  auto at = [&](std::int64_t n, std::int64_t p, std::int64_t c) -> float& {
+    return xv[static_cast<std::size_t>((n * positions + p) * 5 + c)];
+  };
+  at(0, 280, 1) = 9.0f;
+  at(0, 270, 2) = std::numeric_limits<float>::quiet_NaN();
+  for (std::int64_t p = 0; p < positions; ++p)
+    at(0, p, 3) = -std::numeric_limits<float>::infinity();
+  const std::vector<float> dyv = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  for (DType dt : {DType::fp32, DType::bf16}) {
+    SCOPED_TRACE(std::string(sdk::dtype_name(dt)));
+    std::vector<std::vector<float>> results;
+    for (int threads : {1, 2}) {
+      CpuBackend be(threads);
+      auto& conv = *sdk::facet<sdk::ConvolutionFacet>(be);
+      const std::size_t bytes = conv.pool2d_workspace_bytes(g, dt);
+      ASSERT_EQ(bytes, static_cast<std::size_t>(ys.numel()) * 4) << "int32 indices";
+      std::vector<std::byte> ws(bytes);
+      const TensorView wsv{ws.data(), DType::fp32, Shape{static_cast<std::int64_t>(bytes / 4)}};
+      DeviceTensor x(be, dt, xs, xv), y(be, dt, ys), dy(be, dt, ys, dyv), dx(be, dt, xs),
+          dx_from_x(be, dt, xs);
+      conv.pool2d_forward(g, x, y, wsv);
+      conv.pool2d_backward(g, dy, x, y, wsv, dx);
+      conv.pool2d_backward(g, dy, x, y, {}, dx_from_x);
+      const auto xq = x.get();  // the values as stored
+      const auto yv = y.get(), dxv = dx.get();
+      EXPECT_EQ(dx_from_x.get(), dxv) << "indices recomputed from x";
+      for (std::int64_t n = 0; n < 2; ++n)
+        for (std::int64_t c = 0; c < 5; ++c) {
+          std::int64_t first = 0;
+          bool nan = false;
+          for (std::int64_t p = 0; p < positions; ++p) {
+            const float v = xq[static_cast<std::size_t>((n * positions + p) * 5 + c)];
+            nan = nan || std::isnan(v);
+            if (v > xq[static_cast<std::size_t>((n * positions + first) * 5 + c)]) first = p;
+          }
+          const float got = yv[static_cast<std::size_t>(n * 5 + c)];
+          if (nan) {
+            EXPECT_EQ(std::bit_cast<std::uint32_t>(got), 0x7FC00000u) << n << ", " << c;
+            continue;
+          }
+          EXPECT_EQ(got, xq[static_cast<std::size_t>((n * positions + first) * 5 + c)])
+              << n << ", " << c;
+          for (std::int64_t p = 0; p < positions; ++p)
+            EXPECT_EQ(dxv[static_cast<std::size_t>((n * positions + p) * 5 + c)],
+                      p == first ? dyv[static_cast<std::size_t>(n * 5 + c)] : 0.0f)
+                << n << ", " << c << ", position " << p;
+        }
+      EXPECT_EQ(yv[1], 9.0f);
+      EXPECT_EQ(yv[3], -std::numeric_limits<float>::infinity());
+      results.push_back(dxv);
+    }
+    EXPECT_EQ(results[0], results[1]) << "one thread and two";
+  }
 }
 
 TEST(BackendCpuConvolution, BatchNormBackwardIsTheGradientOfTheTrainingForward) {

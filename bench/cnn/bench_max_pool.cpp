@@ -1,0 +1,170 @@
+// bench_max_pool: the CPU backend's max pooling (cpu_max_pool.h) on ResNet's stem pool (3×3, stride
+// 2, pad 1 over 112×112×64 maps), forward with its index workspace and backward through it, against
+// oneDNN 2.6's pooling on the same tensors (what the backend ran before session 68), fp32 and bf16.
+// Operands rotate over `--sets` copies (default 6), so that they come from memory as in training;
+// --sets 1 keeps them in the cache.
+//
+// Usage: bench_max_pool [--batch N] [--threads T] [--reps R] [--sets S]
+// Per case: 2 warm-up calls, then R (20) calls; the fastest call in ms.
+#include <omp.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "../support/best_call_time.h"
+#include "cpu_bf16_bits.h"
+#include "cpu_max_pool.h"
+
+namespace {
+
+using mixtrain::bench::best_ms;
+using mixtrain::sdk::DType;
+using mixtrain::sdk::Pool2dGeometry;
+using mixtrain::sdk::Shape;
+using mixtrain::sdk::TensorView;
+
+struct Buffers {
+  std::vector<std::uint8_t> x, y, dy, dx, ws;
+};
+
+// `count` elements of `size` bytes, values in [-1, 1) (a float or its bf16 bits).
+std::vector<std::uint8_t> filled(std::size_t count, std::size_t size, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<std::uint8_t> v(count * size);
+  for (std::size_t i = 0; i < count; ++i) {
+    const float f = u(rng);
+    if (size == 4) {
+      std::memcpy(v.data() + i * 4, &f, 4);
+    } else {
+      const auto b = mixtrain::backend_cpu::bf16_from_float(f);
+      std::memcpy(v.data() + i * 2, &b, 2);
+    }
+  }
+  return v;
+}
+
+void run(const Pool2dGeometry& g, DType dt, int reps, int sets) {
+  const std::size_t size = dt == DType::fp32 ? 4 : 2;
+  const auto xs = static_cast<std::size_t>(g.batch * g.height * g.width * g.channels);
+  const auto ys = static_cast<std::size_t>(g.batch * g.out_height() * g.out_width() * g.channels);
+  std::vector<Buffers> b(static_cast<std::size_t>(sets));
+  for (int i = 0; i < sets; ++i) {
+    auto& s = b[static_cast<std::size_t>(i)];
+    s.x = filled(xs, size, 1u + static_cast<unsigned>(i));
+    s.dy = filled(ys, size, 100u + static_cast<unsigned>(i));
+    s.y.resize(ys * size);
+    s.dx.resize(xs * size);
+    s.ws.resize(std::max(mixtrain::backend_cpu::max_pool_workspace_bytes(g), ys));
+  }
+  const Shape x_shape{g.batch, g.height, g.width, g.channels};
+  const Shape y_shape{g.batch, g.out_height(), g.out_width(), g.channels};
+  auto view = [&](std::vector<std::uint8_t>& v, const Shape& s) {
+    return TensorView{v.data(), dt, s};
+  };
+  int at = 0;
+  const double own_fwd = best_ms(
+      [&] {
+        auto& s = b[static_cast<std::size_t>(at++ % sets)];
+        mixtrain::backend_cpu::max_pool_forward(g, view(s.x, x_shape), view(s.y, y_shape),
+                                                s.ws.data());
+      },
+      reps);
+  const double own_bwd = best_ms(
+      [&] {
+        auto& s = b[static_cast<std::size_t>(at++ % sets)];
+        mixtrain::backend_cpu::max_pool_backward(g, view(s.dy, y_shape), s.ws.data(),
+                                                 view(s.dx, x_shape));
+      },
+      reps);
+
+  // oneDNN's pooling, nhwc, its u8 workspace.
+  using dnnl::memory;
+  const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(eng);
+  const auto t = dt == DType::fp32 ? memory::data_type::f32 : memory::data_type::bf16;
+  const memory::desc x_md({g.batch, g.channels, g.height, g.width}, t, memory::format_tag::nhwc);
+  const memory::desc y_md({g.batch, g.channels, g.out_height(), g.out_width()}, t,
+                          memory::format_tag::nhwc);
+  const memory::dims strides{g.stride_h, g.stride_w}, kernel{g.kernel_h, g.kernel_w},
+      pad{g.pad_h, g.pad_w};
+  const dnnl::pooling_forward::primitive_desc fpd(
+      {dnnl::prop_kind::forward_training, dnnl::algorithm::pooling_max, x_md, y_md, strides, kernel,
+       pad, pad},
+      eng);
+  const dnnl::pooling_backward::primitive_desc bpd(
+      {dnnl::algorithm::pooling_max, x_md, y_md, strides, kernel, pad, pad}, eng, fpd);
+  const dnnl::pooling_forward fwd(fpd);
+  const dnnl::pooling_backward bwd(bpd);
+  const double dnnl_fwd = best_ms(
+      [&] {
+        auto& s = b[static_cast<std::size_t>(at++ % sets)];
+        fwd.execute(stream, {{DNNL_ARG_SRC, memory(x_md, eng, s.x.data())},
+                             {DNNL_ARG_DST, memory(y_md, eng, s.y.data())},
+                             {DNNL_ARG_WORKSPACE, memory(fpd.workspace_desc(), eng, s.ws.data())}});
+        stream.wait();
+      },
+      reps);
+  const double dnnl_bwd = best_ms(
+      [&] {
+        auto& s = b[static_cast<std::size_t>(at++ % sets)];
+        bwd.execute(stream, {{DNNL_ARG_DIFF_DST, memory(y_md, eng, s.dy.data())},
+                             {DNNL_ARG_DIFF_SRC, memory(x_md, eng, s.dx.data())},
+                             {DNNL_ARG_WORKSPACE, memory(fpd.workspace_desc(), eng, s.ws.data())}});
+        stream.wait();
+      },
+      reps);
+  std::printf("%5lld %4lld %3lldx%-3lld %-5s %9.3f %9.3f %9.3f %9.3f  (%s)\n",
+              static_cast<long long>(g.batch), static_cast<long long>(g.channels),
+              static_cast<long long>(g.height), static_cast<long long>(g.width),
+              dt == DType::fp32 ? "fp32" : "bf16", own_fwd, own_bwd, dnnl_fwd, dnnl_bwd,
+              fpd.impl_info_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 2, reps = 20, sets = 6;
+  std::int64_t batch = 8;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    const long v = std::strtol(argv[i + 1], nullptr, 10);
+    if (a == "--threads")
+      threads = static_cast<int>(v);
+    else if (a == "--reps")
+      reps = static_cast<int>(v);
+    else if (a == "--sets")
+      sets = static_cast<int>(v);
+    else if (a == "--batch")
+      batch = v;
+    else {
+      std::fprintf(stderr,
+                   "usage: bench_max_pool [--batch N] [--threads T] [--reps R] [--sets S]\n");
+      return 2;
+    }
+  }
+  if (threads < 1 || reps < 1 || sets < 1 || batch < 1) {
+    std::fprintf(stderr, "bench_max_pool: --threads, --reps, --sets and --batch must be >= 1\n");
+    return 2;
+  }
+  omp_set_num_threads(threads);
+  std::printf("threads %d, best of %d calls over %d operand sets, ms\n", threads, reps, sets);
+  std::printf("    N    C  HxW     dtype  own fwd   own bwd  oneDNN fwd oneDNN bwd\n");
+  Pool2dGeometry g;
+  g.kind = mixtrain::sdk::PoolKind::max;
+  g.batch = batch;
+  g.channels = 64;
+  g.height = g.width = 112;
+  g.kernel_h = g.kernel_w = 3;
+  g.stride_h = g.stride_w = 2;
+  g.pad_h = g.pad_w = 1;
+  for (DType dt : {DType::fp32, DType::bf16}) run(g, dt, reps, sets);
+  return 0;
+}
