@@ -59,17 +59,18 @@ sdk::BackendCapabilities CpuBackend::capabilities() const {
       {DType::tf32, false,
        "emulated: A and B rounded to tf32 (RNE, 10 mantissa bits) + " + fp32_gemm});
   const std::string bf16_impl = context_.gemm().bf16_implementation();
-  // A native bf16 GEMM writes a bf16 C itself; a gelu epilogue needs its product in FP32 first
-  // (cpu_gemm.h), which cost more than the activation facet's own pass (backend_features.h).
-  if (context_.gemm().bf16_native()) caps.features.emplace_back(sdk::kFeatureGemmBf16GeluUnfused);
-  if (context_.gemm().bf16_native())
+  if (context_.gemm().bf16_native()) {
+    // A native bf16 GEMM writes a bf16 C itself; a gelu epilogue needs its product in FP32 first
+    // (cpu_gemm.h), which costs more than the activation facet's own pass (backend_features.h).
+    caps.features.emplace_back(sdk::kFeatureGemmBf16GeluUnfused);
     caps.gemm_inputs.push_back({DType::bf16, true,
                                 "oneDNN bf16 matmul (" + bf16_impl + "), fp32 accumulation (" +
                                     context_.gemm().bf16_note() + ")"});
-  else
+  } else {
     caps.gemm_inputs.push_back({DType::bf16, false,
                                 "emulated: exact bf16 -> fp32 decode + " + fp32_gemm + " (" +
                                     context_.gemm().bf16_note() + ")"});
+  }
   caps.gemm_inputs.push_back(
       {DType::fp16, false, "emulated: exact fp16 -> fp32 decode + " + fp32_gemm});
   for (DType t : {DType::fp8_e4m3, DType::fp8_e5m2})

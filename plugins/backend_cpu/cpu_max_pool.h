@@ -1,8 +1,9 @@
 // Max pooling over channels-last [N, H, W, C] activations: the convolution facet's pool2d_* ops
 // for PoolKind::max (cpu_pooling.cpp runs average pooling on oneDNN). Own loops rather than
-// oneDNN 2.6's pooling: on an AMX Xeon, ResNet-50's stem pool (batch 8, 112×112×64 bf16, 3×3
-// stride 2 pad 1) took 2.4-3.4 ms forward there, plus a scan of x for the NaN rule below, and
-// 2.7-2.9 ms backward; these loops take about 1.7 and 1.6 ms (bench/RESULTS.md, session 68).
+// oneDNN 2.6's pooling, which drops NaNs (the backend scanned x after it to keep the rule below)
+// and is slower: on an AMX Xeon, ResNet-50's stem pool (batch 8, 112×112×64 bf16, 3×3 stride 2
+// pad 1, operands from memory) took 2.41 ms forward without the scan and 2.96 ms backward there,
+// 1.94 and 1.64 here (bench/cnn/bench_max_pool, bench/RESULTS.md, session 68).
 //
 // Contract
 // - x, y, dy and dx are fp32 (or tf32), bf16 or fp16 storage of one dtype, checked by the caller.

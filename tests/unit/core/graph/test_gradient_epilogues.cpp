@@ -161,11 +161,7 @@ TEST(GradientEpilogues, RunInTheGemmsAndMatchTheUnfusedOpsBitForBitInFp32) {
 }
 
 TEST(GradientEpilogues, Bf16RoundsDzOnceAndStaysWithinItsRoundingOfTheUnfusedOps) {
-  sdk::OpPrecision bf16;
-  bf16.weight = DType::bf16;
-  bf16.gemm_input = DType::bf16;
-  bf16.activation = DType::bf16;
-  bf16.activation_grad = DType::bf16;
+  const sdk::OpPrecision bf16 = test_support::uniform_precision(DType::bf16);
   // The baseline runs the same fused forward on a backend without gemm_gradient: only the
   // backward differs.
   const Step fused = run(mlp(true), true, bf16);
@@ -191,11 +187,7 @@ TEST(GradientEpilogues, Bf16RoundsDzOnceAndStaysWithinItsRoundingOfTheUnfusedOps
 // native bf16 GEMMs) gets the gelu as its own op, forward and backward: bit for bit the model
 // built unfused, the same gradient memory, and no gelu in any GEMM. Its fp32 GEMMs keep theirs.
 TEST(GradientEpilogues, ABackendWhoseBf16GemmsRunAGeluFasterApartGetsTheUnfusedOps) {
-  sdk::OpPrecision bf16;
-  bf16.weight = DType::bf16;
-  bf16.gemm_input = DType::bf16;
-  bf16.activation = DType::bf16;
-  bf16.activation_grad = DType::bf16;
+  const sdk::OpPrecision bf16 = test_support::uniform_precision(DType::bf16);
   const Step apart = run(mlp(true), true, bf16, true);
   const Step unfused = run(mlp(false), true, bf16, false);
   const Step fused = run(mlp(true), true, bf16, false);
@@ -321,11 +313,7 @@ TEST(GradientEpilogues, ALaterContributionIsAddedIntoTheFp32SumByItsOwnOp) {
 }
 
 TEST(GradientEpilogues, Bf16ContributionsAddedInFp32TrackTheRoundedOnes) {
-  sdk::OpPrecision bf16;
-  bf16.weight = DType::bf16;
-  bf16.gemm_input = DType::bf16;
-  bf16.activation = DType::bf16;
-  bf16.activation_grad = DType::bf16;
+  const sdk::OpPrecision bf16 = test_support::uniform_precision(DType::bf16);
   const Observed fused = observe(two_readers(true), bf16);
   const Observed unfused = observe(two_readers(false), bf16);
   ASSERT_EQ(fused.values.size(), unfused.values.size());

@@ -36,9 +36,9 @@ inline constexpr std::string_view kFeatureGemmFullRateAtFewRows = "gemm_full_rat
 // activation facet's gelu than with gemm()'s gelu epilogue or gemm_gradient's gelu gradient: the
 // plain GEMM writes its bf16 C itself, where an epilogue takes the product in FP32 first, twice
 // the bytes (the CPU backend on native bf16 GEMMs: GPT-2 small's MLP forward 0.80x and its
-// input gradient 0.73-0.81x fused against unfused on an AMX Xeon, its step 4.5 % faster
-// unfused; bench/RESULTS.md, session 68). A linear whose GEMMs are bf16 then leaves a gelu after
-// it to the activation facet, forward and backward: the gelu reads the rounded z, and its
+// input gradient 0.73-0.81x fused against unfused on an AMX Xeon, its step 3.6-4.2 %
+// faster unfused; bench/RESULTS.md, session 68). A linear whose GEMMs are bf16 then leaves a gelu
+// after it to the activation facet, forward and backward: the gelu reads the rounded z, and its
 // gradient the rounded dgrad, as PyTorch AMP computes them. A relu stays fused: it commutes with
 // the rounding, so both ways give the same bits.
 inline constexpr std::string_view kFeatureGemmBf16GeluUnfused = "gemm_bf16_gelu_unfused";
