@@ -34,8 +34,8 @@ namespace {
 
 enum Tag : std::int64_t { kPoolForward = 10, kPoolBackward = 11 };
 
+// oneDNN runs average pooling only (max pooling is cpu_max_pool.h's).
 dnnl::algorithm algorithm_of(const sdk::Pool2dGeometry& g) {
-  if (g.kind == sdk::PoolKind::max) return dnnl::algorithm::pooling_max;
   return g.count_include_pad ? dnnl::algorithm::pooling_avg_include_padding
                              : dnnl::algorithm::pooling_avg_exclude_padding;
 }
@@ -79,11 +79,11 @@ struct PoolEntry {
 
 // What a cached primitive was made for, as PrimitiveCache::report() lists it.
 std::string problem_text(std::string_view op, const sdk::Pool2dGeometry& g, memory::data_type dt) {
-  return std::string(op) + (g.kind == sdk::PoolKind::max ? " max" : " average") +
-         " N=" + std::to_string(g.batch) + " C=" + std::to_string(g.channels) +
-         " HxW=" + extent_text(g.height, g.width) + " kernel " +
-         extent_text(g.kernel_h, g.kernel_w) + " stride " + extent_text(g.stride_h, g.stride_w) +
-         " pad " + extent_text(g.pad_h, g.pad_w) + ", " + dnnl_type_text(dt);
+  return std::string(op) + " average" + " N=" + std::to_string(g.batch) +
+         " C=" + std::to_string(g.channels) + " HxW=" + extent_text(g.height, g.width) +
+         " kernel " + extent_text(g.kernel_h, g.kernel_w) + " stride " +
+         extent_text(g.stride_h, g.stride_w) + " pad " + extent_text(g.pad_h, g.pad_w) + ", " +
+         dnnl_type_text(dt);
 }
 
 [[noreturn]] void creation_failed(std::string_view op, const dnnl::error& e) {
@@ -135,11 +135,11 @@ PoolEntry& backward_entry(PrimitiveCache& cache, std::string_view op, const sdk:
 
 // Whether oneDNN has bf16 pooling on this CPU at all. oneDNN 2.6 takes bf16 data only where the
 // CPU has AVX-512 (avx512_core): on an AVX2-only CPU every bf16 pooling fails to create. Asked
-// once per process, for a small max pooling.
+// once per process, for a small average pooling.
 bool onednn_has_bf16_pooling(const dnnl::engine& engine) {
   static const bool has = [&engine] {
     sdk::Pool2dGeometry g;
-    g.kind = sdk::PoolKind::max;
+    g.kind = sdk::PoolKind::average;
     g.batch = 1;
     g.channels = 16;
     g.height = g.width = 4;
@@ -167,9 +167,7 @@ memory::data_type pool_type(PrimitiveCache& cache, std::string_view op,
 
 }  // namespace
 
-std::size_t pooling_workspace_bytes(CpuContext& context, const sdk::Pool2dGeometry& geometry,
-                                    DType x) {
-  (void)context;
+std::size_t pooling_workspace_bytes(const sdk::Pool2dGeometry& geometry, DType x) {
   if (!checks().pool2d_workspace_args(geometry, x)) return 0;
   return max_pool_workspace_bytes(geometry);
 }

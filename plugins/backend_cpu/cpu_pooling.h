@@ -16,8 +16,7 @@
 
 namespace mixtrain::backend_cpu {
 
-std::size_t pooling_workspace_bytes(CpuContext& context, const sdk::Pool2dGeometry& geometry,
-                                    sdk::DType x);
+std::size_t pooling_workspace_bytes(const sdk::Pool2dGeometry& geometry, sdk::DType x);
 void pooling_forward(CpuContext& context, const sdk::Pool2dGeometry& g, sdk::TensorView x,
                      sdk::TensorView y, sdk::TensorView workspace);
 void pooling_backward(CpuContext& context, const sdk::Pool2dGeometry& g, sdk::TensorView dy,

@@ -682,7 +682,7 @@ std::size_t CpuConvolution::conv2d_workspace_bytes(const sdk::Conv2dWorkspaceQue
 
 std::size_t CpuConvolution::pool2d_workspace_bytes(const sdk::Pool2dGeometry& geometry,
                                                    DType x) const {
-  return pooling_workspace_bytes(context_, geometry, x);
+  return pooling_workspace_bytes(geometry, x);
 }
 
 void CpuConvolution::pool2d_forward(const sdk::Pool2dGeometry& geometry, TensorView x, TensorView y,
