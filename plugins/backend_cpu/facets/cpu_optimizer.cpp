@@ -10,6 +10,7 @@
 
 #include "cpu_access.h"
 #include "cpu_context.h"
+#include "cpu_optimizer_kernels.h"
 #include "cpu_pieces.h"
 #include "mixtrain/sdk/backend_gradient_check.h"
 #include "mixtrain/sdk/backend_optimizer_updates.h"
@@ -33,47 +34,17 @@ void validate_param(std::string_view op, std::size_t i, const sdk::ParamTensors&
   checks().optimizer_param(op, i, p, need_state1, need_state2);
 }
 
-// The template flag keeps the loop body free of control flow so it vectorises.
-template <bool kMomentum>
-void sgd_piece(const sdk::SgdHyper& h, const sdk::ParamTensors& t, std::int64_t b,
+void sgd_piece(const SgdConstants& k, bool momentum, const sdk::ParamTensors& t, std::int64_t b,
                std::int64_t len) {
-  float* p = t.master.as<float>() + b;
-  const float* grad = t.grad.as<const float>() + b;
-  float* buf = kMomentum ? t.state1.as<float>() + b : nullptr;
-  const float lr = h.lr, wd = h.weight_decay, mom = h.momentum, damp = 1.0f - h.dampening;
-  const float gs = h.grad_scale;
-  const bool nesterov = h.nesterov, first = h.first_step;
-#pragma omp simd
-  for (std::int64_t i = 0; i < len; ++i) {
-    float g = grad[i] * gs + wd * p[i];
-    if constexpr (kMomentum) {
-      const float m = first ? g : mom * buf[i] + damp * g;
-      buf[i] = m;
-      g = nesterov ? g + mom * m : m;
-    }
-    p[i] = p[i] - lr * g;
-  }
+  sgd_range(k, momentum, t.master.as<float>() + b, t.grad.as<const float>() + b,
+            momentum ? t.state1.as<float>() + b : nullptr, len);
   refresh_working(t, b, len);
 }
 
-void adamw_piece(const sdk::AdamWHyper& h, float decay, float step_size, float bc2_sqrt,
-                 const sdk::ParamTensors& t, std::int64_t b, std::int64_t len) {
-  float* p = t.master.as<float>() + b;
-  const float* grad = t.grad.as<const float>() + b;
-  float* m = t.state1.as<float>() + b;
-  float* v = t.state2.as<float>() + b;
-  const float b1 = h.beta1, b2 = h.beta2, eps = h.eps, gs = h.grad_scale;
-  const float one_minus_b1 = 1.0f - b1, one_minus_b2 = 1.0f - b2;
-#pragma omp simd
-  for (std::int64_t i = 0; i < len; ++i) {
-    const float g = grad[i] * gs;
-    const float mi = b1 * m[i] + one_minus_b1 * g;
-    const float vi = b2 * v[i] + one_minus_b2 * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    const float denom = std::sqrt(vi) / bc2_sqrt + eps;
-    p[i] = p[i] * decay - step_size * mi / denom;
-  }
+void adamw_piece(const AdamWConstants& k, const sdk::ParamTensors& t, std::int64_t b,
+                 std::int64_t len) {
+  adamw_range(k, t.master.as<float>() + b, t.grad.as<const float>() + b, t.state1.as<float>() + b,
+              t.state2.as<float>() + b, len);
   refresh_working(t, b, len);
 }
 
@@ -132,16 +103,15 @@ void CpuOptimizer::sgd_update(const sdk::SgdHyper& h, std::span<const sdk::Param
          "set momentum > 0 and dampening = 0, or turn nesterov off (as torch.optim.SGD requires)");
   for (std::size_t i = 0; i < params.size(); ++i)
     validate_param("sgd_update", i, params[i], h.momentum != 0.0f, false);
+  const SgdConstants constants{h.lr,         h.momentum, 1.0f - h.dampening, h.weight_decay,
+                               h.grad_scale, h.nesterov, h.first_step};
+  const bool momentum = h.momentum != 0.0f;
   const auto pieces = split(params.size(), [&](std::size_t t) { return params[t].master.numel(); });
   const std::int64_t count = static_cast<std::int64_t>(pieces.size());
 #pragma omp parallel for schedule(static) if (parallel_worth(total_len(pieces)))
   for (std::int64_t k = 0; k < count; ++k) {
     const Piece& pc = pieces[static_cast<std::size_t>(k)];
-    const auto& t = params[pc.tensor];
-    if (h.momentum != 0.0f)
-      sgd_piece<true>(h, t, pc.begin, pc.len);
-    else
-      sgd_piece<false>(h, t, pc.begin, pc.len);
+    sgd_piece(constants, momentum, params[pc.tensor], pc.begin, pc.len);
   }
 }
 
@@ -160,15 +130,19 @@ void CpuOptimizer::adamw_update(const sdk::AdamWHyper& h,
   const double t = static_cast<double>(h.step);
   const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), t);
   const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), t);
-  const float step_size = static_cast<float>(static_cast<double>(h.lr) / bc1);
-  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  const float decay = 1.0f - h.lr * h.weight_decay;
+  const AdamWConstants constants{h.beta1,
+                                 h.beta2,
+                                 h.eps,
+                                 h.grad_scale,
+                                 1.0f - h.lr * h.weight_decay,
+                                 static_cast<float>(static_cast<double>(h.lr) / bc1),
+                                 static_cast<float>(std::sqrt(bc2))};
   const auto pieces = split(params.size(), [&](std::size_t i) { return params[i].master.numel(); });
   const std::int64_t count = static_cast<std::int64_t>(pieces.size());
 #pragma omp parallel for schedule(static) if (parallel_worth(total_len(pieces)))
   for (std::int64_t k = 0; k < count; ++k) {
     const Piece& pc = pieces[static_cast<std::size_t>(k)];
-    adamw_piece(h, decay, step_size, bc2_sqrt, params[pc.tensor], pc.begin, pc.len);
+    adamw_piece(constants, params[pc.tensor], pc.begin, pc.len);
   }
 }
 

@@ -2,6 +2,7 @@
 // updates against values computed by hand (PyTorch semantics as stated in device_backend.h).
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <optional>
 #include <stdexcept>
@@ -244,6 +245,97 @@ TEST(backend_cpu_optimizers, AdamWBiasCorrectionAtStepsOneAndTwoAndDecoupledDeca
   std::vector<sdk::ParamTensors> mp = {missing};
   h.step = 3;
   EXPECT_THROW(sdk::facet<sdk::OptimizerFacet>(be)->adamw_update(h, mp), sdk::BackendError);
+}
+
+// The updates' element loops run per ISA (cpu_optimizer_kernels.h): on each variant this CPU runs,
+// on one thread and two, every element is what the documented formula gives with each step one
+// IEEE operation (no FMA: this test file targets the baseline, which has none), over a length that
+// crosses the backend's pieces and leaves a vector tail.
+TEST(backend_cpu_optimizers, UpdatesGiveTheFormulasBitsOnEveryIsaAndThreadCount) {
+  constexpr std::size_t n = 70001;
+  const auto p0 = random_values(n, 11, -2.0f, 2.0f), g = random_values(n, 12, -1.0f, 1.0f);
+  const auto m0 = random_values(n, 13, -0.1f, 0.1f), v0 = random_values(n, 14, 0.0f, 0.01f);
+  sdk::AdamWHyper ah;
+  ah.lr = 3e-3f;
+  ah.weight_decay = 0.1f;
+  ah.beta2 = 0.95f;
+  ah.step = 7;
+  ah.grad_scale = 0.625f;
+  // The bias corrections in double from the float betas, as the backend and PyTorch take them.
+  const double bc1 = 1.0 - std::pow(static_cast<double>(ah.beta1), 7.0);
+  const double bc2 = 1.0 - std::pow(static_cast<double>(ah.beta2), 7.0);
+  const float step_size = static_cast<float>(static_cast<double>(ah.lr) / bc1);
+  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  const float decay = 1.0f - ah.lr * ah.weight_decay;
+  std::vector<float> ap(n), am(n), av(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const float gi = g[i] * ah.grad_scale;
+    const float b1g = (1.0f - ah.beta1) * gi, b2g = (1.0f - ah.beta2) * gi * gi;
+    am[i] = ah.beta1 * m0[i] + b1g;
+    av[i] = ah.beta2 * v0[i] + b2g;
+    const float denom = std::sqrt(av[i]) / bc2_sqrt + ah.eps;
+    const float decayed = p0[i] * decay, moved = step_size * am[i] / denom;
+    ap[i] = decayed - moved;
+  }
+  sdk::SgdHyper sh;
+  sh.lr = 0.05f;
+  sh.momentum = 0.9f;
+  sh.dampening = 0.25f;
+  sh.weight_decay = 1e-3f;
+  sh.nesterov = false;
+  sh.first_step = false;
+  sh.grad_scale = 0.5f;
+  std::vector<float> sp(n), sm(n), plain(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const float wd = sh.weight_decay * p0[i], gi = g[i] * sh.grad_scale + wd;
+    const float kept = sh.momentum * m0[i], added = (1.0f - sh.dampening) * gi;
+    sm[i] = kept + added;
+    const float moved = sh.lr * sm[i];
+    sp[i] = p0[i] - moved;
+    const float plain_moved = sh.lr * gi;
+    plain[i] = p0[i] - plain_moved;
+  }
+  for (const auto& [threads, isa] : thread_and_isa_runs()) {
+    const IsaScope as_isa(isa);
+    const std::string what = isa_name(isa) + ", " + std::to_string(threads) + " threads";
+    CpuBackend be(threads);
+    auto& opt = *sdk::facet<sdk::OptimizerFacet>(be);
+    auto param = [&](bool second_state) {
+      std::deque<DeviceTensor> t;  // DeviceTensor stays where it was made
+      t.emplace_back(be, DType::fp32, Shape{std::int64_t{n}}, p0);
+      t.emplace_back(be, DType::fp32, Shape{std::int64_t{n}}, g);
+      t.emplace_back(be, DType::bf16, Shape{std::int64_t{n}});
+      t.emplace_back(be, DType::fp32, Shape{std::int64_t{n}}, m0);
+      if (second_state) t.emplace_back(be, DType::fp32, Shape{std::int64_t{n}}, v0);
+      return t;
+    };
+    auto adamw = param(true);
+    const std::vector<sdk::ParamTensors> ap_list = {
+        {adamw[0], adamw[1], adamw[2], adamw[3], adamw[4]}};
+    opt.adamw_update(ah, ap_list);
+    auto sgd = param(false);
+    const std::vector<sdk::ParamTensors> sp_list = {{sgd[0], sgd[1], sgd[2], sgd[3], {}}};
+    opt.sgd_update(sh, sp_list);
+    auto nomom = param(false);
+    const std::vector<sdk::ParamTensors> np_list = {{nomom[0], nomom[1], nomom[2], {}, {}}};
+    sdk::SgdHyper plain_h = sh;
+    plain_h.momentum = 0.0f;
+    opt.sgd_update(plain_h, np_list);
+    const auto got_ap = adamw[0].get(), got_am = adamw[3].get(), got_av = adamw[4].get();
+    const auto got_sp = sgd[0].get(), got_sm = sgd[3].get(), got_plain = nomom[0].get();
+    const auto working = adamw[2].get();
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const bool same = got_ap[i] == ap[i] && got_am[i] == am[i] && got_av[i] == av[i] &&
+                        got_sp[i] == sp[i] && got_sm[i] == sm[i] && got_plain[i] == plain[i] &&
+                        working[i] == bf16_to_float(float_to_bf16(ap[i]));
+      if (!same && wrong++ == 0)
+        ADD_FAILURE() << what << ": element " << i << " AdamW p " << got_ap[i] << " vs " << ap[i]
+                      << ", SGD p " << got_sp[i] << " vs " << sp[i] << ", plain SGD p "
+                      << got_plain[i] << " vs " << plain[i];
+    }
+    EXPECT_EQ(wrong, 0u) << what;
+  }
 }
 
 sdk::GradientStatus status_of(const DeviceTensor& status) {
