@@ -6,10 +6,11 @@
 //   scores  S = Q·Kᵀ  m = n = 128 (tokens), k = 32 (head_dim), C fp32 (the softmax is fp32)
 //   context O = P·V   m = 128, n = 32, k = 128, C in the operand dtype
 //
-// Usage: bench_batched_gemm [--threads=N] [Google Benchmark flags, e.g.
+// Usage: bench_batched_gemm [--threads N] [Google Benchmark flags, e.g.
 // --benchmark_repetitions=5 --benchmark_min_time=0.5]. FLOP/s counts 2*batch*m*n*k per call,
 // per second of wall time (UseRealTime).
 #include <benchmark/benchmark.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdlib>
 #include <cstring>
@@ -126,14 +127,11 @@ void run(benchmark::State& state, const Problem& p, const Route& r, bool batched
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<char*> rest;
-  for (int i = 0; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--threads=", 10) == 0)
-      g_threads = std::atoi(argv[i] + 10);
-    else
-      rest.push_back(argv[i]);
-  }
-  int rest_argc = static_cast<int>(rest.size());
+  // Google Benchmark takes its flags out of argv; what is left is this program's.
+  benchmark::Initialize(&argc, argv);
+  CLI::App app{"CpuBackend::gemm_strided_batched against a loop of gemm() on attention shapes"};
+  app.add_option("--threads", g_threads, "CPU backend threads")->check(CLI::Range(1, 1024));
+  CLI11_PARSE(app, argc, argv);
   static const Problem problems[] = {
       {"scores QK^T b64 m128 n128 k32", 64, 128, 128, 32, true, false},
       {"context PV b64 m128 n32 k128", 64, 128, 32, 128, false, true}};
@@ -152,7 +150,6 @@ int main(int argc, char** argv) {
           run(s, p, r, batched);
         })->Unit(benchmark::kMicrosecond)->UseRealTime();
       }
-  benchmark::Initialize(&rest_argc, rest.data());
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -7,6 +7,7 @@
 // Per shape and kernel: 2 warm-up calls, then R (30) calls; the fastest call in ms (on a shared
 // machine the fastest call is the best estimate of what the code does with the cores to itself).
 #include <omp.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -89,21 +90,11 @@ void run(const Shape& s, const char* dtype, int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{"the CPU backend's batch-norm kernels on ResNet-20's and ResNet-50's shapes"};
   int threads = 2, reps = 30;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--threads") == 0)
-      threads = std::atoi(argv[i + 1]);
-    else if (std::strcmp(argv[i], "--reps") == 0)
-      reps = std::atoi(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "usage: bench_batchnorm [--threads N] [--reps R]\n");
-      return 2;
-    }
-  }
-  if (threads < 1 || reps < 1) {
-    std::fprintf(stderr, "bench_batchnorm: --threads and --reps must be at least 1\n");
-    return 2;
-  }
+  app.add_option("--threads", threads, "OpenMP threads")->check(CLI::Range(1, 1024));
+  app.add_option("--reps", reps, "timed calls per case")->check(CLI::Range(1, 100000));
+  CLI11_PARSE(app, argc, argv);
   omp_set_num_threads(threads);
   std::printf("threads %d, best of %d calls, ms\n", threads, reps);
   std::printf("%-9s %4s %5s %7s %-5s %8s %8s %8s %8s\n", "net", "N", "C", "HxW", "dtype", "stats",

@@ -11,6 +11,7 @@
 // Usage: bench_bn_add_join [--threads N] [--reps R]
 // Per shape: 2 warm-up calls, then R (20) calls; the fastest call in ms (best_call_time.h).
 #include <omp.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <cstdlib>
@@ -95,21 +96,11 @@ void run(CpuBackend& be, const Stage& s, DType dt, int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{"a ResNet-50 Bottleneck's end on the CPU backend, fused against unfused"};
   int threads = 2, reps = 20;
-  for (int i = 1; i < argc; i += 2) {
-    if (i + 1 < argc && std::strcmp(argv[i], "--threads") == 0) {
-      threads = std::atoi(argv[i + 1]);
-    } else if (i + 1 < argc && std::strcmp(argv[i], "--reps") == 0) {
-      reps = std::atoi(argv[i + 1]);
-    } else {
-      std::fprintf(stderr, "usage: bench_bn_add_join [--threads N] [--reps R]\n");
-      return 2;
-    }
-  }
-  if (threads < 1 || reps < 1) {
-    std::fprintf(stderr, "bench_bn_add_join: --threads and --reps must be at least 1\n");
-    return 2;
-  }
+  app.add_option("--threads", threads, "CPU backend threads")->check(CLI::Range(1, 1024));
+  app.add_option("--reps", reps, "timed calls per case")->check(CLI::Range(1, 100000));
+  CLI11_PARSE(app, argc, argv);
   CpuBackend be(threads);
   std::printf("threads %d, batch 32, best of %d calls, ms\n", threads, reps);
   std::printf("%-7s %5s %-5s %9s %9s %7s %9s %9s %7s\n", "HxW", "C", "dtype", "bn+add", "fused",

@@ -18,6 +18,8 @@
 // Per shape and direction: 2 warm-up calls, then R (15) calls; the fastest call in ms (on a
 // shared machine the fastest call is the best estimate of what the code does with the cores to
 // itself) and oneDNN's implementation name.
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -111,31 +113,19 @@ Times run(CpuBackend& be, const Conv2dGeometry& g, int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{"CpuBackend's conv2d, direct against Winograd or oneDNN's blocked layout"};
   int threads = 2, reps = 15;
   std::int64_t batch = 128;
   std::string compare = "winograd", shapes = "resnet20";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i];
-    if (k == "--threads")
-      threads = std::atoi(argv[i + 1]);
-    else if (k == "--reps")
-      reps = std::atoi(argv[i + 1]);
-    else if (k == "--batch")
-      batch = std::atoll(argv[i + 1]);
-    else if (k == "--compare")
-      compare = argv[i + 1];
-    else if (k == "--shapes")
-      shapes = argv[i + 1];
-    else
-      compare.clear();
-  }
-  if ((compare != "winograd" && compare != "blocked") ||
-      (shapes != "resnet20" && shapes != "resnet50") || argc % 2 == 0) {
-    std::fprintf(stderr,
-                 "usage: bench_conv_algorithm [--threads N] [--reps R] [--batch N] "
-                 "[--compare winograd|blocked] [--shapes resnet20|resnet50]\n");
-    return 2;
-  }
+  app.add_option("--threads", threads, "CPU backend threads")->check(CLI::Range(1, 1024));
+  app.add_option("--reps", reps, "timed calls per case")->check(CLI::Range(1, 100000));
+  app.add_option("--batch", batch, "N, images")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{65536}));
+  app.add_option("--compare", compare, "the algorithm set against the direct convolution")
+      ->check(CLI::IsMember({"winograd", "blocked"}));
+  app.add_option("--shapes", shapes, "the network whose 3x3 shapes run")
+      ->check(CLI::IsMember({"resnet20", "resnet50"}));
+  CLI11_PARSE(app, argc, argv);
   const bool blocked = compare == "blocked";
   CpuBackend base(threads, Bf16GemmPath::automatic, Bf16ConvPath::automatic,
                   blocked ? ConvAlgorithm::direct_nhwc : ConvAlgorithm::direct);

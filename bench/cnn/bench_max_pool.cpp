@@ -7,6 +7,7 @@
 // Usage: bench_max_pool [--batch N] [--threads T] [--reps R] [--sets S]
 // Per case: 2 warm-up calls, then R (20) calls; the fastest call in ms.
 #include <omp.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdint>
 #include <cstdio>
@@ -131,29 +132,16 @@ void run(const Pool2dGeometry& g, DType dt, int reps, int sets) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{"the CPU backend's max pooling on ResNet's stem pool against oneDNN's pooling"};
   int threads = 2, reps = 20, sets = 6;
   std::int64_t batch = 8;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    const long v = std::strtol(argv[i + 1], nullptr, 10);
-    if (a == "--threads")
-      threads = static_cast<int>(v);
-    else if (a == "--reps")
-      reps = static_cast<int>(v);
-    else if (a == "--sets")
-      sets = static_cast<int>(v);
-    else if (a == "--batch")
-      batch = v;
-    else {
-      std::fprintf(stderr,
-                   "usage: bench_max_pool [--batch N] [--threads T] [--reps R] [--sets S]\n");
-      return 2;
-    }
-  }
-  if (threads < 1 || reps < 1 || sets < 1 || batch < 1) {
-    std::fprintf(stderr, "bench_max_pool: --threads, --reps, --sets and --batch must be >= 1\n");
-    return 2;
-  }
+  app.add_option("--batch", batch, "N, images")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{4096}));
+  app.add_option("--threads", threads, "OpenMP threads")->check(CLI::Range(1, 1024));
+  app.add_option("--reps", reps, "timed calls per case")->check(CLI::Range(1, 100000));
+  app.add_option("--sets", sets, "operand copies the calls rotate over (1: in the cache)")
+      ->check(CLI::Range(1, 64));
+  CLI11_PARSE(app, argc, argv);
   omp_set_num_threads(threads);
   std::printf("threads %d, best of %d calls over %d operand sets, ms\n", threads, reps, sets);
   std::printf("    N    C  HxW     dtype  own fwd   own bwd  oneDNN fwd oneDNN bwd\n");

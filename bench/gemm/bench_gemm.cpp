@@ -17,6 +17,7 @@
 // cleanest numbers: OpenMP (oneDNN) worker threads keep spinning after a parallel region and
 // steal cycles from OpenBLAS's pthread pool when both run in one process.
 #include <cblas.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -253,25 +254,24 @@ void run_mixed(int threads, double seconds) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{"fp32 GEMMs of the wide MLP: the CPU backend's oneDNN against OpenBLAS"};
   int threads = 2;
   std::string lib = "both";
   double seconds = 1.0;
   int steps = 0;
-  bool with_relu = false;
-  bool mixed = false;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--threads") threads = std::atoi(argv[i + 1]);
-    else if (flag == "--lib") lib = argv[i + 1];
-    else if (flag == "--seconds") seconds = std::atof(argv[i + 1]);
-    else if (flag == "--steps") steps = std::atoi(argv[i + 1]);
-    else if (flag == "--with-relu") with_relu = std::atoi(argv[i + 1]) != 0;
-    else if (flag == "--mixed") mixed = std::atoi(argv[i + 1]) != 0;
-    else {
-      std::fprintf(stderr, "unknown flag %s\nusage: bench_gemm [--threads N] [--lib onednn|openblas|both] [--seconds S] [--steps N] [--with-relu 0|1] [--mixed 1]\n", argv[i]);
-      return 2;
-    }
-  }
+  int with_relu = 0;
+  int mixed = 0;
+  app.add_option("--threads", threads, "threads of both libraries")->check(CLI::Range(1, 1024));
+  app.add_option("--lib", lib, "which library runs")
+      ->check(CLI::IsMember({"onednn", "openblas", "both"}));
+  app.add_option("--seconds", seconds, "timed seconds per GEMM")->check(CLI::Range(0.0, 3600.0));
+  app.add_option("--steps", steps, "full training steps of the wide MLP after the GEMMs")
+      ->check(CLI::Range(0, 100000));
+  app.add_option("--with-relu", with_relu, "1: every GEMM followed by the backend's ReLU over C")
+      ->check(CLI::IsMember({0, 1}));
+  app.add_option("--mixed", mixed, "1: the bf16 / fp16 / fp8 table instead")
+      ->check(CLI::IsMember({0, 1}));
+  CLI11_PARSE(app, argc, argv);
   if (mixed) {
     run_mixed(threads, seconds);
     return 0;

@@ -30,6 +30,8 @@
 // operands as stored for 16-bit and FP8 rows (~1e-3: C's rounding). It guards against a fast path
 // that computes something else.
 // Without a usable GPU it prints one line "no CUDA device: <CUDA's reason>" and exits 2.
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -124,45 +126,37 @@ bool parse_dtypes(const std::string& list, std::vector<Row>& rows) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::int64_t m = 8192, n = 8192, k = 8192;
+  CLI::App app{"TFLOP/s of the CUDA backend's GEMM facet per input dtype at one shape"};
+  std::int64_t m = 8192, n = 8192, k = 8192, size = 0;
   double seconds = 1.0;
-  int device = 0;
-  bool trans_b = true;
-  bool fp8_fast_accum = false;
-  int gemm_autotune = 0;
-  std::vector<Row> rows(std::begin(kRows), std::end(kRows));
-  const char* usage =
-      "usage: bench_gemm_cuda [--m M] [--n N] [--k K] [--size S] [--seconds T] [--device D] "
-      "[--trans-b 0|1] [--only fp32,tf32,bf16,fp16,fp8] [--fp8-fast-accum 0|1] "
-      "[--gemm-autotune N]\n";
-  for (int i = 1; i < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "flag %s needs a value\n%s", flag.c_str(), usage);
-      return 2;
-    }
-    const char* v = argv[i + 1];
-    if (flag == "--m") m = std::atoll(v);
-    else if (flag == "--n") n = std::atoll(v);
-    else if (flag == "--k") k = std::atoll(v);
-    else if (flag == "--size") m = n = k = std::atoll(v);
-    else if (flag == "--seconds") seconds = std::atof(v);
-    else if (flag == "--device") device = std::atoi(v);
-    else if (flag == "--trans-b") trans_b = std::atoi(v) != 0;
-    else if (flag == "--fp8-fast-accum") fp8_fast_accum = std::atoi(v) != 0;
-    else if (flag == "--gemm-autotune") gemm_autotune = std::atoi(v);
-    else if (flag == "--only") {
-      if (!parse_dtypes(v, rows)) {
-        std::fprintf(stderr, "--only %s: expected a comma-separated subset of fp32,tf32,bf16,fp16,fp8\n", v);
-        return 2;
-      }
-    } else {
-      std::fprintf(stderr, "unknown flag %s\n%s", flag.c_str(), usage);
-      return 2;
-    }
+  int device = 0, trans_b_flag = 1, fast_accum_flag = 0, gemm_autotune = 0;
+  std::string only;
+  const auto extent = CLI::Range(std::int64_t{1}, std::int64_t{1} << 20);
+  app.add_option("--m", m, "rows of A and C")->check(extent);
+  app.add_option("--n", n, "columns of C")->check(extent);
+  app.add_option("--k", k, "the inner dimension")->check(extent);
+  app.add_option("--size", size, "m, n and k at once (those not given apart)")->check(extent);
+  app.add_option("--seconds", seconds, "timed seconds per dtype")->check(CLI::Range(0.0, 3600.0));
+  app.add_option("--device", device, "CUDA device")->check(CLI::Range(0, 64));
+  app.add_option("--trans-b", trans_b_flag, "1: C = A·Bᵀ (a Linear's forward), 0: A·B")
+      ->check(CLI::IsMember({0, 1}));
+  app.add_option("--only", only, "a comma-separated subset of fp32,tf32,bf16,fp16,fp8");
+  app.add_option("--fp8-fast-accum", fast_accum_flag, "1: the backend's fp8_fast_accumulation")
+      ->check(CLI::IsMember({0, 1}));
+  app.add_option("--gemm-autotune", gemm_autotune, "the backend's gemm_autotune (0: off)")
+      ->check(CLI::Range(0, 64));
+  CLI11_PARSE(app, argc, argv);
+  const bool trans_b = trans_b_flag != 0, fp8_fast_accum = fast_accum_flag != 0;
+  if (size > 0) {
+    if (app.count("--m") == 0) m = size;
+    if (app.count("--n") == 0) n = size;
+    if (app.count("--k") == 0) k = size;
   }
-  if (m <= 0 || n <= 0 || k <= 0 || seconds < 0.0 || gemm_autotune < 0) {
-    std::fprintf(stderr, "m, n, k must be > 0 and --seconds >= 0\n%s", usage);
+  std::vector<Row> rows(std::begin(kRows), std::end(kRows));
+  if (!only.empty() && !parse_dtypes(only, rows)) {
+    std::fprintf(stderr,
+                 "--only %s: expected a comma-separated subset of fp32,tf32,bf16,fp16,fp8\n",
+                 only.c_str());
     return 2;
   }
 

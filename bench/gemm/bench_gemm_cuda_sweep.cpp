@@ -30,6 +30,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -156,17 +158,6 @@ struct Options {
   int candidates = 8, rounds = 5, device = 0;
   double batch_ms = 25.0;
 };
-
-std::vector<std::string> split(const std::string& list) {
-  std::vector<std::string> out;
-  std::size_t pos = 0;
-  while (pos <= list.size()) {
-    const std::size_t end = std::min(list.find(',', pos), list.size());
-    out.push_back(list.substr(pos, end - pos));
-    pos = end + 1;
-  }
-  return out;
-}
 
 class Sweep {
  public:
@@ -421,60 +412,27 @@ class Sweep {
 
 int main(int argc, char** argv) {
   Options opt;
-  const char* usage =
-      "usage: bench_gemm_cuda_sweep [--only bf16,fp16] [--cases square,fwd,dgrad,wgrad] [--size S] "
-      "[--batch B] [--hidden H] [--candidates N] [--rounds R] [--batch-ms T] [--device D]\n";
-  for (int i = 1; i < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "flag %s needs a value\n%s", flag.c_str(), usage);
-      return 2;
-    }
-    const std::string v = argv[i + 1];
-    if (flag == "--only") {
-      opt.dtypes.clear();
-      for (const std::string& d : split(v)) {
-        if (d == "bf16")
-          opt.dtypes.push_back(DType::bf16);
-        else if (d == "fp16")
-          opt.dtypes.push_back(DType::fp16);
-        else {
-          std::fprintf(stderr, "--only: bf16 and/or fp16, not %s\n", d.c_str());
-          return 2;
-        }
-      }
-    } else if (flag == "--cases") {
-      opt.cases = split(v);
-      for (const std::string& c : opt.cases)
-        if (c != "square" && c != "fwd" && c != "dgrad" && c != "wgrad") {
-          std::fprintf(stderr, "--cases: a subset of square,fwd,dgrad,wgrad, not %s\n", c.c_str());
-          return 2;
-        }
-    } else if (flag == "--size")
-      opt.size = std::atoll(v.c_str());
-    else if (flag == "--batch")
-      opt.batch = std::atoll(v.c_str());
-    else if (flag == "--hidden")
-      opt.hidden = std::atoll(v.c_str());
-    else if (flag == "--candidates")
-      opt.candidates = std::atoi(v.c_str());
-    else if (flag == "--rounds")
-      opt.rounds = std::atoi(v.c_str());
-    else if (flag == "--batch-ms")
-      opt.batch_ms = std::atof(v.c_str());
-    else if (flag == "--device")
-      opt.device = std::atoi(v.c_str());
-    else {
-      std::fprintf(stderr, "unknown flag %s\n%s", flag.c_str(), usage);
-      return 2;
-    }
-  }
-  if (opt.size <= 0 || opt.batch <= 0 || opt.hidden <= 0 || opt.candidates < 1 ||
-      opt.candidates > 64 || opt.rounds < 1 || opt.batch_ms <= 0.0 || opt.dtypes.empty()) {
-    std::fprintf(stderr, "sizes, --rounds and --batch-ms must be > 0, --candidates in [1, 64]\n%s",
-                 usage);
-    return 2;
-  }
+  CLI::App app{"the CUDA backend's GemmEngine with one knob changed at a time"};
+  std::vector<std::string> only{"bf16", "fp16"};
+  app.add_option("--only", only, "input dtypes")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"bf16", "fp16"}));
+  app.add_option("--cases", opt.cases, "a subset of square,fwd,dgrad,wgrad")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"square", "fwd", "dgrad", "wgrad"}));
+  const auto extent = CLI::Range(std::int64_t{1}, std::int64_t{1} << 20);
+  app.add_option("--size", opt.size, "the square case's m = n = k")->check(extent);
+  app.add_option("--batch", opt.batch, "the layer cases' rows")->check(extent);
+  app.add_option("--hidden", opt.hidden, "the layer cases' width")->check(extent);
+  app.add_option("--candidates", opt.candidates, "cuBLASLt heuristic algorithms timed")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--rounds", opt.rounds, "interleaved rounds")->check(CLI::Range(1, 10000));
+  app.add_option("--batch-ms", opt.batch_ms, "milliseconds a timed batch of calls")
+      ->check(CLI::Range(0.001, 60000.0));
+  app.add_option("--device", opt.device, "CUDA device")->check(CLI::Range(0, 64));
+  CLI11_PARSE(app, argc, argv);
+  opt.dtypes.clear();
+  for (const std::string& d : only) opt.dtypes.push_back(d == "bf16" ? DType::bf16 : DType::fp16);
 
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);

@@ -15,6 +15,7 @@
 // Prints one JSON object: steps/s (median of the windows), GFLOP/s, and the median time of every
 // GEMM on its own (same primitives, timed one at a time after the step timing).
 #include <omp.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -79,33 +80,14 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{"the wide MLP step's GEMMs alone: the lower bound of its step time"};
   int threads = 2, batch = 512, warmup = 3, windows = 5, per_window = 5;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    auto next = [&]() -> int {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", flag.c_str());
-        std::exit(2);
-      }
-      return std::atoi(argv[++i]);
-    };
-    if (flag == "--threads") threads = next();
-    else if (flag == "--batch") batch = next();
-    else if (flag == "--warmup") warmup = next();
-    else if (flag == "--windows") windows = next();
-    else if (flag == "--steps-per-window") per_window = next();
-    else {
-      std::fprintf(stderr,
-                   "unknown flag %s\nusage: bench_wide_mlp_gemm_bound [--threads N] [--batch B] "
-                   "[--warmup S] [--windows W] [--steps-per-window K]\n",
-                   flag.c_str());
-      return 2;
-    }
-  }
-  if (threads < 1 || batch < 1 || windows < 1 || per_window < 1 || warmup < 0) {
-    std::fprintf(stderr, "all values must be positive\n");
-    return 2;
-  }
+  app.add_option("--threads", threads, "OpenMP threads")->check(CLI::Range(1, 1024));
+  app.add_option("--batch", batch, "rows a step")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::Range(0, 100000));
+  app.add_option("--windows", windows, "timed windows")->check(CLI::Range(1, 100000));
+  app.add_option("--steps-per-window", per_window, "steps a window")->check(CLI::Range(1, 100000));
+  CLI11_PARSE(app, argc, argv);
   omp_set_num_threads(threads);
 
   const std::vector<memory::dim> widths{1024, 4096, 4096, 1024, 10};
