@@ -216,6 +216,28 @@ void Executor::allocate(PassRows rows, bool reserve_fp32_gradients, std::int64_t
                own, [&] { ops_[i]->allocate(backend_, max_rows * plan_.node(i).rows_per_sample); });
   }
   bind_ties();
+  // A tied parameter that its user reads narrower than it is stored, owned by an op that reads
+  // only masters, gets a working copy in that dtype (layer.h): the optimizer refreshes it with
+  // the update, in the pass that already reads the master, where the user would otherwise round
+  // the whole master at every pass (GPT-2 small's tied LM head on an AMX Xeon: an 11 ms cast of
+  // the [50257, 768] table a step; RESULTS.md, session 69). Made once; init, resume and the
+  // replicas' broadcast refresh it with the other working copies.
+  for (const WeightTie& t : plan_.ties()) {
+    const std::optional<DType> dtype = ops_[t.user]->shared_working_dtype(t.suffix);
+    if (!dtype) continue;
+    for (auto& owner : ops_) {
+      if (!owner->reads_parameter_masters()) continue;
+      for (ModelParameter& p : owner->parameters()) {
+        if (p.name != t.source || !p.working.empty() || p.master.empty() || p.quantized()) continue;
+        const sdk::Shape shape = p.master.shape();
+        allocating("a " + std::string(sdk::dtype_name(*dtype)) + " working copy of '" + p.name +
+                       "' for node '" + ops_[t.user]->name() + "'",
+                   static_cast<std::size_t>(shape.numel()) * sdk::dtype_size(*dtype),
+                   [&] { p.working = Tensor(backend_, *dtype, shape); });
+        backend_->cast(p.master.view(), p.working.view());
+      }
+    }
+  }
 }
 
 Executor::Placement Executor::place(std::int64_t rows, const LivenessPlan& arena_plan,

@@ -34,6 +34,8 @@ class EmbeddingLayer final : public Layer {
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
                 std::int64_t rows) override;
   void init_parameters(std::uint64_t seed) override;
+  // The gather reads the FP32 table (forward).
+  bool reads_parameter_masters() const override { return true; }
 
  private:
   std::int64_t vocab_;

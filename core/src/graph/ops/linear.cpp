@@ -345,6 +345,13 @@ void LinearLayer::set_loss_block_padding(std::int64_t multiple) {
   padded_out_ = (out_ / multiple + 1) * multiple;
 }
 
+std::optional<DType> LinearLayer::shared_working_dtype(const std::string& suffix) {
+  const DType want = storage_of(precision_.weight);
+  if (suffix != "weight" || (want != DType::bf16 && want != DType::fp16) || gemm_decodes(want))
+    return std::nullopt;
+  return want;
+}
+
 bool LinearLayer::gemm_decodes(DType weight) {
   if (weight != DType::bf16 && weight != DType::fp16) return false;
   if (!gemm_decodes_known_) {

@@ -112,6 +112,11 @@ class LinearLayer final : public Layer {
   std::int64_t loss_block_columns() const override { return padded_out_ > 0 ? padded_out_ : out_; }
   void begin_loss_blocks() override;
   void end_loss_blocks() override;
+  // A tied weight (GPT-2's LM head) read in bf16 or fp16 by GEMMs that take that dtype as stored
+  // asks for a working copy of it (layer.h), in place of weight_operand()'s cast of the whole
+  // master at every pass. Not where the GEMMs decode the dtype (begin_loss_blocks then rounds
+  // slices of the master without a whole copy), not for FP8 (its scale is the scaler's).
+  std::optional<sdk::DType> shared_working_dtype(const std::string& suffix) override;
 
  private:
   void add_decoding_need(std::vector<BackendNeed>& needs) const;

@@ -12,6 +12,8 @@
 #include "cpu_test_backend.h"
 #include "graph/ops/op_registry.h"
 #include "mixtrain/core/graph/model.h"
+#include "mixtrain/sdk/support/float_formats.h"
+#include "tiny_gpt.h"
 
 namespace mixtrain::core {
 namespace {
@@ -92,6 +94,81 @@ TEST(ModelState, TiedParameterIsListedOnceAndItsGradientSumsBothUses) {
     ++checked;
   }
   EXPECT_EQ(checked, 5);
+}
+
+// The shared CPU backend with its bf16 GEMMs declared native or decoded, whatever this CPU's are,
+// counting the casts that read one watched tensor.
+class Bf16GemmRouteBackend final : public test_support::ForwardingBackend {
+ public:
+  explicit Bf16GemmRouteBackend(bool native) : native_(native) {}
+  sdk::BackendCapabilities capabilities() const override {
+    auto caps = ForwardingBackend::capabilities();
+    for (auto& d : caps.gemm_inputs)
+      if (d.dtype == DType::bf16) d.native = native_;
+    return caps;
+  }
+  void cast(sdk::TensorView s, sdk::TensorView d, const sdk::CastArgs& a) override {
+    if (s.data == watched) ++watched_casts;
+    ForwardingBackend::cast(s, d, a);
+  }
+  const void* watched = nullptr;
+  int watched_casts = 0;
+
+ private:
+  bool native_;
+};
+
+// GPT's LM head reads the embedding's FP32 table in bf16. Where the backend's bf16 GEMMs take it
+// as stored, the table gets a bf16 working copy (the optimizer refreshes it with the update) and
+// the loss pass rounds no master: the same loss and gradients as the pass that rounds the whole
+// table itself, bit for bit. Where the GEMMs decode bf16, no copy (the head rounds slices).
+TEST(ModelState, ATiedHeadReadingBf16GetsAWorkingCopyWhereTheGemmsTakeBf16) {
+  const sdk::OpPrecision bf16{DType::bf16, DType::bf16, DType::bf16, DType::bf16};
+  const std::int64_t tokens = 6, vocab = 11, batch = 2;
+  for (const bool native : {true, false}) {
+    SCOPED_TRACE(native ? "bf16 GEMMs native" : "bf16 GEMMs decoded");
+    auto backend = std::make_shared<Bf16GemmRouteBackend>(native);
+    auto m = test_support::tiny_gpt_model(test_support::tiny_gpt_spec(2, 2, 8, vocab), tokens,
+                                          vocab, batch, 0.3f, bf16, false, {}, backend);
+    ModelParameter* wte = nullptr;
+    for (auto* p : m->parameters())
+      if (p->name == "wte.weight") wte = p;
+    ASSERT_NE(wte, nullptr);
+    if (!native) {
+      EXPECT_TRUE(wte->working.empty());
+      continue;
+    }
+    ASSERT_FALSE(wte->working.empty());
+    EXPECT_EQ(wte->working.dtype(), DType::bf16);
+    const auto master = read(wte->master.view());
+    std::vector<std::uint16_t> copy(master.size());
+    backend->copy_to_host(copy.data(), wte->working.view());
+    for (std::size_t i = 0; i < master.size(); ++i)
+      ASSERT_EQ(copy[i], sdk::encode_bf16(master[i])) << i;
+
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(batch * tokens));
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>(i * 7 % vocab);
+    auto pass = [&] {
+      backend->copy_from_host(m->input(batch), ids.data());
+      backend->copy_from_host(m->labels(batch), ids.data());
+      m->begin_micro_batch(0, 1);
+      m->forward(batch);
+      const float loss = m->loss(batch, 1.0f, true).loss;
+      m->backward(batch);
+      std::vector<std::vector<float>> grads;
+      for (auto* p : m->parameters()) grads.push_back(read(p->grad.view()));
+      return std::pair(loss, grads);
+    };
+    backend->watched = wte->master.view().data;
+    const auto with_copy = pass();
+    EXPECT_EQ(backend->watched_casts, 0) << "the head rounded the master it has a copy of";
+    // Without the copy the head rounds the whole table itself, once a pass.
+    wte->working = Tensor();
+    const auto rounded_each_pass = pass();
+    EXPECT_GE(backend->watched_casts, 1);
+    EXPECT_EQ(with_copy.first, rounded_each_pass.first);
+    EXPECT_EQ(with_copy.second, rounded_each_pass.second);
+  }
 }
 
 TEST(ModelState, TieErrorsNameBothNodesAndTheLine) {

@@ -32,7 +32,9 @@
 // - Shared parameters (weight tying): an op may use another node's parameter instead of owning
 //   one (traits().shared_parameters names them; the executor binds them after allocate()).
 //   parameters() lists only what the op owns, so the optimizer and checkpoints see a tied
-//   parameter once; used_parameters() lists everything the op reads and writes.
+//   parameter once; used_parameters() lists everything the op reads and writes. Where the user
+//   reads it narrower than it is stored (shared_working_dtype) and the owner reads only masters
+//   (reads_parameter_masters), the executor gives the parameter a working copy in that dtype.
 // - FP8 operand scaling: an op with scaled GEMM operands registers its OperandScaler
 //   (use_operand_scaler); the model drives it through set_operand_scaling, begin_micro_batch and
 //   flush_operand_amaxes.
@@ -461,6 +463,16 @@ class Layer {
   // Binds a parameter another node owns to this op's `suffix` slot, after allocate(): `source`
   // outlives this op (both belong to one model).
   void bind_shared_parameter(const std::string& suffix, ModelParameter& source);
+  // The dtype in which this op reads the shared parameter `suffix`, when it would read it from a
+  // working copy of that dtype that the optimizer refreshes with each update instead of rounding
+  // the master itself at every pass; nullopt: it reads the parameter as it is stored. Asked after
+  // bind_shared_parameter.
+  virtual std::optional<sdk::DType> shared_working_dtype(const std::string& /*suffix*/) {
+    return std::nullopt;
+  }
+  // Whether this op reads its own parameters from their FP32 masters whatever working copies they
+  // have (an embedding's gather): a copy that another op asks for then changes nothing here.
+  virtual bool reads_parameter_masters() const { return false; }
 
   // The output activation; a view without data (data == nullptr) while it is not materialised.
   sdk::TensorView output(std::int64_t rows) const;
