@@ -8,8 +8,9 @@ namespace mixtrain::backend_cpu {
 
 namespace {
 
-[[gnu::always_inline]] inline void adamw_loop(const AdamWConstants* k, float* p, const float* grad,
-                                              float* m, float* v, std::int64_t len) {
+[[gnu::always_inline]] inline void adamw_loop(const sdk::AdamWStepConstants* k, float* p,
+                                              const float* grad, float* m, float* v,
+                                              std::int64_t len) {
   const float b1 = k->beta1, b2 = k->beta2, eps = k->eps, gs = k->grad_scale;
   const float one_minus_b1 = 1.0f - b1, one_minus_b2 = 1.0f - b2;
   const float decay = k->decay, step_size = k->step_size, bc2_sqrt = k->bc2_sqrt;
@@ -59,7 +60,7 @@ MIXTRAIN_ISA_VARIANTS(sgd_plain_loop)
 
 }  // namespace
 
-void adamw_range(const AdamWConstants& k, float* p, const float* grad, float* m, float* v,
+void adamw_range(const sdk::AdamWStepConstants& k, float* p, const float* grad, float* m, float* v,
                  std::int64_t len) {
   adamw_loop_best(&k, p, grad, m, v, len);
 }

@@ -12,17 +12,12 @@
 
 #include <cstdint>
 
+#include "mixtrain/sdk/support/adamw_step_constants.h"
+
 namespace mixtrain::backend_cpu {
 
-// AdamW's per-call constants, derived once from sdk::AdamWHyper on the host.
-struct AdamWConstants {
-  float beta1, beta2, eps, grad_scale;
-  float decay;      // 1 - lr * weight_decay
-  float step_size;  // lr / (1 - beta1^t)
-  float bc2_sqrt;   // sqrt(1 - beta2^t)
-};
-
-void adamw_range(const AdamWConstants& k, float* p, const float* grad, float* m, float* v,
+// k: the call's constants (sdk::adamw_step_constants).
+void adamw_range(const sdk::AdamWStepConstants& k, float* p, const float* grad, float* m, float* v,
                  std::int64_t len);
 
 struct SgdConstants {

@@ -8,6 +8,7 @@
 
 #include "cuda_gradient_check.h"
 #include "cuda_kernel_types.h"
+#include "mixtrain/sdk/support/adamw_step_constants.h"
 
 namespace mixtrain::backend_cuda::kernels {
 
@@ -37,9 +38,8 @@ struct SgdArgs {
 cudaError_t sgd_update(const SgdArgs& h, const UpdateGate& gate, const ParamRef* params,
                        const Chunk* chunks, int num_chunks, cudaStream_t stream);
 
-struct AdamWArgs {
-  float beta1, beta2, eps, grad_scale, decay, step_size, bc2_sqrt;
-};
+// The call's constants, derived on the host (sdk::adamw_step_constants).
+using AdamWArgs = sdk::AdamWStepConstants;
 cudaError_t adamw_update(const AdamWArgs& h, const UpdateGate& gate, const ParamRef* params,
                          const Chunk* chunks, int num_chunks, cudaStream_t stream);
 

@@ -98,17 +98,8 @@ void CudaOptimizer::adamw(const sdk::AdamWHyper& h, std::span<const sdk::ParamTe
     refs.push_back(param_ref(params[i]));
     numels.push_back(params[i].master.numel());
   }
-  // Bias corrections in double on the host, exactly as the CPU reference (and PyTorch) does.
-  const double t = static_cast<double>(h.step);
-  const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), t);
-  const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), t);
-  const kernels::AdamWArgs args{h.beta1,
-                                h.beta2,
-                                h.eps,
-                                h.grad_scale,
-                                1.0f - h.lr * h.weight_decay,
-                                static_cast<float>(static_cast<double>(h.lr) / bc1),
-                                static_cast<float>(std::sqrt(bc2))};
+  // The constants of the CPU reference's update, one definition (sdk/support).
+  const kernels::AdamWArgs args = sdk::adamw_step_constants(h);
   const kernels::ParamRef* dev_refs = nullptr;
   const kernels::Chunk* dev_chunks = nullptr;
   const int count = context_.upload_tables(refs, numels, &dev_refs, &dev_chunks, op);

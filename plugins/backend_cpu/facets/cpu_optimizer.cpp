@@ -4,7 +4,6 @@
 // low-precision working copy of a piece is refreshed right after its update, while the piece is
 // still in cache, by the SDK's bulk (vectorised, RNE) encoder: the one definition of bf16/fp16
 // in the project.
-#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -41,7 +40,7 @@ void sgd_piece(const SgdConstants& k, bool momentum, const sdk::ParamTensors& t,
   refresh_working(t, b, len);
 }
 
-void adamw_piece(const AdamWConstants& k, const sdk::ParamTensors& t, std::int64_t b,
+void adamw_piece(const sdk::AdamWStepConstants& k, const sdk::ParamTensors& t, std::int64_t b,
                  std::int64_t len) {
   adamw_range(k, t.master.as<float>() + b, t.grad.as<const float>() + b, t.state1.as<float>() + b,
               t.state2.as<float>() + b, len);
@@ -126,17 +125,7 @@ void CpuOptimizer::adamw_update(const sdk::AdamWHyper& h,
          "pass step >= 1 (1 on the first update)");
   for (std::size_t i = 0; i < params.size(); ++i)
     validate_param("adamw_update", i, params[i], true, true);
-  // Bias corrections in double, as PyTorch computes them on the host.
-  const double t = static_cast<double>(h.step);
-  const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), t);
-  const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), t);
-  const AdamWConstants constants{h.beta1,
-                                 h.beta2,
-                                 h.eps,
-                                 h.grad_scale,
-                                 1.0f - h.lr * h.weight_decay,
-                                 static_cast<float>(static_cast<double>(h.lr) / bc1),
-                                 static_cast<float>(std::sqrt(bc2))};
+  const sdk::AdamWStepConstants constants = sdk::adamw_step_constants(h);
   const auto pieces = split(params.size(), [&](std::size_t i) { return params[i].master.numel(); });
   const std::int64_t count = static_cast<std::int64_t>(pieces.size());
 #pragma omp parallel for schedule(static) if (parallel_worth(total_len(pieces)))

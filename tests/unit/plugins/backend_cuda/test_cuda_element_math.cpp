@@ -36,6 +36,7 @@
 #include "cpu_backend.h"
 #include "cpu_softmax_row.h"
 #include "cuda_element_math.h"
+#include "mixtrain/sdk/support/adamw_step_constants.h"
 #include "mixtrain/sdk/support/float_formats.h"
 
 namespace {
@@ -497,9 +498,6 @@ struct Sgd {  // kernels::SgdArgs' fields
   float lr, momentum, dampening, weight_decay, grad_scale;
   bool nesterov, first_step, use_momentum;
 };
-struct AdamW {  // kernels::AdamWArgs' fields
-  float beta1, beta2, eps, grad_scale, decay, step_size, bc2_sqrt;
-};
 
 TEST(cuda_element_math, OptimizerStepsMatchTheCpuBitForBit) {
   std::mt19937 rng(3);
@@ -507,7 +505,7 @@ TEST(cuda_element_math, OptimizerStepsMatchTheCpuBitForBit) {
   for (int trial = 0; trial < 200000; ++trial) {
     const float p = u(rng), grad = u(rng) * 100.0f, buf0 = u(rng), m0 = u(rng) * 0.1f,
                 v0 = std::fabs(u(rng)) * 0.01f;
-    // facets/cpu_optimizer.cpp sgd_piece.
+    // cpu_optimizer_kernels.cpp's sgd loop.
     const float dampening = trial % 3 == 0 ? 0.1f : 0.0f;
     const Sgd h{0.05f, 0.9f, dampening, 1e-4f, 0.5f, dampening == 0.0f && trial % 2 == 0,
                 trial % 5 == 0, true};
@@ -521,11 +519,11 @@ TEST(cuda_element_math, OptimizerStepsMatchTheCpuBitForBit) {
     float unused = 0.0f;
     EXPECT_EQ(bits(el::sgd_step<false>(h, p, grad, unused)),
               bits(p - h.lr * (grad * h.grad_scale + h.weight_decay * p)));
-    // facets/cpu_optimizer.cpp adamw_piece, with the host's bias corrections.
-    const int step = 1 + trial % 50;
-    const double bc1 = 1.0 - std::pow(0.9, step), bc2 = 1.0 - std::pow(0.999, step);
-    const AdamW a{0.9f, 0.999f, 1e-8f, 0.25f, 1.0f - 1e-3f * 0.01f,
-                  static_cast<float>(1e-3 / bc1), static_cast<float>(std::sqrt(bc2))};
+    // cpu_optimizer_kernels.cpp's AdamW loop, with the host's constants.
+    sdk::AdamWHyper hyper;
+    hyper.step = 1 + trial % 50;
+    hyper.grad_scale = 0.25f;
+    const sdk::AdamWStepConstants a = sdk::adamw_step_constants(hyper);
     const float ga = grad * a.grad_scale;
     const float mi = a.beta1 * m0 + (1.0f - a.beta1) * ga;
     const float vi = a.beta2 * v0 + (1.0f - a.beta2) * ga * ga;
