@@ -221,14 +221,16 @@ void Executor::allocate(PassRows rows, bool reserve_fp32_gradients, std::int64_t
   // the update, in the pass that already reads the master, where the user would otherwise round
   // the whole master at every pass (GPT-2 small's tied LM head on an AMX Xeon: an 11 ms cast of
   // the [50257, 768] table a step; RESULTS.md, session 69). Made once; init, resume and the
-  // replicas' broadcast refresh it with the other working copies.
+  // replicas' broadcast refresh it with the other working copies. A quantized parameter is
+  // frozen, so none is given one.
   for (const WeightTie& t : plan_.ties()) {
     const std::optional<DType> dtype = ops_[t.user]->shared_working_dtype(t.suffix);
     if (!dtype) continue;
     for (auto& owner : ops_) {
       if (!owner->reads_parameter_masters()) continue;
       for (ModelParameter& p : owner->parameters()) {
-        if (p.name != t.source || !p.working.empty() || p.master.empty() || p.quantized()) continue;
+        // Not a frozen one: it is stored once (layer.h's ModelParameter), and no update moves it.
+        if (p.name != t.source || !p.working.empty() || p.master.empty() || p.frozen) continue;
         const sdk::Shape shape = p.master.shape();
         allocating("a " + std::string(sdk::dtype_name(*dtype)) + " working copy of '" + p.name +
                        "' for node '" + ops_[t.user]->name() + "'",

@@ -121,7 +121,7 @@ class Bf16GemmRouteBackend final : public test_support::ForwardingBackend {
 // GPT's LM head reads the embedding's FP32 table in bf16. Where the backend's bf16 GEMMs take it
 // as stored, the table gets a bf16 working copy (the optimizer refreshes it with the update) and
 // the loss pass rounds no master: the same loss and gradients as the pass that rounds the whole
-// table itself, bit for bit. Where the GEMMs decode bf16, no copy (the head rounds slices).
+// table itself, bit for bit. Where the GEMMs decode bf16, or the table is frozen, no copy.
 TEST(ModelState, ATiedHeadReadingBf16GetsAWorkingCopyWhereTheGemmsTakeBf16) {
   const sdk::OpPrecision bf16{DType::bf16, DType::bf16, DType::bf16, DType::bf16};
   const std::int64_t tokens = 6, vocab = 11, batch = 2;
@@ -168,6 +168,17 @@ TEST(ModelState, ATiedHeadReadingBf16GetsAWorkingCopyWhereTheGemmsTakeBf16) {
     EXPECT_GE(backend->watched_casts, 1);
     EXPECT_EQ(with_copy.first, rounded_each_pass.first);
     EXPECT_EQ(with_copy.second, rounded_each_pass.second);
+
+    // A frozen table stays stored once (ModelParameter): no copy, the head rounds it.
+    ModelSpec frozen = test_support::tiny_gpt_spec(2, 2, 8, vocab);
+    frozen.freeze.frozen.push_back({"wte", {"train.toml", 1, 11}, "train.frozen"});
+    auto still =
+        test_support::tiny_gpt_model(frozen, tokens, vocab, batch, 0.3f, bf16, false, {}, backend);
+    for (auto* p : still->parameters())
+      if (p->name == "wte.weight") {
+        EXPECT_TRUE(p->frozen);
+        EXPECT_TRUE(p->working.empty());
+      }
   }
 }
 
