@@ -8,22 +8,45 @@ namespace mixtrain::backend_cpu {
 
 namespace {
 
+#define MIXTRAIN_OPTIMIZER_INLINE __attribute__((always_inline))
+
+// element(i) for i in [0, len): blocks of 32 under `omp simd`, each first asking for the lines
+// 2 KiB ahead in every stream the update reads. Why: the update streams its 3-4 arrays from
+// memory, and the hardware prefetcher alone kept fewer reads in flight (AdamW over GPT-2 small's
+// 124 M parameters 1.05x faster; RESULTS.md, session 69). A prefetch past an array's end is
+// ignored, never a fault; the arithmetic per element is the same, so are the bits.
+template <class Element, class... Stream>
+[[gnu::always_inline]] inline void streamed(std::int64_t len, Element&& element,
+                                            const Stream*... streams) {
+  constexpr std::int64_t kBlock = 32, kAhead = 512;
+  std::int64_t i = 0;
+  for (; i + kBlock <= len; i += kBlock) {
+    ((__builtin_prefetch(streams + i + kAhead), __builtin_prefetch(streams + i + kAhead + 16)),
+     ...);
+#pragma omp simd
+    for (std::int64_t j = i; j < i + kBlock; ++j) element(j);
+  }
+  for (; i < len; ++i) element(i);
+}
+
 [[gnu::always_inline]] inline void adamw_loop(const sdk::AdamWStepConstants* k, float* p,
                                               const float* grad, float* m, float* v,
                                               std::int64_t len) {
   const float b1 = k->beta1, b2 = k->beta2, eps = k->eps, gs = k->grad_scale;
   const float one_minus_b1 = 1.0f - b1, one_minus_b2 = 1.0f - b2;
   const float decay = k->decay, step_size = k->step_size, bc2_sqrt = k->bc2_sqrt;
-#pragma omp simd
-  for (std::int64_t i = 0; i < len; ++i) {
-    const float g = grad[i] * gs;
-    const float mi = b1 * m[i] + one_minus_b1 * g;
-    const float vi = b2 * v[i] + one_minus_b2 * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    const float denom = std::sqrt(vi) / bc2_sqrt + eps;
-    p[i] = p[i] * decay - step_size * mi / denom;
-  }
+  streamed(
+      len,
+      [&](std::int64_t i) MIXTRAIN_OPTIMIZER_INLINE {
+        const float g = grad[i] * gs;
+        const float mi = b1 * m[i] + one_minus_b1 * g;
+        const float vi = b2 * v[i] + one_minus_b2 * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        const float denom = std::sqrt(vi) / bc2_sqrt + eps;
+        p[i] = p[i] * decay - step_size * mi / denom;
+      },
+      grad, m, v, p);
 }
 
 // The template flag keeps the loop body free of control flow so it vectorises.
@@ -33,16 +56,18 @@ template <bool kMomentum>
   const float lr = k->lr, wd = k->weight_decay, mom = k->momentum, damp = k->damp;
   const float gs = k->grad_scale;
   const bool nesterov = k->nesterov, first = k->first_step;
-#pragma omp simd
-  for (std::int64_t i = 0; i < len; ++i) {
-    float g = grad[i] * gs + wd * p[i];
-    if constexpr (kMomentum) {
-      const float mi = first ? g : mom * buf[i] + damp * g;
-      buf[i] = mi;
-      g = nesterov ? g + mom * mi : mi;
-    }
-    p[i] = p[i] - lr * g;
-  }
+  streamed(
+      len,
+      [&](std::int64_t i) MIXTRAIN_OPTIMIZER_INLINE {
+        float g = grad[i] * gs + wd * p[i];
+        if constexpr (kMomentum) {
+          const float mi = first ? g : mom * buf[i] + damp * g;
+          buf[i] = mi;
+          g = nesterov ? g + mom * mi : mi;
+        }
+        p[i] = p[i] - lr * g;
+      },
+      grad, p, kMomentum ? buf : p);
 }
 
 [[gnu::always_inline]] inline void sgd_momentum_loop(const SgdConstants* k, float* p,
