@@ -3,11 +3,14 @@
 //
 // Contract
 // - p, grad, m (and v) are fp32 arrays of `len` elements, apart from each other; p, m and v are
-//   updated in place, grad is read. SGD's m may be null when kMomentum is false.
+//   updated in place, grad is read. sgd_range's m (the momentum buffer) is null when `momentum`
+//   is false.
 // - Every ISA gives the same bits: each step is one IEEE operation, contracted into no FMA
 //   (the file is compiled with -ffp-contract=off), sqrt and division correctly rounded.
 // - Why per ISA: the build targets the baseline, where AdamW's division and square root ran four
 //   lanes at a time and made the update compute-bound (bench/optimizer/bench_optimizer_updates).
+//   The loops also ask for their streams' lines ahead (the arrays come from memory); a prefetch
+//   changes no value.
 #pragma once
 
 #include <cstdint>
