@@ -1,6 +1,7 @@
 // Model state and modes: a tied parameter (finite differences, one entry in parameters(), the
-// hook after its last user, errors at the node), gradient accumulation over micro-batches against
-// the full batch, the train/eval mode reaching every op, and an op's non-trainable buffers.
+// hook after its last user, errors at the node, the working copy a bf16 head reads), gradient
+// accumulation over micro-batches against the full batch, the train/eval mode reaching every op,
+// and an op's non-trainable buffers.
 #include <gtest/gtest.h>
 
 #include <cmath>
