@@ -4,11 +4,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
-#include <span>
 #include <type_traits>
 #include <vector>
 
-#include "cpu_access.h"  // parallel_worth
+#include "cpu_access.h"
 #include "cpu_bf16_bits.h"
 #include "cpu_isa.h"
 #include "mixtrain/sdk/support/float_formats.h"
@@ -27,29 +26,14 @@ bool reads_in_place(const TensorView& v) {
   return std::is_same_v<T, Bf16Bits> ? v.dtype == sdk::DType::bf16 : sdk::is_fp32_storage(v.dtype);
 }
 
-// Elements [first, first + count) of v as the loops read them: in place, or decoded into `buffer`.
+// Elements [first, first + count) of v as the loops read them: bf16 in place, else cpu_access.h's
+// read_chunk (fp32 in place, fp16 decoded into `buffer`).
 template <class T>
 const T* row_of(const TensorView& v, std::int64_t first, std::int64_t count, float* buffer) {
-  if constexpr (std::is_same_v<T, Bf16Bits>) {
+  if constexpr (std::is_same_v<T, Bf16Bits>)
     return static_cast<const Bf16Bits*>(v.data) + first;
-  } else {
-    if (sdk::is_fp32_storage(v.dtype)) return v.as<const float>() + first;
-    const auto* bits = static_cast<const std::uint16_t*>(v.data) + first;
-    sdk::convert(std::span<const std::uint16_t>(bits, static_cast<std::size_t>(count)), v.dtype,
-                 std::span<float>(buffer, static_cast<std::size_t>(count)));
-    return buffer;
-  }
-}
-
-// `count` fp32 values into v from element `first` on, rounded once into its storage.
-void store_row(const TensorView& v, std::int64_t first, std::int64_t count, const float* values) {
-  if (sdk::is_fp32_storage(v.dtype)) {
-    std::copy_n(values, count, v.as<float>() + first);
-    return;
-  }
-  auto* bits = static_cast<std::uint16_t*>(v.data) + first;
-  sdk::convert(std::span<const float>(values, static_cast<std::size_t>(count)),
-               std::span<std::uint16_t>(bits, static_cast<std::size_t>(count)), v.dtype);
+  else
+    return read_chunk(v, first, count, buffer);
 }
 
 // A window's NaN, whatever its sign and payload: the canonical quiet NaN (backend_convolution.h).
@@ -143,7 +127,7 @@ void forward(const Pool2dGeometry& g, const TensorView& x, const TensorView& y, 
       float* y_row = direct ? y.as<float>() + r * out_row : out.data();
       I* idx_row = indices != nullptr ? indices + r * out_row : own.data();
       max_row_best(&g, static_cast<const T* const*>(rows.data()), y_row, idx_row);
-      if (!direct && !y.empty()) store_row(y, r * out_row, out_row, y_row);
+      if (!direct && !y.empty()) commit_chunk(y, r * out_row, out_row, y_row);
     }
   }
 }
@@ -170,7 +154,7 @@ void backward(const Pool2dGeometry& g, const TensorView& dy, const I* indices,
         gather_row_best(&g, ih - (oh * g.stride_h - g.pad_h),
                         row_of<T>(dy, o, out_row, decoded.data()), indices + o, acc.data());
       }
-      store_row(dx, r * in_row, in_row, acc.data());
+      commit_chunk(dx, r * in_row, in_row, acc.data());
     }
   }
 }
