@@ -90,22 +90,21 @@ std::string problem_text(std::string_view op, const sdk::Pool2dGeometry& g, memo
   fail(op, std::string("oneDNN cannot create this pooling: ") + e.what(), "report this geometry");
 }
 
+// The forward for inference: average pooling keeps no workspace, in training or not.
 PoolEntry& forward_entry(PrimitiveCache& cache, std::string_view op, const sdk::Pool2dGeometry& g,
-                         memory::data_type dt, bool training) {
+                         memory::data_type dt) {
   return cache.get<PoolEntry>(
-      key_of(kPoolForward, g, dt, training),
+      key_of(kPoolForward, g, dt, false),
       [&] {
         try {
-          const auto pd = forward_pd(cache.engine(), g, dt, training);
+          const auto pd = forward_pd(cache.engine(), g, dt, false);
           return PoolEntry{dnnl::pooling_forward(pd), pd.src_desc(), pd.dst_desc(),
                            pd.impl_info_str()};
         } catch (const dnnl::error& err) {
           creation_failed(op, err);
         }
       },
-      [&] {
-        return problem_text(training ? "pool2d_forward" : "pool2d_forward (inference)", g, dt);
-      });
+      [&] { return problem_text("pool2d_forward (inference)", g, dt); });
 }
 
 // src_md / dst_md hold diff_src / diff_dst.
@@ -161,7 +160,7 @@ memory::data_type pool_type(PrimitiveCache& cache, std::string_view op,
                             const sdk::Pool2dGeometry& g, DType dtype) {
   if (dtype != DType::bf16 || !onednn_has_bf16_pooling(cache.engine()))
     return memory::data_type::f32;
-  const auto& e = forward_entry(cache, op, g, memory::data_type::bf16, false);
+  const auto& e = forward_entry(cache, op, g, memory::data_type::bf16);
   return is_reference_kernel(e.implementation) ? memory::data_type::f32 : memory::data_type::bf16;
 }
 
@@ -177,7 +176,7 @@ namespace {
 // Average pooling's forward over checked arguments, the batch whole.
 void run_forward(CpuContext& context, std::string_view op, const sdk::Pool2dGeometry& g,
                  memory::data_type dt, TensorView x, TensorView y) {
-  PoolEntry& e = forward_entry(context.prims(), op, g, dt, false);
+  PoolEntry& e = forward_entry(context.prims(), op, g, dt);
   const void* src = as_input(context.prims(), x, dt, Slot::src);
   void* dst = as_output(context.prims(), y, dt, Slot::dst);
   context.prims().execute(e.primitive, {{DNNL_ARG_SRC, context.prims().wrap(e.src_md, src)},
