@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "cpu_isa.h"
+#include "cpu_pieces.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -11,18 +12,15 @@ namespace {
 #define MIXTRAIN_OPTIMIZER_INLINE __attribute__((always_inline))
 
 // element(i) for i in [0, len): blocks of 32 under `omp simd`, each first asking for the lines
-// 2 KiB ahead in every stream the update reads. Why: the update streams its 3-4 arrays from
-// memory, and the hardware prefetcher alone kept fewer reads in flight (AdamW over GPT-2 small's
-// 124 M parameters 1.05x faster; RESULTS.md, session 69). A prefetch past an array's end is
-// ignored, never a fault; the arithmetic per element is the same, so are the bits.
+// ahead in every stream the update reads (cpu_pieces.h's prefetch_ahead: the update streams its
+// 3-4 arrays from memory); the arithmetic per element is the same, so are the bits.
 template <class Element, class... Stream>
 [[gnu::always_inline]] inline void streamed(std::int64_t len, Element&& element,
                                             const Stream*... streams) {
-  constexpr std::int64_t kBlock = 32, kAhead = 512;
+  constexpr std::int64_t kBlock = 32;
   std::int64_t i = 0;
   for (; i + kBlock <= len; i += kBlock) {
-    ((__builtin_prefetch(streams + i + kAhead), __builtin_prefetch(streams + i + kAhead + 16)),
-     ...);
+    (prefetch_ahead(streams, i), ...);
 #pragma omp simd
     for (std::int64_t j = i; j < i + kBlock; ++j) element(j);
   }
