@@ -9,80 +9,61 @@
 #include <omp.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <random>
-#include <string>
 #include <vector>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "../support/best_call_time.h"
-#include "cpu_bf16_bits.h"
+#include "../support/cpu_arena.h"
+#include "cpu_backend.h"
 #include "cpu_max_pool.h"
 
 namespace {
 
+using mixtrain::backend_cpu::CpuBackend;
+using mixtrain::bench::Arena;
 using mixtrain::bench::best_ms;
 using mixtrain::sdk::DType;
 using mixtrain::sdk::Pool2dGeometry;
 using mixtrain::sdk::Shape;
 using mixtrain::sdk::TensorView;
 
-struct Buffers {
-  std::vector<std::uint8_t> x, y, dy, dx, ws;
+// One set of a call's operands, the workspace sized for both oneDNN's u8 indices and the loops'.
+struct Operands {
+  TensorView x, y, dy, dx, ws;
 };
 
-// `count` elements of `size` bytes, values in [-1, 1) (a float or its bf16 bits).
-std::vector<std::uint8_t> filled(std::size_t count, std::size_t size, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<std::uint8_t> v(count * size);
-  for (std::size_t i = 0; i < count; ++i) {
-    const float f = u(rng);
-    if (size == 4) {
-      std::memcpy(v.data() + i * 4, &f, 4);
-    } else {
-      const auto b = mixtrain::backend_cpu::bf16_from_float(f);
-      std::memcpy(v.data() + i * 2, &b, 2);
-    }
-  }
-  return v;
-}
-
-void run(const Pool2dGeometry& g, DType dt, int reps, int sets) {
-  const std::size_t size = dt == DType::fp32 ? 4 : 2;
-  const auto xs = static_cast<std::size_t>(g.batch * g.height * g.width * g.channels);
-  const auto ys = static_cast<std::size_t>(g.batch * g.out_height() * g.out_width() * g.channels);
-  std::vector<Buffers> b(static_cast<std::size_t>(sets));
-  for (int i = 0; i < sets; ++i) {
-    auto& s = b[static_cast<std::size_t>(i)];
-    s.x = filled(xs, size, 1u + static_cast<unsigned>(i));
-    s.dy = filled(ys, size, 100u + static_cast<unsigned>(i));
-    s.y.resize(ys * size);
-    s.dx.resize(xs * size);
-    s.ws.resize(std::max(mixtrain::backend_cpu::max_pool_workspace_bytes(g), ys));
-  }
+void run(CpuBackend& be, const Pool2dGeometry& g, DType dt, int reps, int sets) {
   const Shape x_shape{g.batch, g.height, g.width, g.channels};
   const Shape y_shape{g.batch, g.out_height(), g.out_width(), g.channels};
-  auto view = [&](std::vector<std::uint8_t>& v, const Shape& s) {
-    return TensorView{v.data(), dt, s};
-  };
+  const auto ws_bytes = std::max(mixtrain::backend_cpu::max_pool_workspace_bytes(g),
+                                 static_cast<std::size_t>(y_shape.numel()));
+  const Shape ws_shape{static_cast<std::int64_t>((ws_bytes + 3) / 4)};
+  Arena a(be);
+  std::vector<Operands> b;
+  for (int i = 0; i < sets; ++i) {
+    const auto k = static_cast<unsigned>(i);
+    b.push_back({a.make(dt, x_shape, 1u + k), a.make(dt, y_shape, 200u + k),
+                 a.make(dt, y_shape, 100u + k), a.make(dt, x_shape, 300u + k),
+                 a.make(DType::fp32, ws_shape, 400u + k)});
+    // Indices of window position 0 until a forward writes the set's own (a backward may run on
+    // a set no forward has yet: oneDNN's would follow any other bits out of the window).
+    be.fill(b.back().ws, 0.0f);
+  }
   int at = 0;
   const double own_fwd = best_ms(
       [&] {
         auto& s = b[static_cast<std::size_t>(at++ % sets)];
-        mixtrain::backend_cpu::max_pool_forward(g, view(s.x, x_shape), view(s.y, y_shape),
-                                                s.ws.data());
+        mixtrain::backend_cpu::max_pool_forward(g, s.x, s.y, s.ws.data);
       },
       reps);
   const double own_bwd = best_ms(
       [&] {
         auto& s = b[static_cast<std::size_t>(at++ % sets)];
-        mixtrain::backend_cpu::max_pool_backward(g, view(s.dy, y_shape), s.ws.data(),
-                                                 view(s.dx, x_shape));
+        mixtrain::backend_cpu::max_pool_backward(g, s.dy, s.ws.data, s.dx);
       },
       reps);
 
@@ -107,18 +88,18 @@ void run(const Pool2dGeometry& g, DType dt, int reps, int sets) {
   const double dnnl_fwd = best_ms(
       [&] {
         auto& s = b[static_cast<std::size_t>(at++ % sets)];
-        fwd.execute(stream, {{DNNL_ARG_SRC, memory(x_md, eng, s.x.data())},
-                             {DNNL_ARG_DST, memory(y_md, eng, s.y.data())},
-                             {DNNL_ARG_WORKSPACE, memory(fpd.workspace_desc(), eng, s.ws.data())}});
+        fwd.execute(stream, {{DNNL_ARG_SRC, memory(x_md, eng, s.x.data)},
+                             {DNNL_ARG_DST, memory(y_md, eng, s.y.data)},
+                             {DNNL_ARG_WORKSPACE, memory(fpd.workspace_desc(), eng, s.ws.data)}});
         stream.wait();
       },
       reps);
   const double dnnl_bwd = best_ms(
       [&] {
         auto& s = b[static_cast<std::size_t>(at++ % sets)];
-        bwd.execute(stream, {{DNNL_ARG_DIFF_DST, memory(y_md, eng, s.dy.data())},
-                             {DNNL_ARG_DIFF_SRC, memory(x_md, eng, s.dx.data())},
-                             {DNNL_ARG_WORKSPACE, memory(fpd.workspace_desc(), eng, s.ws.data())}});
+        bwd.execute(stream, {{DNNL_ARG_DIFF_DST, memory(y_md, eng, s.dy.data)},
+                             {DNNL_ARG_DIFF_SRC, memory(x_md, eng, s.dx.data)},
+                             {DNNL_ARG_WORKSPACE, memory(fpd.workspace_desc(), eng, s.ws.data)}});
         stream.wait();
       },
       reps);
@@ -143,6 +124,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 64));
   CLI11_PARSE(app, argc, argv);
   omp_set_num_threads(threads);
+  CpuBackend be(threads);  // the operands' memory (bench/support/cpu_arena.h)
   std::printf("threads %d, best of %d calls over %d operand sets, ms\n", threads, reps, sets);
   std::printf("    N    C  HxW     dtype  own fwd   own bwd  oneDNN fwd oneDNN bwd\n");
   Pool2dGeometry g;
@@ -153,6 +135,6 @@ int main(int argc, char** argv) {
   g.kernel_h = g.kernel_w = 3;
   g.stride_h = g.stride_w = 2;
   g.pad_h = g.pad_w = 1;
-  for (DType dt : {DType::fp32, DType::bf16}) run(g, dt, reps, sets);
+  for (DType dt : {DType::fp32, DType::bf16}) run(be, g, dt, reps, sets);
   return 0;
 }
