@@ -58,16 +58,43 @@ inline bool wide(std::int64_t channels) {
   return channels > kSlice;
 }
 
+// The passes stream their tensors from memory: each slice of a row asks for the same elements
+// kAheadBytes further on in every tensor it reads (prefetch_span). With the hardware prefetcher
+// alone the sums' pass read 17 GB/s and the statistics' 11-13 on an AMX Xeon whose two cores
+// read 28 (bench/RESULTS.md, session 70).
+constexpr std::int64_t kAheadBytes = 2048;
+
+template <class T>
+constexpr std::int64_t kAhead = kAheadBytes / static_cast<std::int64_t>(sizeof(T));
+
+// Asks for the lines of elements [begin, begin + count) of each non-null tensor.
+template <class T, class... More>
+[[gnu::always_inline]] inline void prefetch_span(std::int64_t begin, std::int64_t count,
+                                                 const T* first, const More*... more) {
+  if (first != nullptr) {
+    const char* b = reinterpret_cast<const char*>(first + begin);
+    const std::int64_t bytes = count * static_cast<std::int64_t>(sizeof(T));
+    for (std::int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(b + o);
+  }
+  if constexpr (sizeof...(More) > 0) prefetch_span(begin, count, more...);
+}
+
 // Calls body(slice_begin, slice_width, first_element) for every row of [r0, r1) of a wide tensor,
 // each row's slices in turn: full 64-channel slices, whose width is a compile-time constant once
 // body is inlined, then the remainder.
-template <class Body>
+// Each slice first asks for its elements kAhead on in the tensors `streams` (prefetch_span).
+template <class Body, class T, class... More>
 [[gnu::always_inline]] inline void for_wide_rows(std::int64_t r0, std::int64_t r1,
-                                                 std::int64_t channels, Body&& body) {
+                                                 std::int64_t channels, Body&& body, const T* first,
+                                                 const More*... more) {
+  auto slice = [&](std::int64_t c0, std::int64_t w, std::int64_t base) MIXTRAIN_INLINE {
+    prefetch_span(base + kAhead<T>, w, first, more...);
+    body(c0, w, base);
+  };
   for (std::int64_t i = r0; i < r1; ++i) {
     std::int64_t c0 = 0;
-    for (; c0 + kSlice <= channels; c0 += kSlice) body(c0, kSlice, i * channels + c0);
-    if (c0 < channels) body(c0, channels - c0, i * channels + c0);
+    for (; c0 + kSlice <= channels; c0 += kSlice) slice(c0, kSlice, i * channels + c0);
+    if (c0 < channels) slice(c0, channels - c0, i * channels + c0);
   }
 }
 
@@ -97,13 +124,20 @@ struct Moments {
       : mean(static_cast<std::size_t>(channels)), m2(static_cast<std::size_t>(channels)) {}
 };
 
-// Merges a block's (nb, mean_b, q_b) into a channel's running (count, mean, m2) (Chan et al.).
-inline void merge(double count, double nb, double& mean, double& m2, double mean_b, double q_b) {
-  const double total = count + nb;
-  const double delta = mean_b - mean;
-  mean += delta * nb / total;
-  m2 += q_b + delta * delta * count * nb / total;
-}
+// Merges a block of nb rows, (mean_b, q_b) per channel, into the channels' running (count, mean,
+// m2) (Chan et al.). The weights depend on the counts alone, so they are divided out once for all
+// the channels: with a division per channel, the merge of 16-row blocks took most of the wide
+// statistics' time (two scalar divisions for every 16 elements).
+struct MergeWeights {
+  double of_delta, of_square;
+  MergeWeights(double count, double nb)
+      : of_delta(nb / (count + nb)), of_square(count * nb / (count + nb)) {}
+  [[gnu::always_inline]] void merge(double& mean, double& m2, double mean_b, double q_b) const {
+    const double delta = mean_b - mean;
+    mean += delta * of_delta;
+    m2 += q_b + delta * delta * of_square;
+  }
+};
 
 // Independent accumulators per slice: a 16- or 32-channel slice is one or two vectors per row,
 // and one running sum across rows would wait on the adder's latency every row.
@@ -123,6 +157,7 @@ template <int kW, class T>
   for (; r + kU <= nr; r += kU)
     for (int u = 0; u < kU; ++u) {
       const std::int64_t base = (r + u) * channels + c0;
+      prefetch_span(base + nr * channels, w, x);  // this slice of the next block's row
 #pragma omp simd
       for (std::int64_t c = 0; c < w; ++c) s[u][c] += load_as_float(x, base + c);
     }
@@ -156,11 +191,14 @@ template <int kW, class T>
       q[0][c] = std::fma(d, d, q[0][c]);
     }
   }
+  const MergeWeights mw(m.count, static_cast<double>(nr));
+  double* mean = m.mean.data() + c0;
+  double* m2 = m.m2.data() + c0;
+#pragma omp simd
   for (std::int64_t c = 0; c < w; ++c) {
     double qc = 0.0;
     for (int u = 0; u < kU; ++u) qc += static_cast<double>(q[u][c]);
-    merge(m.count, static_cast<double>(nr), m.mean[static_cast<std::size_t>(c0 + c)],
-          m.m2[static_cast<std::size_t>(c0 + c)], static_cast<double>(mb[c]), qc);
+    mw.merge(mean[c], m2[c], static_cast<double>(mb[c]), qc);
   }
 }
 
@@ -191,16 +229,18 @@ template <class T>
                                                 std::int64_t channels, const float* mean,
                                                 const float* scale, const float* shift, bool relu) {
   if (wide(channels)) {
-    for_wide_rows(r0, r1, channels,
-                  [&](std::int64_t c0, std::int64_t w, std::int64_t base) MIXTRAIN_INLINE {
-                    const float *m = mean + c0, *s = scale + c0, *t = shift + c0;
+    for_wide_rows(
+        r0, r1, channels,
+        [&](std::int64_t c0, std::int64_t w, std::int64_t base) MIXTRAIN_INLINE {
+          const float *m = mean + c0, *s = scale + c0, *t = shift + c0;
 #pragma omp simd
-                    for (std::int64_t c = 0; c < w; ++c) {
-                      float v = affine(load_as_float(x, base + c), m[c], s[c], t[c]);
-                      if (residual != nullptr) v += load_as_float(residual, base + c);
-                      store_rounded(y, base + c, relu && v < 0.0f ? 0.0f : v);  // NaN stays
-                    }
-                  });
+          for (std::int64_t c = 0; c < w; ++c) {
+            float v = affine(load_as_float(x, base + c), m[c], s[c], t[c]);
+            if (residual != nullptr) v += load_as_float(residual, base + c);
+            store_rounded(y, base + c, relu && v < 0.0f ? 0.0f : v);  // NaN stays
+          }
+        },
+        x, residual);
     return;
   }
   const std::int64_t step = block_rows(channels);
@@ -217,6 +257,7 @@ template <class T>
       }
       for (std::int64_t i = r; i < r + nr; ++i) {
         const std::int64_t base = i * channels + c0;
+        prefetch_span(base + kAhead<T>, w, x, residual);
         if (residual != nullptr && relu) {
 #pragma omp simd
           for (std::int64_t c = 0; c < w; ++c) {
@@ -287,18 +328,19 @@ template <ReluMask::Kind kMask, class T>
     // row's slices are independent chains.
     const float* s = kMask == ReluMask::Kind::recompute ? mask.scale : mean;
     const float* t = kMask == ReluMask::Kind::recompute ? mask.shift : mean;
-    for_wide_rows(r0, r1, channels,
-                  [&](std::int64_t c0, std::int64_t w, std::int64_t base) MIXTRAIN_INLINE {
-                    const float *m = mean + c0, *sc = s + c0, *sh = t + c0;
-                    double *a1 = sum_g + c0, *a2 = sum_gx + c0;
+    for_wide_rows(
+        r0, r1, channels,
+        [&](std::int64_t c0, std::int64_t w, std::int64_t base) MIXTRAIN_INLINE {
+          const float *m = mean + c0, *sc = s + c0, *sh = t + c0;
+          double *a1 = sum_g + c0, *a2 = sum_gx + c0;
 #pragma omp simd
-                    for (std::int64_t c = 0; c < w; ++c) {
-                      const double g = masked<kMask>(x, dy, y, base + c, m[c], sc[c], sh[c]);
-                      a1[c] += g;
-                      a2[c] = std::fma(g, static_cast<double>(load_as_float(x, base + c)) - m[c],
-                                       a2[c]);
-                    }
-                  });
+          for (std::int64_t c = 0; c < w; ++c) {
+            const double g = masked<kMask>(x, dy, y, base + c, m[c], sc[c], sh[c]);
+            a1[c] += g;
+            a2[c] = std::fma(g, static_cast<double>(load_as_float(x, base + c)) - m[c], a2[c]);
+          }
+        },
+        x, dy, y);
     return;
   }
   const std::int64_t step = block_rows(channels);
@@ -313,6 +355,7 @@ template <ReluMask::Kind kMask, class T>
       mask_constants<kMask>(mask, mean, c0, w, m, s, t);
       auto row = [&](std::int64_t i, int u) MIXTRAIN_INLINE {
         const std::int64_t base = i * channels + c0;
+        prefetch_span(base + kAhead<T>, w, x, dy, y);
 #pragma omp simd
         for (std::int64_t c = 0; c < w; ++c) {
           const double g = masked<kMask>(x, dy, y, base + c, m[c], s[c], t[c]);
@@ -344,7 +387,8 @@ template <ReluMask::Kind kMask, class T>
     const float* s = kMask == ReluMask::Kind::recompute ? mask.scale : mean;
     const float* t = kMask == ReluMask::Kind::recompute ? mask.shift : mean;
     for_wide_rows(
-        r0, r1, channels, [&](std::int64_t c0, std::int64_t w, std::int64_t base) MIXTRAIN_INLINE {
+        r0, r1, channels,
+        [&](std::int64_t c0, std::int64_t w, std::int64_t base) MIXTRAIN_INLINE {
           const float *m = mean + c0, *sc = s + c0, *sh = t + c0, *a = ka + c0, *b = kb + c0,
                       *d = kd + c0;
 #pragma omp simd
@@ -354,7 +398,8 @@ template <ReluMask::Kind kMask, class T>
                 dx, base + c,
                 std::fma(a[c], g, std::fma(b[c], load_as_float(x, base + c) - m[c], d[c])));
           }
-        });
+        },
+        x, dy, y);
     return;
   }
   const std::int64_t step = block_rows(channels);
@@ -372,6 +417,7 @@ template <ReluMask::Kind kMask, class T>
       }
       for (std::int64_t i = r; i < r + nr; ++i) {
         const std::int64_t base = i * channels + c0;
+        prefetch_span(base + kAhead<T>, w, x, dy, y);
 #pragma omp simd
         for (std::int64_t c = 0; c < w; ++c) {
           const float g = masked<kMask>(x, dy, y, base + c, m[c], s[c], t[c]);
@@ -492,8 +538,9 @@ void channel_moments(const T* x, std::int64_t rows, std::int64_t channels, float
   Moments all(channels);
   for (const Moments& p : parts) {
     if (p.count == 0) continue;
+    const MergeWeights mw(all.count, p.count);
     for (std::size_t c = 0; c < all.mean.size(); ++c)
-      merge(all.count, p.count, all.mean[c], all.m2[c], p.mean[c], p.m2[c]);
+      mw.merge(all.mean[c], all.m2[c], p.mean[c], p.m2[c]);
     all.count += p.count;
   }
   for (std::size_t c = 0; c < all.mean.size(); ++c) {
