@@ -29,6 +29,7 @@
 
 #include "cpu_access.h"  // kChunk, parallel_worth
 #include "cpu_isa.h"
+#include "cpu_prefetch.h"
 #include "mixtrain/sdk/support/float_formats.h"
 
 namespace mixtrain::backend_cpu {
@@ -58,37 +59,18 @@ inline bool wide(std::int64_t channels) {
   return channels > kSlice;
 }
 
-// The passes stream their tensors from memory: each slice of a row asks for the same elements
-// kAheadBytes further on in every tensor it reads (prefetch_span). With the hardware prefetcher
-// alone the sums' pass read 17 GB/s and the statistics' 11-13 on an AMX Xeon whose two cores
-// read 28 (bench/RESULTS.md, session 70).
-constexpr std::int64_t kAheadBytes = 2048;
-
-template <class T>
-constexpr std::int64_t kAhead = kAheadBytes / static_cast<std::int64_t>(sizeof(T));
-
-// Asks for the lines of elements [begin, begin + count) of each non-null tensor.
-template <class T, class... More>
-[[gnu::always_inline]] inline void prefetch_span(std::int64_t begin, std::int64_t count,
-                                                 const T* first, const More*... more) {
-  if (first != nullptr) {
-    const char* b = reinterpret_cast<const char*>(first + begin);
-    const std::int64_t bytes = count * static_cast<std::int64_t>(sizeof(T));
-    for (std::int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(b + o);
-  }
-  if constexpr (sizeof...(More) > 0) prefetch_span(begin, count, more...);
-}
-
 // Calls body(slice_begin, slice_width, first_element) for every row of [r0, r1) of a wide tensor,
 // each row's slices in turn: full 64-channel slices, whose width is a compile-time constant once
 // body is inlined, then the remainder.
-// Each slice first asks for its elements kAhead on in the tensors `streams` (prefetch_span).
+// Each slice first asks for its elements kPrefetchBytes on in the tensors it reads (the passes
+// stream them from memory: with the hardware prefetcher alone the sums' pass read 17 GB/s and the
+// statistics' 11-13 on an AMX Xeon whose two cores read 28; bench/RESULTS.md, session 70).
 template <class Body, class T, class... More>
 [[gnu::always_inline]] inline void for_wide_rows(std::int64_t r0, std::int64_t r1,
                                                  std::int64_t channels, Body&& body, const T* first,
                                                  const More*... more) {
   auto slice = [&](std::int64_t c0, std::int64_t w, std::int64_t base) MIXTRAIN_INLINE {
-    prefetch_span(base + kAhead<T>, w, first, more...);
+    prefetch_span(base + kPrefetchElements<T>, w, first, more...);
     body(c0, w, base);
   };
   for (std::int64_t i = r0; i < r1; ++i) {
@@ -257,7 +239,7 @@ template <class T>
       }
       for (std::int64_t i = r; i < r + nr; ++i) {
         const std::int64_t base = i * channels + c0;
-        prefetch_span(base + kAhead<T>, w, x, residual);
+        prefetch_span(base + kPrefetchElements<T>, w, x, residual);
         if (residual != nullptr && relu) {
 #pragma omp simd
           for (std::int64_t c = 0; c < w; ++c) {
@@ -355,7 +337,7 @@ template <ReluMask::Kind kMask, class T>
       mask_constants<kMask>(mask, mean, c0, w, m, s, t);
       auto row = [&](std::int64_t i, int u) MIXTRAIN_INLINE {
         const std::int64_t base = i * channels + c0;
-        prefetch_span(base + kAhead<T>, w, x, dy, y);
+        prefetch_span(base + kPrefetchElements<T>, w, x, dy, y);
 #pragma omp simd
         for (std::int64_t c = 0; c < w; ++c) {
           const double g = masked<kMask>(x, dy, y, base + c, m[c], s[c], t[c]);
@@ -417,7 +399,7 @@ template <ReluMask::Kind kMask, class T>
       }
       for (std::int64_t i = r; i < r + nr; ++i) {
         const std::int64_t base = i * channels + c0;
-        prefetch_span(base + kAhead<T>, w, x, dy, y);
+        prefetch_span(base + kPrefetchElements<T>, w, x, dy, y);
 #pragma omp simd
         for (std::int64_t c = 0; c < w; ++c) {
           const float g = masked<kMask>(x, dy, y, base + c, m[c], s[c], t[c]);

@@ -3,29 +3,13 @@
 #include <cmath>
 
 #include "cpu_isa.h"
-#include "cpu_pieces.h"
+#include "cpu_prefetch.h"  // streamed: the update streams its 3-4 arrays from memory
 
 namespace mixtrain::backend_cpu {
 
 namespace {
 
 #define MIXTRAIN_OPTIMIZER_INLINE __attribute__((always_inline))
-
-// element(i) for i in [0, len): blocks of 32 under `omp simd`, each first asking for the lines
-// ahead in every stream the update reads (cpu_pieces.h's prefetch_ahead: the update streams its
-// 3-4 arrays from memory); the arithmetic per element is the same, so are the bits.
-template <class Element, class... Stream>
-[[gnu::always_inline]] inline void streamed(std::int64_t len, Element&& element,
-                                            const Stream*... streams) {
-  constexpr std::int64_t kBlock = 32;
-  std::int64_t i = 0;
-  for (; i + kBlock <= len; i += kBlock) {
-    (prefetch_ahead(streams, i), ...);
-#pragma omp simd
-    for (std::int64_t j = i; j < i + kBlock; ++j) element(j);
-  }
-  for (; i < len; ++i) element(i);
-}
 
 [[gnu::always_inline]] inline void adamw_loop(const sdk::AdamWStepConstants* k, float* p,
                                               const float* grad, float* m, float* v,

@@ -6,11 +6,6 @@
 // - split(count, numel_of) returns the pieces of tensors 0..count-1 in order, each tensor's
 //   ranges consecutive; a tensor of no elements has no piece.
 // - nonfinite_flag(v) is 1 for inf and NaN, else 0, branch-free (so loops over it vectorise).
-// - prefetch_ahead(p, i): the passes over pieces stream their arrays from memory, 32 floats at a
-//   time; each asks for the two lines kPrefetchFloats (2 KiB) past the block at i. That kept more
-//   reads in flight than the hardware prefetcher alone (the gradient check 1.15x, AdamW 1.05x
-//   faster on an AMX Xeon; bench/RESULTS.md, session 69). A prefetch changes no value, and one
-//   past an array's end is ignored, never a fault.
 #pragma once
 
 #include <bit>
@@ -42,13 +37,6 @@ std::vector<Piece> split(std::size_t count, NumelOf numel_of) {
     for (std::int64_t b = 0; b < n; b += kPiece) pieces.push_back({t, b, std::min(kPiece, n - b)});
   }
   return pieces;
-}
-
-inline constexpr std::int64_t kPrefetchFloats = 512;
-
-[[gnu::always_inline]] inline void prefetch_ahead(const float* p, std::int64_t i) {
-  __builtin_prefetch(p + i + kPrefetchFloats);
-  __builtin_prefetch(p + i + kPrefetchFloats + 16);
 }
 
 inline int nonfinite_flag(float v) {

@@ -7,6 +7,7 @@
 #include "cpu_access.h"
 #include "cpu_isa.h"
 #include "cpu_pieces.h"
+#include "cpu_prefetch.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -41,7 +42,7 @@ template <bool kScale, bool kSum>
   };
   std::int64_t i = 0;
   for (; i + kLanes <= len; i += kLanes) {
-    prefetch_ahead(x, i);  // the gradients come from memory after the backward (cpu_pieces.h)
+    prefetch_ahead(x, i);  // the gradients come from memory after the backward (cpu_prefetch.h)
 #pragma omp simd
     for (int j = 0; j < kLanes; ++j) lane(i + j, j);
   }
