@@ -12,6 +12,7 @@
 // Not part of the CMake build (a measurement aid; oneDNN 2.6's API):
 //   g++ -O2 -fopenmp -std=c++17 bench/cnn/onednn_dgrad_gemm.cpp -ldnnl -o /tmp/dgrad_gemm
 //   OMP_NUM_THREADS=2 /tmp/dgrad_gemm
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -159,6 +160,105 @@ void data_gradient_3x3(engine& eng, stream& s, const Shape& g) {
       mm.ms, t_col2im, flops / (mm.ms + t_col2im) / 1e9, mm.implementation.c_str());
 }
 
+// The data gradient of a 3x3, stride-2, pad-1 convolution over an even map by dx's parity
+// classes: the pixels (2a + ph, 2b + pw) of class (ph, pw) take the kernel rows kh = 1 (ph = 0)
+// or kh = 0, 2 (ph = 1, from dy rows a + 1 and a), the columns alike, so each class is one
+// matmul of dy's pixels gathered per tap, [N·OH·OW, taps·O], by the taps' weights [taps·O, C]
+// into fp32 rows, then written to its pixels of dx (the classes' pixels are disjoint: no adds).
+void data_gradient_3x3_parity(engine& eng, stream& s, const Shape& g) {
+  const int oh = out_size(g), m = kBatch * oh * oh;
+  const double flops = 2.0 * m * g.o * 9.0 * g.c;
+  memory dy_conv;
+  const Timed conv =
+      onednn_aid::time_backward_data(eng, s, kBatch, g.c, g.h, g.o, 3, g.stride, dt::f32, dy_conv);
+  // dy [N, OH, OW, O] and w [O, 3, 3, C] (OHWI), filled.
+  memory dy(memory::desc({m, g.o}, dt::bf16, tag::ab), eng),
+      w(memory::desc({g.o, 9 * g.c}, dt::bf16, tag::ab), eng);
+  onednn_aid::fill_bf16(dy);
+  onednn_aid::fill_bf16(w);
+  const auto* dys = static_cast<const std::uint16_t*>(dy.get_data_handle());
+  const auto* ws = static_cast<const std::uint16_t*>(w.get_data_handle());
+  struct Tap {
+    int k, d;  // kernel row (column), dy row (column) offset
+  };
+  const std::vector<Tap> taps_of[2] = {{{1, 0}}, {{0, 1}, {2, 0}}};
+  std::vector<std::vector<std::uint16_t>> a(4), b(4);
+  std::vector<memory> out(4);
+  std::vector<matmul> mms;
+  for (int cls = 0; cls < 4; ++cls) {
+    const int t = static_cast<int>(taps_of[cls / 2].size() * taps_of[cls % 2].size());
+    a[cls].resize(static_cast<std::size_t>(m) * t * g.o);
+    b[cls].resize(static_cast<std::size_t>(t) * g.o * g.c);
+    const memory::desc a_md({m, t * g.o}, dt::bf16, tag::ab), b_md({t * g.o, g.c}, dt::bf16, tag::ab),
+        c_md({m, g.c}, dt::f32, tag::ab);
+    mms.emplace_back(matmul::primitive_desc({a_md, b_md, c_md}, eng));
+    out[cls] = memory(c_md, eng);
+  }
+  std::vector<float> dx(static_cast<std::size_t>(kBatch) * g.h * g.h * g.c);
+  double t_gather = 0, t_mm = 0, t_write = 0;
+  const double total = onednn_aid::best_ms([&] {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int cls = 0; cls < 4; ++cls) {
+      const auto& rt = taps_of[cls / 2];
+      const auto& ct = taps_of[cls % 2];
+      const int t = static_cast<int>(rt.size() * ct.size());
+      std::uint16_t* ac = a[cls].data();
+#pragma omp parallel for
+      for (int r = 0; r < m; ++r) {
+        const int n = r / (oh * oh), i = (r / oh) % oh, j = r % oh;
+        std::uint16_t* to = ac + static_cast<std::size_t>(r) * t * g.o;
+        for (const Tap& x : rt)
+          for (const Tap& y : ct) {
+            const int ii = i + x.d, jj = j + y.d;
+            if (ii >= oh || jj >= oh)
+              std::memset(to, 0, g.o * 2);
+            else
+              std::memcpy(to, dys + (static_cast<std::size_t>(n * oh + ii) * oh + jj) * g.o, g.o * 2);
+            to += g.o;
+          }
+      }
+      std::uint16_t* bc = b[cls].data();
+      int row = 0;
+      for (const Tap& x : rt)
+        for (const Tap& y : ct) {
+#pragma omp parallel for
+          for (int o = 0; o < g.o; ++o)
+            std::memcpy(bc + static_cast<std::size_t>(row + o) * g.c,
+                        ws + static_cast<std::size_t>(o) * 9 * g.c + (x.k * 3 + y.k) * g.c, g.c * 2);
+          row += g.o;
+        }
+    }
+    auto t1 = std::chrono::steady_clock::now();
+    for (int cls = 0; cls < 4; ++cls) {
+      const int t = static_cast<int>(taps_of[cls / 2].size() * taps_of[cls % 2].size());
+      memory am(memory::desc({m, t * g.o}, dt::bf16, tag::ab), eng, a[cls].data()),
+          bm(memory::desc({t * g.o, g.c}, dt::bf16, tag::ab), eng, b[cls].data());
+      mms[cls].execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, out[cls]}});
+    }
+    s.wait();
+    auto t2 = std::chrono::steady_clock::now();
+    for (int cls = 0; cls < 4; ++cls) {
+      const int ph = cls / 2, pw = cls % 2;
+      const auto* z = static_cast<const float*>(out[cls].get_data_handle());
+#pragma omp parallel for
+      for (int r = 0; r < m; ++r) {
+        const int n = r / (oh * oh), i = (r / oh) % oh, j = r % oh;
+        std::memcpy(dx.data() + (static_cast<std::size_t>(n * g.h + 2 * i + ph) * g.h + 2 * j + pw) * g.c,
+                    z + static_cast<std::size_t>(r) * g.c, g.c * 4);
+      }
+    }
+    auto t3 = std::chrono::steady_clock::now();
+    t_gather = std::chrono::duration<double, std::milli>(t1 - t0).count();
+    t_mm = std::chrono::duration<double, std::milli>(t2 - t1).count();
+    t_write = std::chrono::duration<double, std::milli>(t3 - t2).count();
+  });
+  std::printf(
+      "dgrad 3x3 %5d->%-5d %3dx%-3d /%d  conv %7.3f (%.2f)  parity classes %7.3f (%.2f): gathers "
+      "%.3f, matmuls %.3f, writes %.3f (the last call's)\n",
+      g.c, g.o, g.h, g.h, g.stride, conv.ms, flops / conv.ms / 1e9, total, flops / total / 1e9,
+      t_gather, t_mm, t_write);
+}
+
 }  // namespace
 
 int main() {
@@ -179,5 +279,7 @@ int main() {
   for (const Shape& g : pointwise) forward(eng, s, g);
   for (const Shape& g : three) forward(eng, s, g);
   for (const Shape& g : three) data_gradient_3x3(eng, s, g);
+  for (const Shape& g : three)
+    if (g.stride == 2) data_gradient_3x3_parity(eng, s, g);
   return 0;
 }
