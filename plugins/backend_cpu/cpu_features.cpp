@@ -1,6 +1,8 @@
 #include "cpu_features.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -119,6 +121,16 @@ CpuInfo detect_cpu() {
   add(os_amx && bit(l7.edx, 22) && kernel_flags.count("amx_bf16") != 0, "amx_bf16");
   add(os_amx && bit(l7.edx, 25) && kernel_flags.count("amx_int8") != 0, "amx_int8");
   return info;
+}
+
+bool amx_tiles_usable() {
+  // Linux's request for the AMX tile data state (ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA,
+  // asm/prctl.h): a process asks before its first tile instruction, or that instruction faults.
+  constexpr long kArchReqXcompPerm = 0x1023;
+  constexpr long kXfeatureXtileData = 18;
+  static const bool granted = detect_cpu().has("amx_bf16") &&
+                              syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtileData) == 0;
+  return granted;
 }
 
 bool onednn_bf16_preferred(const CpuInfo& cpu) {

@@ -32,4 +32,9 @@ CpuInfo detect_cpu();
 bool onednn_bf16_preferred(const CpuInfo& cpu);
 std::size_t available_memory_bytes();  // MemAvailable, 0 when unknown
 
+// Whether this process may run AMX-BF16 tile instructions: the CPU has AMX-BF16 (detect_cpu) and
+// the kernel granted the tile data state (arch_prctl). Asked once; compiled without AMX or AVX-512,
+// so any CPU may call it.
+bool amx_tiles_usable();
+
 }  // namespace mixtrain::backend_cpu

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cpu_access.h"
+#include "cpu_amx_tile_product.h"
 #include "cpu_bf16_rows.h"
 #include "cpu_flash_element_kernels.h"
 #include "cpu_tile_matmul.h"
@@ -182,19 +183,32 @@ class Bf16ForwardProducts {
   void load_keys(const QkvRows& at, std::int64_t n, std::int64_t h, std::int64_t seen) {
     gather_bf16_rows(src_, at.at(1, n, h, 0), at.tok, seen, d_, k_.data());
     gather_bf16_rows(src_, at.at(2, n, h, 0), at.tok, seen, d_, v_.data());
+    seen_ = seen;
+    if (!amx_) return;
+    // Packed once for every query block of the task: kᵀ [d, seen] and v [seen, d].
+    kt_.pack(d_, seen, k_.data(), true);
+    vp_.pack(seen, d_, v_.data(), false);
   }
   void load_queries(std::int64_t first, std::int64_t stride, std::int64_t bq) {
     gather_bf16_rows(src_, first, stride, bq, d_, q_.data());
   }
   bool scores(std::int64_t bq, std::int64_t bk, std::int64_t j0, float, float* s) {
-    Bf16TileMatmul::run(bq, bk, d_, q_.data(), false, k_.data() + j0 * d_, true, s, scratch_);
+    if (amx_)
+      amx_product(bq, d_, q_.data(), kt_, 0, j0, bk, s, amx_scratch_);
+    else
+      Bf16TileMatmul::run(bq, bk, d_, q_.data(), false, k_.data() + j0 * d_, true, s, scratch_);
     return true;
   }
   // softmax_step rounds P into this tile as it forms it.
   Bf16Bits* rounded() { return p_.data(); }
   bool accumulate(std::int64_t bq, std::int64_t bk, std::int64_t j0, const float*, float* o) {
-    Bf16TileMatmul::run(bq, d_, bk, p_.data(), false, v_.data() + j0 * d_, false, pv_.data(),
-                        scratch_);
+    // The packed v's rows past j0 + bk must be zero up to a multiple of 32 (amx_product): they
+    // are where the tile ends the keys or is 32-aligned (a KV cache's offset may leave neither).
+    if (amx_ && (bk % 32 == 0 || j0 + bk == seen_))
+      amx_product(bq, bk, p_.data(), vp_, j0, 0, d_, pv_.data(), amx_scratch_);
+    else
+      Bf16TileMatmul::run(bq, d_, bk, p_.data(), false, v_.data() + j0 * d_, false, pv_.data(),
+                          scratch_);
     flash_add_into(o, pv_.data(), bq * d_);
     return true;
   }
@@ -205,6 +219,11 @@ class Bf16ForwardProducts {
   std::vector<Bf16Bits> q_, k_, v_, p_;
   std::vector<float> pv_;
   Bf16TileScratch scratch_;
+  // AMX's own tile products where the CPU has them (cpu_amx_tile_product.h): k and v packed once.
+  bool amx_ = amx_tiles_usable();
+  std::int64_t seen_ = 0;
+  AmxPackedB kt_, vp_;
+  AmxTileScratch amx_scratch_;
 };
 
 // Query blocks per forward task: whole heads (each head's k and v decoded once) unless that leaves
@@ -370,6 +389,11 @@ class Bf16BackwardProducts {
   void set_keys(const Index& ix, std::int64_t n, std::int64_t h, std::int64_t j0, std::int64_t bk) {
     gather_bf16_rows(qkv_, ix.qkv(n, j0, 1, h), ix.qkv_stride(), bk, d_, k_.data());
     gather_bf16_rows(qkv_, ix.qkv(n, j0, 2, h), ix.qkv_stride(), bk, d_, v_.data());
+    if (!amx_) return;
+    // Packed once for every query tile below the key tile: kᵀ and vᵀ [d, bk], k [bk, d].
+    kt_.pack(d_, bk, k_.data(), true);
+    vt_.pack(d_, bk, v_.data(), true);
+    kr_.pack(bk, d_, k_.data(), false);
   }
   // dO's rows i0.. of the head, decoded from the dense copy set_head() made into buf [bq, d].
   Rows dout_rows(std::int64_t i0, std::int64_t bq, float* buf) const {
@@ -377,7 +401,10 @@ class Bf16BackwardProducts {
     return {buf, d_};
   }
   bool scores(std::int64_t i0, std::int64_t bq, std::int64_t bk, float, float* p) {
-    Bf16TileMatmul::run(bq, bk, d_, q_.data() + i0 * d_, false, k_.data(), true, p, scratch_);
+    if (amx_)
+      amx_product(bq, d_, q_.data() + i0 * d_, kt_, 0, 0, bk, p, amx_scratch_);
+    else
+      Bf16TileMatmul::run(bq, bk, d_, q_.data() + i0 * d_, false, k_.data(), true, p, scratch_);
     return true;
   }
   // probabilities rounds P into this tile, then score_gradient dS, each as it forms them: dv
@@ -391,13 +418,19 @@ class Bf16BackwardProducts {
     return true;
   }
   bool dp(std::int64_t i0, std::int64_t bq, std::int64_t bk, float* dp) {
-    Bf16TileMatmul::run(bq, bk, d_, g_.data() + i0 * d_, false, v_.data(), true, dp, scratch_);
+    if (amx_)
+      amx_product(bq, d_, g_.data() + i0 * d_, vt_, 0, 0, bk, dp, amx_scratch_);
+    else
+      Bf16TileMatmul::run(bq, bk, d_, g_.data() + i0 * d_, false, v_.data(), true, dp, scratch_);
     return true;
   }
   bool dq_dk(std::int64_t i0, std::int64_t bq, std::int64_t bk, const float*, float* dq,
              float* dk) {
-    Bf16TileMatmul::run(bq, d_, bk, rounded_.data(), false, k_.data(), false, product_.data(),
-                        scratch_);
+    if (amx_)
+      amx_product(bq, bk, rounded_.data(), kr_, 0, 0, d_, product_.data(), amx_scratch_);
+    else
+      Bf16TileMatmul::run(bq, d_, bk, rounded_.data(), false, k_.data(), false, product_.data(),
+                          scratch_);
     flash_add_into(dq, product_.data(), bq * d_);
     Bf16TileMatmul::run(bk, d_, bq, rounded_.data(), true, q_.data() + i0 * d_, false,
                         product_.data(), scratch_);
@@ -411,6 +444,11 @@ class Bf16BackwardProducts {
   std::vector<Bf16Bits> q_, g_, k_, v_, rounded_;
   std::vector<float> product_;
   Bf16TileScratch scratch_;
+  // AMX's own tile products where the CPU has them (cpu_amx_tile_product.h), for the products
+  // whose left operand is stored as read; pᵀ·dO and dsᵀ·q stay Bf16TileMatmul's.
+  bool amx_ = amx_tiles_usable();
+  AmxPackedB kt_, vt_, kr_;
+  AmxTileScratch amx_scratch_;
 };
 
 template <class Products>

@@ -1,14 +1,18 @@
 // Bf16TileMatmul (cpu_tile_matmul.h), flash attention's bf16 tile products: every transpose pair
 // at the tile sizes flash attention uses and odd ones, against a double sum of the same bf16
-// values; the same bits from several threads at once; sizes out of range refused.
+// values; the same bits from several threads at once; sizes out of range refused. And AMX's own
+// products (cpu_amx_tile_product.h) from a packed B: oneDNN's bits for every slice a flash
+// attention tile takes, aligned or not.
 #include <omp.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
 
 #include "backend_test_util.h"
+#include "cpu_amx_tile_product.h"
 #include "cpu_bf16_bits.h"
 #include "cpu_tile_matmul.h"
 #include "mixtrain/sdk/error.h"
@@ -105,6 +109,50 @@ TEST(BackendCpuTileMatmul, SizesOutOfRangeAreRefused) {
         Bf16TileMatmul::run(bad, 8, 8, a.data(), false, b.data(), false, c.data(), scratch),
         sdk::BackendError)
         << bad;
+}
+
+// B packed once, then products of its slices (rows k0.., columns j0..) by dense A tiles: the bits
+// of Bf16TileMatmul on the same slice, which oneDNN's AMX matmul computes with the same
+// instruction. The slices end B's rows or are 32-aligned, as amx_product asks.
+TEST(BackendCpuTileMatmul, AmxProductsOfAPackedBGiveOneDnnsBits) {
+  if (!amx_tiles_usable() || !Bf16TileMatmul::available())
+    GTEST_SKIP() << "no AMX-BF16 on this CPU (the tile products stay oneDNN's)";
+  struct Case {
+    std::int64_t m, k, n;             // the product [m, k] · [k, n]
+    std::int64_t rows, cols, k0, j0;  // B's full shape and the slice's first row and column
+    bool transposed;
+  };
+  // Flash attention's: qkᵀ against key tiles of a head's 1024 keys, p·v against a tile of values;
+  // then the edges: a last key tile of 100, a head dimension of 80, odd and tiny sizes.
+  const Case cases[] = {
+      {128, 64, 128, 64, 1024, 0, 256, true}, {128, 128, 64, 1024, 64, 384, 0, false},
+      {128, 64, 100, 64, 356, 0, 256, true},  {100, 100, 64, 356, 64, 256, 0, false},
+      {128, 80, 128, 80, 512, 0, 128, true},  {33, 45, 17, 45, 17, 0, 0, true},
+      {5, 3, 7, 3, 7, 0, 0, false},           {48, 64, 96, 192, 160, 128, 32, false}};
+  for (const Case& t : cases) {
+    const auto b = random_bf16(static_cast<std::size_t>(t.rows * t.cols), 7);
+    const auto a = random_bf16(static_cast<std::size_t>(t.m * t.k), 8);
+    AmxPackedB packed;
+    packed.pack(t.rows, t.cols, b.data(), t.transposed);
+    std::vector<float> got(static_cast<std::size_t>(t.m * t.n), -1.0f);
+    AmxTileScratch scratch;
+    amx_product(t.m, t.k, a.data(), packed, t.k0, t.j0, t.n, got.data(), scratch);
+    // The same slice, dense, through oneDNN: B's rows k0.. and columns j0.. (stored transposed:
+    // its rows j0.. and columns k0..).
+    std::vector<Bf16Bits> slice(static_cast<std::size_t>(t.k * t.n));
+    for (std::int64_t p = 0; p < t.k; ++p)
+      for (std::int64_t j = 0; j < t.n; ++j)
+        slice[static_cast<std::size_t>(p * t.n + j)] =
+            t.transposed ? b[static_cast<std::size_t>((t.j0 + j) * t.rows + t.k0 + p)]
+                         : b[static_cast<std::size_t>((t.k0 + p) * t.cols + t.j0 + j)];
+    std::vector<float> want(got.size(), -2.0f);
+    Bf16TileScratch onednn;
+    Bf16TileMatmul::run(t.m, t.n, t.k, a.data(), false, slice.data(), false, want.data(), onednn);
+    for (std::size_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i]), std::bit_cast<std::uint32_t>(want[i]))
+          << t.m << "x" << t.k << "x" << t.n << " at (" << t.k0 << ", " << t.j0 << "), element "
+          << i << ": " << got[i] << " against " << want[i];
+  }
 }
 
 }  // namespace
