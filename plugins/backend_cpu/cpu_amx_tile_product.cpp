@@ -56,50 +56,6 @@ MIXTRAIN_AMX void release_tiles() {
   _tile_release();
 }
 
-// Rows r and r + 1 of x [rows, cols] (row r + 1 zero past the last row) interleaved into
-// out[2j + e] = x[r + e][j], j < cols: one row of pairs.
-MIXTRAIN_AMX void interleave_rows(const std::uint16_t* x, std::int64_t rows, std::int64_t cols,
-                                  std::int64_t r, std::uint16_t* out) {
-  const std::uint16_t* r0 = x + r * cols;
-  const std::uint16_t* r1 = r + 1 < rows ? r0 + cols : nullptr;
-  // out[2t] = r0[t], out[2t + 1] = r1[t]: vpermt2w picks from the pair of 32-value chunks.
-  alignas(64) static constexpr std::uint16_t lo_idx[32] = {
-      0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
-      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  alignas(64) static constexpr std::uint16_t hi_idx[32] = {
-      16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
-      24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
-  const __m512i lo = _mm512_load_si512(lo_idx), hi = _mm512_load_si512(hi_idx);
-  std::int64_t j = 0;
-  for (; j + 32 <= cols; j += 32) {
-    const __m512i a = _mm512_loadu_si512(r0 + j);
-    const __m512i b = r1 != nullptr ? _mm512_loadu_si512(r1 + j) : _mm512_setzero_si512();
-    _mm512_storeu_si512(out + 2 * j, _mm512_permutex2var_epi16(a, lo, b));
-    _mm512_storeu_si512(out + 2 * j + 32, _mm512_permutex2var_epi16(a, hi, b));
-  }
-  for (; j < cols; ++j) {
-    out[2 * j] = r0[j];
-    out[2 * j + 1] = r1 != nullptr ? r1[j] : std::uint16_t{0};
-  }
-}
-
-// to [cols][ld] (32-bit words) = from [rows][cols]'s transpose, rows <= ld: 16 rows at a time,
-// each column gathered.
-MIXTRAIN_AMX void transpose_words(const std::uint32_t* from, std::int64_t rows, std::int64_t cols,
-                                  std::uint32_t* to, std::int64_t ld) {
-  const __m512i step =
-      _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                         _mm512_set1_epi32(static_cast<int>(cols)));
-  std::int64_t r = 0;
-  for (; r + 16 <= rows; r += 16)
-    for (std::int64_t c = 0; c < cols; ++c)
-      _mm512_storeu_si512(to + c * ld + r,
-                          _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), 0xFFFF, step,
-                                                      from + r * cols + c, 4));
-  for (; r < rows; ++r)
-    for (std::int64_t c = 0; c < cols; ++c) to[c * ld + r] = from[r * cols + c];
-}
-
 // c [mp, np] (ld ldc floats) = a [mp, kp] (ld lda bf16) · b (blocks of kBlockCols columns,
 // b_block bf16 apart, each its pair rows of kBlockCols pairs), mp and np multiples of 16, kp of
 // 32: 32 x 32 blocks of C in tiles 0-3, A in 4-5, B in 6-7; a lone 16-row or 16-column edge one
@@ -150,6 +106,70 @@ MIXTRAIN_AMX void multiply(std::int64_t mp, std::int64_t np, std::int64_t kp,
   }
 }
 
+// B [k, n] (transposed: stored [n, k]) into `out`: blocks of kBlockCols columns, `block` values
+// apart, each [pair_rows][kBlockCols][2]; what the values do not fill is zeroed (the rows of pairs
+// past k, the columns past n, the second half of a last odd pair), nothing twice.
+MIXTRAIN_AMX void pack_blocked(std::int64_t k, std::int64_t n, const std::uint16_t* src,
+                               bool transposed, std::int64_t pair_rows, std::int64_t np,
+                               std::uint16_t* out) {
+  const std::int64_t block = pair_rows * 2 * kBlockCols, filled = (k + 1) / 2;
+  auto at = [&](std::int64_t p, std::int64_t j) {
+    return out + (j / kBlockCols) * block + p * 2 * kBlockCols + 2 * (j % kBlockCols);
+  };
+  for (std::int64_t jb = 0; jb < np; jb += kBlockCols)
+    std::memset(at(filled, jb), 0, static_cast<std::size_t>((pair_rows - filled) * 4 * kBlockCols));
+  if (n < np)  // the last block's columns past n, in the filled rows
+    for (std::int64_t p = 0; p < filled; ++p)
+      std::memset(at(p, n), 0, static_cast<std::size_t>(4 * (np - n)));
+  if (transposed && k % 2 == 0) {
+    // src [n, k] is [n][k/2] words of pairs of k: word (j, p) goes to pair row p, column j.
+    const auto* words = reinterpret_cast<const std::uint32_t*>(src);
+    const std::int64_t half = k / 2;
+    const __m512i step =
+        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                           _mm512_set1_epi32(static_cast<int>(half)));
+    std::int64_t j = 0;
+    for (; j + 16 <= n; j += 16)
+      for (std::int64_t p = 0; p < half; ++p)
+        _mm512_storeu_si512(at(p, j), _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), 0xFFFF,
+                                                                  step, words + j * half + p, 4));
+    for (; j < n; ++j)
+      for (std::int64_t p = 0; p < half; ++p) std::memcpy(at(p, j), words + j * half + p, 4);
+    return;
+  }
+  if (transposed) {
+    for (std::int64_t j = 0; j < n; ++j)
+      for (std::int64_t kk = 0; kk < k; ++kk) at(kk / 2, j)[kk % 2] = src[j * k + kk];
+    if (k % 2 != 0)
+      for (std::int64_t j = 0; j < n; ++j) at(k / 2, j)[1] = 0;
+    return;
+  }
+  // Rows 2p and 2p + 1 interleaved, 32 columns (one block's row of pairs) at a time.
+  alignas(64) static constexpr std::uint16_t lo_idx[32] = {
+      0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  alignas(64) static constexpr std::uint16_t hi_idx[32] = {
+      16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+      24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  const __m512i lo = _mm512_load_si512(lo_idx), hi = _mm512_load_si512(hi_idx);
+  for (std::int64_t p = 0; p < filled; ++p) {
+    const std::uint16_t* r0 = src + 2 * p * n;
+    const std::uint16_t* r1 = 2 * p + 1 < k ? r0 + n : nullptr;
+    std::int64_t j = 0;
+    for (; j + kBlockCols <= n; j += kBlockCols) {
+      const __m512i a = _mm512_loadu_si512(r0 + j);
+      const __m512i b = r1 != nullptr ? _mm512_loadu_si512(r1 + j) : _mm512_setzero_si512();
+      std::uint16_t* to = at(p, j);
+      _mm512_storeu_si512(to, _mm512_permutex2var_epi16(a, lo, b));
+      _mm512_storeu_si512(to + 32, _mm512_permutex2var_epi16(a, hi, b));
+    }
+    for (; j < n; ++j) {
+      at(p, j)[0] = r0[j];
+      at(p, j)[1] = r1 != nullptr ? r1[j] : std::uint16_t{0};
+    }
+  }
+}
+
 #undef MIXTRAIN_AMX
 
 }  // namespace
@@ -157,30 +177,10 @@ MIXTRAIN_AMX void multiply(std::int64_t mp, std::int64_t np, std::int64_t kp,
 void AmxPackedB::pack(std::int64_t k, std::int64_t n, const Bf16Bits* b, bool transposed) {
   np_ = round_up(n, kBlockCols);
   pair_rows_ = (round_up(k, kDepth) + kDepth) / 2;
-  const std::int64_t block = pair_rows_ * 2 * kBlockCols;
-  const auto size = static_cast<std::size_t>(np_ / kBlockCols * block);
+  const auto size = static_cast<std::size_t>(np_ / kBlockCols * pair_rows_ * 2 * kBlockCols);
   if (pairs_.size() < size) pairs_.resize(size);
-  std::fill(pairs_.begin(), pairs_.begin() + static_cast<std::ptrdiff_t>(size), std::uint16_t{0});
-  // The rows of pairs [k/2][np][2] first, then each block of 32 columns copied out of them.
-  std::vector<std::uint16_t>& rows = staging_;
-  rows.assign(static_cast<std::size_t>((k + 1) / 2 * 2 * np_), std::uint16_t{0});
-  const auto* src = reinterpret_cast<const std::uint16_t*>(b);
-  if (transposed && k % 2 == 0) {
-    // src [n, k] is [n][k/2] words of pairs of k: transposed, [k/2][n] words, B's pair rows.
-    transpose_words(reinterpret_cast<const std::uint32_t*>(src), n, k / 2,
-                    reinterpret_cast<std::uint32_t*>(rows.data()), np_);
-  } else if (transposed) {
-    for (std::int64_t j = 0; j < n; ++j)
-      for (std::int64_t kk = 0; kk < k; ++kk)
-        rows[static_cast<std::size_t>((kk / 2) * 2 * np_ + 2 * j + (kk % 2))] = src[j * k + kk];
-  } else {
-    for (std::int64_t p = 0; p < (k + 1) / 2; ++p)
-      interleave_rows(src, k, n, 2 * p, rows.data() + p * 2 * np_);
-  }
-  for (std::int64_t jb = 0; jb < np_ / kBlockCols; ++jb)
-    for (std::int64_t p = 0; p < (k + 1) / 2; ++p)
-      std::memcpy(pairs_.data() + jb * block + p * 2 * kBlockCols,
-                  rows.data() + p * 2 * np_ + jb * 2 * kBlockCols, 4 * kBlockCols);
+  pack_blocked(k, n, reinterpret_cast<const std::uint16_t*>(b), transposed, pair_rows_, np_,
+               pairs_.data());
 }
 
 void amx_product(std::int64_t m, std::int64_t k, const Bf16Bits* a, const AmxPackedB& b,
@@ -191,7 +191,8 @@ void amx_product(std::int64_t m, std::int64_t k, const Bf16Bits* a, const AmxPac
   const bool direct_a = mp == m && kp == k, direct_c = mp == m && np == n;
   if (!direct_a) {
     scratch.a.assign(static_cast<std::size_t>(mp * kp), std::uint16_t{0});
-    for (std::int64_t i = 0; i < m; ++i) std::memcpy(scratch.a.data() + i * kp, as + i * k, 2 * k);
+    for (std::int64_t i = 0; i < m; ++i)
+      std::memcpy(scratch.a.data() + i * kp, as + i * k, static_cast<std::size_t>(2 * k));
   }
   if (!direct_c) scratch.c.resize(static_cast<std::size_t>(mp * np));
   float* out = direct_c ? c : scratch.c.data();

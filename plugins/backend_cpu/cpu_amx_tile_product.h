@@ -19,7 +19,9 @@
 // - Numbers: what TDPBF16PS computes, as oneDNN's AMX matmul does (Bf16TileMatmul): exact products
 //   summed in FP32, k in steps of 32 in order, subnormal bf16 inputs and FP32 results treated as
 //   zero. test_backend_cpu_tile_matmul.cpp holds the products to Bf16TileMatmul's bits on aligned
-//   and unaligned slices.
+//   and unaligned slices, and test_backend_cpu_attention.cpp flash attention's outputs and
+//   gradients at a head dimension of 64 (at 16, oneDNN's q·kᵀ summed a few elements otherwise,
+//   so flash attention takes these products at multiples of 32 only).
 // - Why the blocks of 32 columns: with a head's 1024 keys in one row of pairs, a tile load's 16
 //   rows were 4 KiB apart, all in one L1 set; blocked, they are 128 bytes apart. Flash attention's
 //   tiles (bench_flash_attention, 12 heads of 1024 tokens, bf16, AMX Xeon): forward 5.30-5.38 ->
@@ -35,21 +37,21 @@
 
 namespace mixtrain::backend_cpu {
 
+// One thread's zero-padded copies of A and C.
+struct AmxTileScratch {
+  std::vector<std::uint16_t> a;
+  std::vector<float> c;
+};
+
 class AmxPackedB {
  public:
   void pack(std::int64_t k, std::int64_t n, const Bf16Bits* b, bool transposed);
 
  private:
   friend void amx_product(std::int64_t, std::int64_t, const Bf16Bits*, const AmxPackedB&,
-                          std::int64_t, std::int64_t, std::int64_t, float*, struct AmxTileScratch&);
-  std::vector<std::uint16_t> pairs_, staging_;
+                          std::int64_t, std::int64_t, std::int64_t, float*, AmxTileScratch&);
+  std::vector<std::uint16_t> pairs_;
   std::int64_t np_ = 0, pair_rows_ = 0;  // columns padded to 32, rows of pairs a block
-};
-
-// One thread's zero-padded copies of A and C.
-struct AmxTileScratch {
-  std::vector<std::uint16_t> a;
-  std::vector<float> c;
 };
 
 void amx_product(std::int64_t m, std::int64_t k, const Bf16Bits* a, const AmxPackedB& b,

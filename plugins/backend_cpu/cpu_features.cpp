@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -123,6 +124,10 @@ CpuInfo detect_cpu() {
   return info;
 }
 
+namespace {
+std::atomic<int> amx_refusals{0};
+}  // namespace
+
 bool amx_tiles_usable() {
   // Linux's request for the AMX tile data state (ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA,
   // asm/prctl.h): a process asks before its first tile instruction, or that instruction faults.
@@ -130,7 +135,14 @@ bool amx_tiles_usable() {
   constexpr long kXfeatureXtileData = 18;
   static const bool granted = detect_cpu().has("amx_bf16") &&
                               syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtileData) == 0;
-  return granted;
+  return granted && amx_refusals.load(std::memory_order_relaxed) == 0;
+}
+
+AmxTilesRefused::AmxTilesRefused() {
+  amx_refusals.fetch_add(1, std::memory_order_relaxed);
+}
+AmxTilesRefused::~AmxTilesRefused() {
+  amx_refusals.fetch_sub(1, std::memory_order_relaxed);
 }
 
 bool onednn_bf16_preferred(const CpuInfo& cpu) {

@@ -33,8 +33,17 @@ bool onednn_bf16_preferred(const CpuInfo& cpu);
 std::size_t available_memory_bytes();  // MemAvailable, 0 when unknown
 
 // Whether this process may run AMX-BF16 tile instructions: the CPU has AMX-BF16 (detect_cpu) and
-// the kernel granted the tile data state (arch_prctl). Asked once; compiled without AMX or AVX-512,
-// so any CPU may call it.
+// the kernel granted the tile data state (arch_prctl), asked once; and no AmxTilesRefused lives.
+// Compiled without AMX or AVX-512, so any CPU may call it.
 bool amx_tiles_usable();
+
+// While one lives, amx_tiles_usable() is false: tests run the paths beside the tile products'.
+class AmxTilesRefused {
+ public:
+  AmxTilesRefused();
+  ~AmxTilesRefused();
+  AmxTilesRefused(const AmxTilesRefused&) = delete;
+  AmxTilesRefused& operator=(const AmxTilesRefused&) = delete;
+};
 
 }  // namespace mixtrain::backend_cpu

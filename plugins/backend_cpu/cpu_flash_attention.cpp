@@ -126,6 +126,14 @@ void gather_bf16_rows(const TensorView& v, std::int64_t first, std::int64_t stri
   for (std::int64_t r = 0; r < count; ++r) std::copy_n(src + r * stride, d, dst + r * d);
 }
 
+// Whether the bf16 products take AMX's own tiles (cpu_amx_tile_product.h) at head dimension d:
+// where the process may run them and d is a multiple of 32. There they give oneDNN's bits; at a
+// head dimension of 16 oneDNN's q·kᵀ summed some elements otherwise (11 of 1,200 lse values an ulp
+// apart in the test that compares the two).
+bool amx_tiles_for_head(std::int64_t d) {
+  return d % 32 == 0 && amx_tiles_usable();
+}
+
 // The tile products, two ways (FlashProducts, cpu_flash_attention.h). Each object is one thread's
 // operands and scratch; the loops below call it the same way for both.
 //
@@ -220,7 +228,7 @@ class Bf16ForwardProducts {
   std::vector<float> pv_;
   Bf16TileScratch scratch_;
   // AMX's own tile products where the CPU has them (cpu_amx_tile_product.h): k and v packed once.
-  bool amx_ = amx_tiles_usable();
+  bool amx_ = amx_tiles_for_head(d_);
   std::int64_t seen_ = 0;
   AmxPackedB kt_, vp_;
   AmxTileScratch amx_scratch_;
@@ -445,8 +453,10 @@ class Bf16BackwardProducts {
   std::vector<float> product_;
   Bf16TileScratch scratch_;
   // AMX's own tile products where the CPU has them (cpu_amx_tile_product.h), for the products
-  // whose left operand is stored as read; pᵀ·dO and dsᵀ·q stay Bf16TileMatmul's.
-  bool amx_ = amx_tiles_usable();
+  // whose left operand is read as stored. pᵀ·dO and dsᵀ·q stay Bf16TileMatmul's: summed
+  // transposed instead (dvᵀ = dOᵀ·p, q and dO turned once per head, p and ds packed per tile), the
+  // backward ran 10.3 ms against 8.8-9.1 (bench/RESULTS.md, session 70).
+  bool amx_ = amx_tiles_for_head(d_);
   AmxPackedB kt_, vt_, kr_;
   AmxTileScratch amx_scratch_;
 };

@@ -21,9 +21,10 @@
 //   - bf16 (the forward and backward with bf16 qkv, and dout in the backward; fp32 otherwise):
 //     q, k, v and dO copied into dense bf16 tiles, the products by Bf16TileMatmul
 //     (cpu_tile_matmul.h: oneDNN, AMX-BF16 where the CPU has it), FP32 sums. Where the process may
-//     run AMX tile instructions, the products whose left operand is read as stored take AMX's own
-//     (cpu_amx_tile_product.h, oneDNN's bits): k and v packed once per task forward and per key
-//     tile backward, for q·kᵀ, P·v, dO·vᵀ and dS·k. P is rounded to bf16 before
+//     run AMX tile instructions and the head dimension is a multiple of 32, the products whose
+//     left operand is read as stored take AMX's own (cpu_amx_tile_product.h, oneDNN's bits): k
+//     and v packed once per task forward and per key tile backward, for q·kᵀ, P·v, dO·vᵀ and
+//     dS·k. P is rounded to bf16 before
 //     P·v and Pᵀ·dO, and dS before dS·k and dSᵀ·q, as FlashAttention-2 does on a GPU (the attention
 //     facet's contract allows it). The scale multiplies the scores after the product, one rounding,
 //     as sgemm's alpha does.

@@ -496,6 +496,34 @@ TEST(backend_cpu_attention, FlashIsTheSameBitsOnTheFmaVariants) {
   }
 }
 
+TEST(backend_cpu_attention, FlashBf16ProductsAreTheSameBitsWithAmxTilesAsWithOneDnn) {
+  // Where the process may run AMX tile instructions and the head dimension is a multiple of 32,
+  // bf16 products whose right operand is packed once run AMX's own (cpu_amx_tile_product.h);
+  // refused, they are oneDNN's. The same bits either way: out, lse and every gradient, at GPT-2's
+  // head dimension of 64 with T past two tiles (a partial last tile: k of 44 in p·v and ds·k), and
+  // at 16, where both runs take oneDNN's.
+  if (!amx_tiles_usable() || !Bf16TileMatmul::available())
+    GTEST_SKIP() << "this process runs no AMX tile instructions: there is one path only";
+  CpuBackend be(2);
+  be.set_flash_products(FlashProductsChoice::bf16);
+  FlashInputs wide = flash_inputs(95);
+  wide.l = sdk::HeadLayout{1, 300, 2, 64, 3, 0, 0};
+  wide.qkv = random_values(static_cast<std::size_t>(300 * 3 * 2 * 64), 95);
+  wide.dout = random_values(static_cast<std::size_t>(300 * 2 * 64), 96);
+  for (const FlashInputs& in : {flash_inputs(93), wide}) {
+    const FlashRun amx = run_flash(be, in.l, DType::bf16, in.qkv, in.dout, 0.125f);
+    FlashRun onednn;
+    {
+      const AmxTilesRefused refused;
+      onednn = run_flash(be, in.l, DType::bf16, in.qkv, in.dout, 0.125f);
+    }
+    const std::string what = "head_dim " + std::to_string(in.l.head_dim);
+    EXPECT_EQ(amx.out, onednn.out) << what;
+    EXPECT_EQ(amx.lse, onednn.lse) << what;
+    EXPECT_EQ(amx.dqkv, onednn.dqkv) << what;
+  }
+}
+
 TEST(backend_cpu_attention, FlashGivesTheSameBitsOnOneThreadAndOnTwo) {
   // Several sequences and heads, T past one tile: two threads share the (sequence, head) tasks
   // differently from one, and every sum still runs in the same order; with either tile product.
