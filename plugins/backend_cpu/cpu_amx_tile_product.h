@@ -24,8 +24,9 @@
 //   so flash attention takes these products at multiples of 32 only).
 // - Why the blocks of 32 columns: with a head's 1024 keys in one row of pairs, a tile load's 16
 //   rows were 4 KiB apart, all in one L1 set; blocked, they are 128 bytes apart. Flash attention's
-//   tiles (bench_flash_attention, 12 heads of 1024 tokens, bf16, AMX Xeon): forward 5.30-5.38 ->
-//   4.70-4.78 ms, backward 10.03-10.21 -> 8.87-9.14 (bench/RESULTS.md, session 70).
+//   tiles (bench_flash_attention, 12 heads of 1024 tokens, bf16, AMX Xeon) against oneDNN's:
+//   forward 5.18-5.34 -> 4.56-4.80 ms, backward 9.96-10.03 -> 9.18-9.24 (bench/RESULTS.md,
+//   session 70).
 // - Thread-safe: each call configures and releases the calling thread's tiles.
 #pragma once
 
