@@ -25,6 +25,8 @@ namespace {
 // width. The finite check and the unscale (x *= scale, written back when `out` is given) share
 // the loop, so a chunk is read once.
 constexpr int kLanes = 32;
+// A block of lanes is prefetch_ahead's block (cpu_prefetch.h): one request per block covers it.
+static_assert(kLanes == kStreamBlock);
 
 template <bool kScale, bool kSum>
 [[gnu::always_inline]] inline void lanes_kernel(const float* x, float* out, std::int64_t len,
