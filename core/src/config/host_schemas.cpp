@@ -579,7 +579,7 @@ sdk::OptionSchema model_schema() {
                               "compute the classifier (a language model's LM head) and the loss "
                               "this many rows at a time, so the whole [rows, classes] logits and "
                               "their gradient never exist; 0 = the whole batch at once; unset: "
-                              "for a model of 4096 classes or more, 256 on a backend whose GEMMs "
+                              "for a model of 4096 classes or more, 512 on a backend whose GEMMs "
                               "reach their rate at a few hundred rows (the CPU) and 1024 on "
                               "others (CUDA), else 0")
               .at_least(0)
