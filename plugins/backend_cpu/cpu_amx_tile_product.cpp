@@ -56,14 +56,28 @@ MIXTRAIN_AMX void release_tiles() {
   _tile_release();
 }
 
+// c [rows, cols] (ld ldc) += t [rows, cols] (ld ldt), cols a multiple of 16: a product's tiles,
+// just stored into L1, added into their accumulator (the same sums as adding the whole product
+// afterwards, element by element).
+MIXTRAIN_AMX void add_tile(std::int64_t rows, std::int64_t cols, const float* t, std::int64_t ldt,
+                           float* c, std::int64_t ldc) {
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t j = 0; j < cols; j += 16)
+      _mm512_storeu_ps(c + r * ldc + j, _mm512_add_ps(_mm512_loadu_ps(c + r * ldc + j),
+                                                      _mm512_loadu_ps(t + r * ldt + j)));
+}
+
 // c [mp, np] (ld ldc floats) = a [mp, kp] (ld lda bf16) · b (blocks of kBlockCols columns,
 // b_block bf16 apart, each its pair rows of kBlockCols pairs), mp and np multiples of 16, kp of
-// 32: 32 x 32 blocks of C in tiles 0-3, A in 4-5, B in 6-7; a lone 16-row or 16-column edge one
-// tile at a time.
+// 32, or c += that product with `add`: 32 x 32 blocks of C in tiles 0-3, A in 4-5, B in 6-7; a
+// lone 16-row or 16-column edge one tile at a time.
 MIXTRAIN_AMX void multiply(std::int64_t mp, std::int64_t np, std::int64_t kp,
                            const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b,
-                           std::int64_t b_block, float* c, std::int64_t ldc) {
+                           std::int64_t b_block, float* c, std::int64_t ldc, bool add) {
   const std::int64_t a_stride = 2 * lda, c_stride = 4 * ldc;
+  // With `add`, a block's tiles go here first (4 KiB, in L1), then into c.
+  alignas(64) float block[2 * kRows * 2 * kRows];
+  constexpr std::int64_t kBlockLd = 2 * kRows, kBlockStride = 4 * kBlockLd;
   auto b_at = [&](std::int64_t kk, std::int64_t j) {
     return b + (j / kBlockCols) * b_block + (kk / 2) * 2 * kBlockCols + 2 * (j % kBlockCols);
   };
@@ -86,6 +100,14 @@ MIXTRAIN_AMX void multiply(std::int64_t mp, std::int64_t np, std::int64_t kp,
           _tile_dpbf16ps(2, 5, 6);
           _tile_dpbf16ps(3, 5, 7);
         }
+        if (add) {
+          _tile_stored(0, block, kBlockStride);
+          _tile_stored(1, block + kRows, kBlockStride);
+          _tile_stored(2, block + kRows * kBlockLd, kBlockStride);
+          _tile_stored(3, block + kRows * kBlockLd + kRows, kBlockStride);
+          add_tile(2 * kRows, 2 * kRows, block, kBlockLd, c + i * ldc + j, ldc);
+          continue;
+        }
         _tile_stored(0, c + i * ldc + j, c_stride);
         _tile_stored(1, c + i * ldc + j + kRows, c_stride);
         _tile_stored(2, c + (i + kRows) * ldc + j, c_stride);
@@ -100,7 +122,12 @@ MIXTRAIN_AMX void multiply(std::int64_t mp, std::int64_t np, std::int64_t kp,
             _tile_loadd(6, b_at(kk, jj), b_stride);
             _tile_dpbf16ps(0, 4, 6);
           }
-          _tile_stored(0, c + ii * ldc + jj, c_stride);
+          if (add) {
+            _tile_stored(0, block, 4 * kRows);
+            add_tile(kRows, kRows, block, kRows, c + ii * ldc + jj, ldc);
+          } else {
+            _tile_stored(0, c + ii * ldc + jj, c_stride);
+          }
         }
     }
   }
@@ -185,7 +212,8 @@ void AmxPackedB::pack(std::int64_t k, std::int64_t n, const Bf16Bits* b, bool tr
 
 void amx_product(std::int64_t m, std::int64_t k, const Bf16Bits* a, const AmxPackedB& b,
                  std::int64_t k0, std::int64_t j0, std::int64_t n, float* c,
-                 AmxTileScratch& scratch) {
+                 AmxTileScratch& scratch, AmxStore store) {
+  const bool add = store == AmxStore::add;
   const std::int64_t mp = round_up(m, kRows), np = round_up(n, kRows), kp = round_up(k, kDepth);
   const auto* as = reinterpret_cast<const std::uint16_t*>(a);
   const bool direct_a = mp == m && kp == k, direct_c = mp == m && np == n;
@@ -200,10 +228,17 @@ void amx_product(std::int64_t m, std::int64_t k, const Bf16Bits* a, const AmxPac
   const std::int64_t block = b.pair_rows_ * 2 * kBlockCols;
   multiply(mp, np, kp, direct_a ? as : scratch.a.data(), direct_a ? k : kp,
            b.pairs_.data() + (j0 / kBlockCols) * block + (k0 / 2) * 2 * kBlockCols, block, out,
-           direct_c ? n : np);
+           direct_c ? n : np, add && direct_c);
   release_tiles();
-  if (!direct_c)
-    for (std::int64_t i = 0; i < m; ++i) std::memcpy(c + i * n, out + i * np, 4 * n);
+  if (direct_c) return;
+  for (std::int64_t i = 0; i < m; ++i) {
+    const float* from = out + i * np;
+    float* to = c + i * n;
+    if (add)
+      for (std::int64_t j = 0; j < n; ++j) to[j] += from[j];
+    else
+      std::memcpy(to, from, static_cast<std::size_t>(4 * n));
+  }
 }
 
 }  // namespace mixtrain::backend_cpu

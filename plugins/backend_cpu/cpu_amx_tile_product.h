@@ -9,13 +9,15 @@
 //   [n, k]), copied into the pairs of k the tile instruction reads, in blocks of 32 columns, each
 //   [kp / 2][32][2], zero-padded to kp = k rounded up to 32 plus 32 (so a product may start at any
 //   even row of k below k) and to n rounded up to 32. The buffers are kept and grown.
-// - amx_product(m, k, a, b, k0, j0, n, c, scratch): C [m, n] fp32, dense row-major (ld n),
-//   overwritten, = A [m, k] (bf16, dense row-major) · B's rows k0 .. k0 + k and columns
-//   j0 .. j0 + n. k0 is even and j0 a multiple of 32; where k is not a multiple of 32, the slice
-//   ends B's rows (the products read on to the next multiple of 32, and only the packing's zeros
-//   may be there: A's padding times a value of B past the slice could be 0 · inf). A and C are
-//   read and written in place where m is a multiple of 16, k of 32 and n of 16, else through the
-//   thread's zero-padded scratch.
+// - amx_product(m, k, a, b, k0, j0, n, c, scratch, store): C [m, n] fp32, dense row-major (ld n),
+//   overwritten (AmxStore::overwrite), or added to (AmxStore::add: C[i] + P[i], the bits of
+//   adding the whole product after it, added a 32 x 32 block at a time while the block is in L1),
+//   with P = A [m, k] (bf16, dense row-major) · B's rows k0 .. k0 + k and columns j0 .. j0 + n. k0
+//   is even and j0 a multiple of 32; where k is not a multiple of 32, the slice ends B's rows (the
+//   products read on to the next multiple of 32, and only the packing's zeros may be there: A's
+//   padding times a value of B past the slice could be 0 · inf). A and C are read and written in
+//   place where m is a multiple of 16, k of 32 and n of 16, else through the thread's zero-padded
+//   scratch.
 // - Numbers: what TDPBF16PS computes, as oneDNN's AMX matmul does (Bf16TileMatmul): exact products
 //   summed in FP32, k in steps of 32 in order, subnormal bf16 inputs and FP32 results treated as
 //   zero. test_backend_cpu_tile_matmul.cpp holds the products to Bf16TileMatmul's bits on aligned
@@ -44,19 +46,22 @@ struct AmxTileScratch {
   std::vector<float> c;
 };
 
+enum class AmxStore { overwrite, add };
+
 class AmxPackedB {
  public:
   void pack(std::int64_t k, std::int64_t n, const Bf16Bits* b, bool transposed);
 
  private:
   friend void amx_product(std::int64_t, std::int64_t, const Bf16Bits*, const AmxPackedB&,
-                          std::int64_t, std::int64_t, std::int64_t, float*, AmxTileScratch&);
+                          std::int64_t, std::int64_t, std::int64_t, float*, AmxTileScratch&,
+                          AmxStore);
   std::vector<std::uint16_t> pairs_;
   std::int64_t np_ = 0, pair_rows_ = 0;  // columns padded to 32, rows of pairs a block
 };
 
 void amx_product(std::int64_t m, std::int64_t k, const Bf16Bits* a, const AmxPackedB& b,
                  std::int64_t k0, std::int64_t j0, std::int64_t n, float* c,
-                 AmxTileScratch& scratch);
+                 AmxTileScratch& scratch, AmxStore store = AmxStore::overwrite);
 
 }  // namespace mixtrain::backend_cpu

@@ -212,11 +212,13 @@ class Bf16ForwardProducts {
   bool accumulate(std::int64_t bq, std::int64_t bk, std::int64_t j0, const float*, float* o) {
     // The packed v's rows past j0 + bk must be zero up to a multiple of 32 (amx_product): they
     // are where the tile ends the keys or is 32-aligned (a KV cache's offset may leave neither).
-    if (amx_ && (bk % 32 == 0 || j0 + bk == seen_))
-      amx_product(bq, bk, p_.data(), vp_, j0, 0, d_, pv_.data(), amx_scratch_);
-    else
-      Bf16TileMatmul::run(bq, d_, bk, p_.data(), false, v_.data() + j0 * d_, false, pv_.data(),
-                          scratch_);
+    if (amx_ && (bk % 32 == 0 || j0 + bk == seen_)) {
+      // Added into o a block at a time, while the block is in L1: the bits of the add below.
+      amx_product(bq, bk, p_.data(), vp_, j0, 0, d_, o, amx_scratch_, AmxStore::add);
+      return true;
+    }
+    Bf16TileMatmul::run(bq, d_, bk, p_.data(), false, v_.data() + j0 * d_, false, pv_.data(),
+                        scratch_);
     flash_add_into(o, pv_.data(), bq * d_);
     return true;
   }
@@ -434,12 +436,13 @@ class Bf16BackwardProducts {
   }
   bool dq_dk(std::int64_t i0, std::int64_t bq, std::int64_t bk, const float*, float* dq,
              float* dk) {
-    if (amx_)
-      amx_product(bq, bk, rounded_.data(), kr_, 0, 0, d_, product_.data(), amx_scratch_);
-    else
+    if (amx_) {
+      amx_product(bq, bk, rounded_.data(), kr_, 0, 0, d_, dq, amx_scratch_, AmxStore::add);
+    } else {
       Bf16TileMatmul::run(bq, d_, bk, rounded_.data(), false, k_.data(), false, product_.data(),
                           scratch_);
-    flash_add_into(dq, product_.data(), bq * d_);
+      flash_add_into(dq, product_.data(), bq * d_);
+    }
     Bf16TileMatmul::run(bk, d_, bq, rounded_.data(), true, q_.data() + i0 * d_, false,
                         product_.data(), scratch_);
     flash_add_into(dk, product_.data(), bk * d_);

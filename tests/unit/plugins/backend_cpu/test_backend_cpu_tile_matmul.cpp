@@ -152,6 +152,17 @@ TEST(BackendCpuTileMatmul, AmxProductsOfAPackedBGiveOneDnnsBits) {
       ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i]), std::bit_cast<std::uint32_t>(want[i]))
           << t.m << "x" << t.k << "x" << t.n << " at (" << t.k0 << ", " << t.j0 << "), element "
           << i << ": " << got[i] << " against " << want[i];
+    // AmxStore::add: an accumulator plus the product, as adding the product after it would.
+    std::vector<float> acc(got.size()), sums(got.size());
+    const auto start = random_bf16(acc.size(), 9);
+    for (std::size_t i = 0; i < acc.size(); ++i) {
+      acc[i] = float_from_bf16(start[i]) * 3.0f;
+      sums[i] = acc[i] + got[i];
+    }
+    amx_product(t.m, t.k, a.data(), packed, t.k0, t.j0, t.n, acc.data(), scratch, AmxStore::add);
+    for (std::size_t i = 0; i < acc.size(); ++i)
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(acc[i]), std::bit_cast<std::uint32_t>(sums[i]))
+          << "added: " << t.m << "x" << t.k << "x" << t.n << ", element " << i;
   }
 }
 
