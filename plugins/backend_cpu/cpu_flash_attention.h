@@ -24,7 +24,7 @@
 //     run AMX tile instructions and the head dimension is a multiple of 32, the products whose
 //     left operand is read as stored take AMX's own (cpu_amx_tile_product.h, oneDNN's bits): k
 //     and v packed once per task forward and per key tile backward, for q·kᵀ, P·v, dO·vᵀ and
-//     dS·k. P is rounded to bf16 before
+//     dS·k (P·v and dS·k added into o and dq a block at a time). P is rounded to bf16 before
 //     P·v and Pᵀ·dO, and dS before dS·k and dSᵀ·q, as FlashAttention-2 does on a GPU (the attention
 //     facet's contract allows it). The scale multiplies the scores after the product, one rounding,
 //     as sgemm's alpha does.
