@@ -87,7 +87,7 @@ struct ModelSpec {
   // kFeatureGemmWantsAlignedRows (sdk/support/backend_features.h) and the classes are not a
   // multiple of 8, else 0. On an AMX CPU (oneDNN 2.6) padding sped the logits GEMM (25-27 against
   // 34-37 ms a 512-row block of GPT-2 small's head) but slowed its data gradient, whose k became
-  // 50304 (34-42 against 27-29 ms), and the padded dW's copy cost 22 ms a step: the step was
+  // 50304 (34-56 against 26-32 ms), and the padded dW's copy cost 22 ms a step: the step was
   // slower, with 232 MB more peak (bench/RESULTS.md, session 71).
   std::optional<std::int64_t> loss_pad_classes;
   // [train] trainable / frozen (graph/freezing.h): the plan resolves them, since which nodes need
