@@ -23,51 +23,60 @@ constexpr int kLanes = 32;
 // The first j with z[j] == top, top being one of z's values: blocks of 64 compared at the ISA's
 // width, then the block that holds it scanned. A scalar scan from z[0] took about a third of a
 // GPT-2 row's time (half of 50,257 compares on average).
-[[gnu::always_inline]] inline std::int64_t first_equal(const float* z, std::int64_t n, float top) {
+template <class T>
+[[gnu::always_inline]] inline std::int64_t first_equal(const T* z, std::int64_t n, float top) {
   constexpr std::int64_t kBlock = 64;
   std::int64_t b = 0;
   for (; b + kBlock <= n; b += kBlock) {
     int hit = 0;
 #pragma omp simd reduction(| : hit)
-    for (std::int64_t j = b; j < b + kBlock; ++j) hit |= z[j] == top ? 1 : 0;
+    for (std::int64_t j = b; j < b + kBlock; ++j) hit |= load_as_float(z, j) == top ? 1 : 0;
     if (hit != 0) break;
   }
   for (std::int64_t j = b; j < n; ++j)
-    if (z[j] == top) return j;
+    if (load_as_float(z, j) == top) return j;
   return 0;
 }
 
-[[gnu::always_inline]] inline void softmax_row_kernel(const float* z, std::int64_t classes,
-                                                      float* p, bool want_z_sum, SoftmaxRow* out) {
+// z is fp32 or bf16 (read in place: a bf16 logit is exact in fp32, so the same values as a
+// decoded row, without the decode's pass).
+template <class T>
+[[gnu::always_inline]] inline void softmax_row_kernel(const T* z, std::int64_t classes, float* p,
+                                                      bool want_z_sum, SoftmaxRow* out) {
   // The argmax of a scan that starts at z[0] and moves on a strictly greater z (the CUDA
   // backend's argmax_beats orders candidates the same way): a NaN z[0] stays, other NaNs never
   // win, ties go to the lower index. So the max of the non-NaN values, then its first index.
-  float top = z[0];
+  float top = load_as_float(z, 0);
   std::int64_t arg = 0;
   if (top == top) {
 #pragma omp simd reduction(max : top)
-    for (std::int64_t j = 0; j < classes; ++j) top = z[j] > top ? z[j] : top;
+    for (std::int64_t j = 0; j < classes; ++j) {
+      const float v = load_as_float(z, j);
+      top = v > top ? v : top;
+    }
     arg = first_equal(z, classes, top);
   }
 
   // Before p is written: p may be z.
   const double z_sum =
-      want_z_sum ? lane_sum<double, kLanes>(
-                       classes, [&](std::int64_t i)
-                                    MIXTRAIN_SOFTMAX_INLINE { return static_cast<double>(z[i]); })
+      want_z_sum ? lane_sum<double, kLanes>(classes,
+                                            [&](std::int64_t i) MIXTRAIN_SOFTMAX_INLINE {
+                                              return static_cast<double>(load_as_float(z, i));
+                                            })
                  : 0.0;
   // e_j = e^(z_j - max) into p when it is wanted (the gradient's pass then reads it back from
   // cache instead of taking a second exponential), else only summed.
   const double sum =
-      p != nullptr ? lane_sum<double, kLanes>(classes,
-                                              [&](std::int64_t i) MIXTRAIN_SOFTMAX_INLINE {
-                                                const float e = exp_shifted(z[i] - top);
-                                                p[i] = e;
-                                                return static_cast<double>(e);
-                                              })
-                   : lane_sum<double, kLanes>(classes, [&](std::int64_t i) MIXTRAIN_SOFTMAX_INLINE {
-                       return static_cast<double>(exp_shifted(z[i] - top));
-                     });
+      p != nullptr
+          ? lane_sum<double, kLanes>(classes,
+                                     [&](std::int64_t i) MIXTRAIN_SOFTMAX_INLINE {
+                                       const float e = exp_shifted(load_as_float(z, i) - top);
+                                       p[i] = e;
+                                       return static_cast<double>(e);
+                                     })
+          : lane_sum<double, kLanes>(classes, [&](std::int64_t i) MIXTRAIN_SOFTMAX_INLINE {
+              return static_cast<double>(exp_shifted(load_as_float(z, i) - top));
+            });
   if (p != nullptr) {
     const float inv = static_cast<float>(1.0 / sum);
 #pragma omp simd
@@ -95,6 +104,12 @@ MIXTRAIN_ISA_VARIANTS(gradient_row_kernel)
 }  // namespace
 
 SoftmaxRow softmax_row(const float* z, std::int64_t classes, float* p, bool want_z_sum) {
+  SoftmaxRow row;
+  softmax_row_kernel_best(z, classes, p, want_z_sum, &row);
+  return row;
+}
+
+SoftmaxRow softmax_row(const Bf16Bits* z, std::int64_t classes, float* p, bool want_z_sum) {
   SoftmaxRow row;
   softmax_row_kernel_best(z, classes, p, want_z_sum, &row);
   return row;

@@ -3,8 +3,9 @@
 // of its logits.
 //
 // Contract
-// - z [classes] fp32, classes >= 1. p: null, or [classes] fp32 that receives p_j = e^(z_j - max)
-//   / Σ_k e^(z_k - max) (it may be z itself). The caller owns both; nothing is allocated.
+// - z [classes] fp32 or bf16 (read in place: the values of a decoded row, without its pass),
+//   classes >= 1. p: null, or [classes] fp32 that receives p_j = e^(z_j - max) / Σ_k e^(z_k -
+//   max) (it may be z itself when z is fp32). The caller owns both; nothing is allocated.
 // - lse = max + log Σ e^(z_j - max) in double; argmax is what a scan from z[0] that moves on a
 //   strictly greater z finds (the first index of the largest non-NaN value; 0 when z[0] is NaN);
 //   z_sum = Σ z_j in double when asked for (in the lanes below), else 0. All three are read
@@ -31,6 +32,7 @@ struct SoftmaxRow {
 };
 
 SoftmaxRow softmax_row(const float* z, std::int64_t classes, float* p, bool want_z_sum);
+SoftmaxRow softmax_row(const Bf16Bits* z, std::int64_t classes, float* p, bool want_z_sum);
 
 // The cross-entropy's gradient of one row from its probabilities p [classes] (softmax_row's):
 // g_j = (p_j - off)·grad_factor, and (p_label - on)·grad_factor at the label (the loss facet's

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -298,6 +299,55 @@ TEST(backend_cpu_loss, Bf16GradientIsTheFp32GradientRoundedOnce) {
     for (std::int64_t i = 0; i < rows * classes; ++i)
       ASSERT_EQ(rounded[i], sdk::encode_bf16(exact[i])) << "eps " << eps << ", element " << i;
   }
+}
+
+// bf16 logits are read in place by the row kernel: the loss, the correct count and the gradient
+// (fp32 and bf16, and bf16 written over the logits) are the bits of the same values given as fp32.
+// bf16's ties for the max (many here: the values are rounded to 8 bits) must pick the first
+// index; a row holds a NaN inside, another at 0; labels at both ends; a row's tail past the blocks
+// of 64.
+TEST(backend_cpu_loss, Bf16LogitsReadInPlaceGiveTheBitsOfTheirFp32Values) {
+  CpuBackend be(2);
+  const std::int64_t rows = 6, classes = 1031;
+  auto zv = random_values(static_cast<std::size_t>(rows * classes), 47, -6.0f, 6.0f);
+  for (float& v : zv) v = sdk::decode_bf16(sdk::encode_bf16(v));  // exact in both dtypes
+  zv[2 * classes + 700] = std::numeric_limits<float>::quiet_NaN();
+  zv[4 * classes] = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> labels = {0, 1030, 64, 1000, 3, 512};
+  DeviceTensor lab(be, DType::int32, {rows}, labels);
+  DeviceTensor z32(be, DType::fp32, {rows, classes}, zv);
+  for (const float eps : {0.0f, 0.1f}) {
+    for (const DType grad : {DType::fp32, DType::bf16}) {
+      DeviceTensor z16(be, DType::bf16, {rows, classes}, zv);
+      DeviceTensor loss32(be, DType::fp32, {1}), loss16(be, DType::fp32, {1});
+      DeviceTensor right32(be, DType::int32, {1}), right16(be, DType::int32, {1});
+      DeviceTensor dz32(be, grad, {rows, classes}), dz16(be, grad, {rows, classes});
+      auto* facet = sdk::facet<sdk::LossFacet>(be);
+      facet->softmax_cross_entropy(z32, lab, 64.0f, eps, loss32, right32, dz32);
+      facet->softmax_cross_entropy(z16, lab, 64.0f, eps, loss16, right16, dz16);
+      const std::string what =
+          "eps " + std::to_string(eps) + ", dlogits " + std::string(sdk::dtype_name(grad));
+      EXPECT_TRUE(std::isnan(loss32.get()[0])) << what;  // the NaN rows
+      EXPECT_TRUE(std::isnan(loss16.get()[0])) << what;
+      EXPECT_EQ(right16.view().as<std::int32_t>()[0], right32.view().as<std::int32_t>()[0]) << what;
+      const std::size_t bytes = static_cast<std::size_t>(rows * classes) * sdk::dtype_size(grad);
+      EXPECT_EQ(std::memcmp(dz16.view().data, dz32.view().data, bytes), 0) << what;
+      if (grad == DType::bf16) {  // dlogits over the bf16 logits themselves
+        DeviceTensor loss_in(be, DType::fp32, {1});
+        facet->softmax_cross_entropy(z16, lab, 64.0f, eps, loss_in, {}, z16);
+        EXPECT_EQ(std::memcmp(z16.view().data, dz32.view().data, bytes), 0) << what;
+      }
+    }
+  }
+  // Without the NaNs the losses themselves compare.
+  zv[2 * classes + 700] = 1.0f;
+  zv[4 * classes] = -1.0f;
+  DeviceTensor a(be, DType::fp32, {rows, classes}, zv), b(be, DType::bf16, {rows, classes}, zv);
+  DeviceTensor la(be, DType::fp32, {1}), lb(be, DType::fp32, {1});
+  sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(a, lab, 1.0f, 0.1f, la, {}, {});
+  sdk::facet<sdk::LossFacet>(be)->softmax_cross_entropy(b, lab, 1.0f, 0.1f, lb, {}, {});
+  EXPECT_TRUE(std::isfinite(la.get()[0]));
+  EXPECT_EQ(lb.get(), la.get());
 }
 
 // dlogits may be the logits' own buffer: the same loss, correct count and gradient as with two
