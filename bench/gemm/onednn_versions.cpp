@@ -115,8 +115,8 @@ void time_conv(const Conv& c) {
 #else
   const convolution_forward::primitive_desc fwd(
       {prop_kind::forward_training, direct, x, w, y, strides, pads, pads}, eng);
-  const convolution_backward_data::primitive_desc bwd_data(
-      {direct, x, w, y, strides, pads, pads}, eng, fwd);
+  const convolution_backward_data::primitive_desc bwd_data({direct, x, w, y, strides, pads, pads},
+                                                           eng, fwd);
   const convolution_backward_weights::primitive_desc bwd_weights(
       {direct, x, dw, y, strides, pads, pads}, eng, fwd);
 #endif
@@ -127,7 +127,9 @@ void time_conv(const Conv& c) {
   const convolution_backward_weights g(bwd_weights);
   const double flop = 2.0 * static_cast<double>(kBatch * c.out * ohw * ohw * c.in * c.k * c.k);
   const double tf = best_ms(
-      [&](int) { f.execute(strm, {{DNNL_ARG_SRC, xs}, {DNNL_ARG_WEIGHTS, wf}, {DNNL_ARG_DST, ys}}); },
+      [&](int) {
+        f.execute(strm, {{DNNL_ARG_SRC, xs}, {DNNL_ARG_WEIGHTS, wf}, {DNNL_ARG_DST, ys}});
+      },
       3);
   const double td = best_ms(
       [&](int) {
@@ -168,9 +170,9 @@ int main() {
   for (const Gemm& g : gemms) time_gemm(g);
   // ResNet-50 at batch 8, 224 px: a layer of each kind.
   const Conv convs[] = {
-      {"1x1 256->64 at 56", 256, 56, 64, 1, 1},    {"3x3 64 at 56", 64, 56, 64, 3, 1},
-      {"3x3 s2 128 56->28", 128, 56, 128, 3, 2},   {"3x3 256 at 14", 256, 14, 256, 3, 1},
-      {"3x3 s2 512 14->7", 512, 14, 512, 3, 2},    {"3x3 512 at 7", 512, 7, 512, 3, 1},
+      {"1x1 256->64 at 56", 256, 56, 64, 1, 1},     {"3x3 64 at 56", 64, 56, 64, 3, 1},
+      {"3x3 s2 128 56->28", 128, 56, 128, 3, 2},    {"3x3 256 at 14", 256, 14, 256, 3, 1},
+      {"3x3 s2 512 14->7", 512, 14, 512, 3, 2},     {"3x3 512 at 7", 512, 7, 512, 3, 1},
       {"1x1 1024->256 at 14", 1024, 14, 256, 1, 1}, {"7x7 s2 stem 3->64", 3, 224, 64, 7, 2},
   };
   for (const Conv& c : convs) time_conv(c);

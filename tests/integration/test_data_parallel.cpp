@@ -750,7 +750,7 @@ TEST_F(DataParallelTest, ARankThatDiesEndsTheRunAndTheLastCheckpointLoads) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   if (!fs::exists(run_dir / "checkpoints" / "step-00000010.mxt")) {
     // Stop the 100000-step job rather than leave it to the machine, and say what it printed (a
-    // CI run once saw no step-10 checkpoint within 60 s, with nothing else to go on).
+    // full ctest -j2 run once saw no step-10 checkpoint within 60 s, with nothing else to go on).
     ::kill(std::stoi(slurp(dir_ / "pid")), SIGTERM);
     FAIL() << "no step-10 checkpoint 60 s after the launch; mpirun's stderr:\n"
            << slurp(dir_ / "err.txt") << "\nstdout:\n"

@@ -74,7 +74,8 @@ void CpuLoss::softmax_cross_entropy(TensorView logits, TensorView labels, float 
       // own buffer (LossFacet's contract does not forbid it; the CUDA kernel supports it), so the
       // label's logit is read first. bf16 logits are read in place, without a pass decoding the
       // row into fp32 (GPT-2 small's 512-row blocks, 2 threads: 16.4-17.7 -> 14.8-16.5 ms,
-      // bench/RESULTS.md session 71); out is then a scratch row, never the logits.
+      // bench/RESULTS.md session 71); a bf16 dlogits, the one that may share their buffer, is
+      // written through the scratch row out after the row's last read.
       const std::int32_t y = label[r];
       double zy = 0.0;
       SoftmaxRow row;
