@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -738,21 +739,35 @@ TEST_F(DataParallelTest, ARankThatDiesEndsTheRunAndTheLastCheckpointLoads) {
   const auto cfg =
       mlp_config("dp.toml", "[distributed]\ntype = \"mpi\"\n[checkpoint]\nevery = 5\nkeep = 50\n");
   const auto run_dir = dir_ / "r";
+  // Steps enough that the job never ends by itself before the kill: this MLP runs 100,000 steps
+  // in about 20 s.
   const std::string cmd = launcher() + "mpirun --oversubscribe --allow-run-as-root -np 2 " +
                           MIXTRAIN_EXE + " train " + cfg.string() +
-                          " --set run.steps=100000 --set run.log_every=1000 --run-dir " +
+                          " --set run.steps=1000000000 --set run.log_every=100000 --run-dir " +
                           run_dir.string() + " >" + (dir_ / "out.txt").string() + " 2>" +
                           (dir_ / "err.txt").string() + " & echo $! > " + (dir_ / "pid").string();
   ASSERT_EQ(std::system(cmd.c_str()), 0);
+  // The newest checkpoint's step, 0 before the first. Not one file's name: the job writes a
+  // checkpoint every 5 steps and keeps 50, so step-10's file lives for about 50 ms, and a poll
+  // that a busy machine delays misses it (it did, twice, beside other tests).
+  const auto newest_step = [&] {
+    std::int64_t newest = 0;
+    std::error_code ec;
+    for (fs::directory_iterator it(run_dir / "checkpoints", ec), end; !ec && it != end;
+         it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (name.starts_with("step-") && name.ends_with(".mxt"))
+        newest = std::max<std::int64_t>(newest, std::stoll(name.substr(5, name.size() - 9)));
+    }
+    return newest;
+  };
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!fs::exists(run_dir / "checkpoints" / "step-00000010.mxt") &&
-         std::chrono::steady_clock::now() < deadline)
+  while (newest_step() < 10 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  if (!fs::exists(run_dir / "checkpoints" / "step-00000010.mxt")) {
-    // Stop the 100000-step job rather than leave it to the machine, and say what it printed (a
-    // full ctest -j2 run once saw no step-10 checkpoint within 60 s, with nothing else to go on).
+  if (newest_step() < 10) {
+    // Stop the job rather than leave it to the machine, and say what it printed.
     ::kill(std::stoi(slurp(dir_ / "pid")), SIGTERM);
-    FAIL() << "no step-10 checkpoint 60 s after the launch; mpirun's stderr:\n"
+    FAIL() << "no checkpoint of step 10 or later 60 s after the launch; mpirun's stderr:\n"
            << slurp(dir_ / "err.txt") << "\nstdout:\n"
            << slurp(dir_ / "out.txt");
   }
