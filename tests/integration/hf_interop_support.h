@@ -22,7 +22,6 @@ seed = 3
 steps = 1
 [backend]
 type = "cpu"
-threads = 2
 [precision]
 policy = "fp32"
 [optimizer]

@@ -160,7 +160,7 @@ TEST_F(Cnn, ResnetTrainsWithWinogradConvolutionsCloseToDirect) {
   const std::string common =
       " --set run.steps=5 --set run.log_every=1 --set run.eval_every=0 "
       "--set data.batch_size=32 --set data.synthetic.rows=256 "
-      "--set data.eval_fraction=0 --set backend.threads=2";
+      "--set data.eval_fraction=0";
   auto losses = [&](const std::string& algorithm, std::string& err) {
     const auto run_dir = dir_ / algorithm;
     auto r = run("train " + config("resnet20-fp32.toml") + common +
@@ -211,8 +211,7 @@ const std::string kReducedResNet50 =
     " --set data.synthetic.max_shift=3 --set data.synthetic.rows=512 --set data.batch_size=32"
     " --set data.eval_batch_size=64 --set data.eval_fraction=0.125 --set run.steps=24"
     " --set run.log_every=1 --set run.eval_every=0 --set optimizer.warmup_steps=4"
-    " --set optimizer.sgd.lr=0.1 --set data.synthetic.noise=0.2 --set checkpoint.every=0"
-    " --set backend.threads=2";
+    " --set optimizer.sgd.lr=0.1 --set data.synthetic.noise=0.2 --set checkpoint.every=0";
 
 TEST_F(Cnn, ReducedResNet50LearnsAtSmallResolutionInFp32AndBf16Mixed) {
   const std::string& small = kReducedResNet50;

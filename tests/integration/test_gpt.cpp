@@ -19,7 +19,7 @@ using CliGpt = CliTest;
 // A short, narrow run of the tiny config (2 layers, 64 wide, 64 tokens): enough to see learning.
 const std::string kSmall =
     " --set model.gpt.n_layer=2 --set model.gpt.n_embd=64 --set data.block_size=64"
-    " --set run.log_every=10 --set backend.threads=2";
+    " --set run.log_every=10";
 
 TEST_F(CliGpt, TinyGptLearnsAndReportsNatsPerByte) {
   const auto run_dir = dir_ / "run";

@@ -24,7 +24,6 @@ log_every = 1
 eval_every = 20
 [backend]
 type = "cpu"
-threads = 2
 [precision]
 policy = "fp32"
 [scaler]
@@ -61,7 +60,7 @@ init_layout = "gpt2"
 
 const std::string kTorchTrain =
     " --block-size 32 --batch 4 --steps 20 --lr 0.003 --beta1 0.9 --beta2 0.95 --eps 1e-8"
-    " --weight-decay 0.1 --threads 2";
+    " --weight-decay 0.1";
 
 class GptParityTorch : public CliTest {
  protected:

@@ -51,7 +51,6 @@ log_every = 1
 eval_every = 0
 [backend]
 type = "cpu"
-threads = 2
 [precision]
 policy = "fp32"
 [scaler]
@@ -387,7 +386,7 @@ TEST_F(HfExportCli, AResNet18ExportIsTorchvisionsStateDictWithItsNormalization) 
       " --set precision.policy=fp32 --set data.synthetic.rows=64 --set data.synthetic.height=32"
       " --set data.synthetic.width=32 --set data.batch_size=16 --set data.eval_batch_size=16"
       " --set data.augment.horizontal_flip=false --set run.steps=2 --set run.eval_every=0"
-      " --set backend.threads=2 --set checkpoint.fsync=false";
+      " --set checkpoint.fsync=false";
   const std::string cfg = config("resnet18-bf16.toml");
   auto r = run("train " + cfg + sets + " --run-dir run", dir_);
   ASSERT_EQ(r.exit_code, 0) << r.err;

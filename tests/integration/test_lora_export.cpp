@@ -32,7 +32,6 @@ log_every = 1
 eval_every = 0
 [backend]
 type = "cpu"
-threads = 2
 [precision]
 policy = "fp32"
 [scaler]

@@ -35,7 +35,6 @@ seed = 5
 steps = 2
 [backend]
 type = "cpu"
-threads = 2
 [precision]
 policy = "fp32"
 [scaler]
@@ -89,10 +88,9 @@ class PredictParityTorch : public CliTest {
     r = run("export run --format safetensors --out ours.safetensors", dir_);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     const json theirs = run_resnet_reference(
-        dir_, "eval --threads 2 --weights " + (dir_ / "ours.safetensors").string() +
-                  " --features " + (dir_ / "eval_x.npy").string() + " --labels " +
-                  (dir_ / "eval_y.npy").string() + " --logits-out " +
-                  (dir_ / "theirs.npy").string());
+        dir_, "eval --weights " + (dir_ / "ours.safetensors").string() + " --features " +
+                  (dir_ / "eval_x.npy").string() + " --labels " + (dir_ / "eval_y.npy").string() +
+                  " --logits-out " + (dir_ / "theirs.npy").string());
     EXPECT_TRUE(theirs.is_object());
     return relative_gap(read_npy_floats(dir_ / "ours.npy"), read_npy_floats(dir_ / "theirs.npy"));
   }
@@ -120,7 +118,6 @@ seed = 5
 steps = 2
 [backend]
 type = "cpu"
-threads = 2
 [precision]
 policy = "fp32"
 [scaler]
@@ -168,8 +165,8 @@ TEST_F(PredictParityTorch, TinyGptLogitsAtEveryPositionAreAPyTorchForward) {
   r = run("export run --format safetensors --layout gpt2 --out ours.safetensors", dir_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json theirs = run_gpt_reference(
-      dir_, "loss --threads 2 --layout gpt2 --weights " + (dir_ / "ours.safetensors").string() +
-                " --tokens " + (dir_ / "eval.bin").string() + " --block-size 32 --logits-out " +
+      dir_, "loss --layout gpt2 --weights " + (dir_ / "ours.safetensors").string() + " --tokens " +
+                (dir_ / "eval.bin").string() + " --block-size 32 --logits-out " +
                 (dir_ / "theirs.npy").string());
   ASSERT_TRUE(theirs.is_object());
   EXPECT_LT(relative_gap(read_npy_floats(dir_ / "ours.npy"), read_npy_floats(dir_ / "theirs.npy")),

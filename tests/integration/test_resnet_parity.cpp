@@ -52,7 +52,6 @@ log_every = 1
 eval_every = 0
 [backend]
 type = "cpu"
-threads = 2
 [precision]
 policy = "fp32"
 [scaler]
@@ -106,8 +105,7 @@ constexpr int kImageSize = 16;
 // convolutions cost more than everything else in this file.
 constexpr int kShadowSteps = 10;
 
-const std::string kTorchSgd =
-    " --batch 32 --lr 0.05 --momentum 0.9 --weight-decay 5e-4 --threads 2";
+const std::string kTorchSgd = " --batch 32 --lr 0.05 --momentum 0.9 --weight-decay 5e-4";
 
 class ResnetParityTorch : public CliTest {
  protected:
@@ -160,9 +158,9 @@ class ResnetParityTorch : public CliTest {
   }
 
   json torch_eval(const fs::path& weights) {
-    return run_resnet_reference(dir_, "eval --threads 2 --weights " + weights.string() +
-                                          " --features " + (dir_ / "eval_x.npy").string() +
-                                          " --labels " + (dir_ / "eval_y.npy").string());
+    return run_resnet_reference(dir_, "eval --weights " + weights.string() + " --features " +
+                                          (dir_ / "eval_x.npy").string() + " --labels " +
+                                          (dir_ / "eval_y.npy").string());
   }
 
   fs::path config_;
@@ -380,9 +378,8 @@ TEST_F(BottleneckParityTorch, FollowsTorchvisionsBottleneckFromTheSameWeightsNam
 
   // The same weights evaluate alike in eval mode: mixtrain's loaded strictly by the torch module
   // (a missing or unexpected name is an error there) and mixtrain's own `eval`.
-  const json torch_of_ours =
-      run_resnet_reference(dir_, "eval --threads 2 --weights " + ours_file.string() +
-                                     " --features " + x + " --labels " + y);
+  const json torch_of_ours = run_resnet_reference(
+      dir_, "eval --weights " + ours_file.string() + " --features " + x + " --labels " + y);
   ASSERT_TRUE(torch_of_ours.is_object());
   r = run("eval " + config_.string() + " --checkpoint " + (run_dir / "checkpoints").string(), dir_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
