@@ -31,9 +31,12 @@ export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"
 # - ConfigSwaps: the cross product of every shipped config x policy x scaler (168 checks and
 #   runs) takes about 20 minutes under ASan on 2 cores; the README's test command runs it
 #   unsanitized, and the sanitized suite still trains, resumes and swaps components elsewhere.
-# - ResnetParityTorch: ResNet-20 trained for 30 to 200 steps on both sides to compare numerics
-#   with PyTorch; under ASan it would take most of CI's budget, and the same convolution, batch
-#   norm and pooling code runs sanitized in the CnnOps, Cnn and conformance tests.
+# - ResnetParityTorch.Bf16MixedHeldOutAccuracyWithinOnePointOfFp32: ResNet-20 trained 100 steps
+#   in fp32 and in bf16-mixed for their held-out accuracies, 76 s under ASan on 2 cores; bf16-mixed
+#   ResNets train sanitized in Cnn.ReducedResNet50LearnsAtSmallResolutionInFp32AndBf16Mixed and
+#   Cnn.SmallCnnLearnsItsImagesUnderEveryPolicy. (Its two siblings, the fp32 and two-step
+#   parities, run here: 28 s. All three were left out while they asked for two OpenMP threads
+#   under OMP_NUM_THREADS=1, which made them minutes long beside another test; tests/CMakeLists.txt.)
 # - Precision.UnderflowDemoFailsInFp16AndIsRescuedByTheDynamicScalerAndByBf16: four 400-step
 #   runs of the underflow demo (batch 2048) for their held-out accuracy, about 3 minutes under
 #   ASan; the demo's config, fp16-mixed and the dynamic scaler run sanitized in Calibrate.* and
@@ -41,6 +44,6 @@ export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"
 # - install.samples_out_of_tree: it builds the samples out of tree against the installed SDK,
 #   without the sanitizer flags, so its programs cannot load this build's instrumented
 #   libraries; it tests the install layout, which the README's test command covers.
-exclude='ConfigSwaps|ResnetParityTorch|^Precision\.UnderflowDemo|^install\.samples_out_of_tree$'
+exclude='ConfigSwaps|^ResnetParityTorch\.Bf16Mixed|^Precision\.UnderflowDemo|^install\.samples_out_of_tree$'
 # --timeout: a hang fails its test after 20 minutes instead of running into CI's 90-minute limit.
 ctest --test-dir "$build" --output-on-failure -j"${JOBS:-2}" -E "$exclude" --timeout 1200
