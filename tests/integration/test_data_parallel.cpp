@@ -747,6 +747,15 @@ TEST_F(DataParallelTest, ARankThatDiesEndsTheRunAndTheLastCheckpointLoads) {
                           run_dir.string() + " >" + (dir_ / "out.txt").string() + " 2>" +
                           (dir_ / "err.txt").string() + " & echo $! > " + (dir_ / "pid").string();
   ASSERT_EQ(std::system(cmd.c_str()), 0);
+  // Whatever assertion ends the test, the job does not outlive it: mpirun stops its ranks on
+  // SIGTERM. Not once the test has seen mpirun end (its pid could then be another process's).
+  struct StopJob {
+    pid_t pid;
+    bool ended = false;
+    ~StopJob() {
+      if (pid > 0 && !ended) ::kill(pid, SIGTERM);
+    }
+  } stop_job{static_cast<pid_t>(std::stoi(slurp(dir_ / "pid")))};
   // The newest checkpoint's step, 0 before the first. Not one file's name: the job writes a
   // checkpoint every 5 steps and keeps 50, so step-10's file lives for about 50 ms, and a poll
   // that a busy machine delays misses it (it did, twice, beside other tests).
@@ -765,8 +774,6 @@ TEST_F(DataParallelTest, ARankThatDiesEndsTheRunAndTheLastCheckpointLoads) {
   while (newest_step() < 10 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   if (newest_step() < 10) {
-    // Stop the job rather than leave it to the machine, and say what it printed.
-    ::kill(std::stoi(slurp(dir_ / "pid")), SIGTERM);
     FAIL() << "no checkpoint of step 10 or later 60 s after the launch; mpirun's stderr:\n"
            << slurp(dir_ / "err.txt") << "\nstdout:\n"
            << slurp(dir_ / "out.txt");
@@ -775,12 +782,13 @@ TEST_F(DataParallelTest, ARankThatDiesEndsTheRunAndTheLastCheckpointLoads) {
   // ("[m]ixtrain": the pattern must not match the shell that runs pkill.)
   const std::string kill = "pkill -9 -n -f '[m]ixtrain train .*--run-dir " + run_dir.string() + "'";
   ASSERT_EQ(std::system(kill.c_str()), 0);
-  const auto mpirun_pid = std::stoi(slurp(dir_ / "pid"));
+  const auto mpirun_pid = stop_job.pid;
   bool ended = false;
   for (int i = 0; i < 600 && !ended; ++i) {  // 60 s
     ended = ::kill(mpirun_pid, 0) != 0;
     if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+  stop_job.ended = ended;
   ASSERT_TRUE(ended) << "mpirun still runs 60 s after a rank died";
   // mpirun names the rank that died ("process rank 1 ... exited on signal 9 (Killed)").
   const std::string err = slurp(dir_ / "err.txt");
