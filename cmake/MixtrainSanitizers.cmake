@@ -2,8 +2,10 @@
 # and any finding aborts (-fno-sanitize-recover=all). The CI's sanitizer leg (tests/sanitize/run.sh).
 # MIXTRAIN_BUILD_FUZZERS: the libFuzzer harnesses of tests/fuzz (clang only). It implies
 # MIXTRAIN_SANITIZE and adds libFuzzer's coverage instrumentation to every target, so coverage
-# reaches into the core and the plugins the harnesses load. Such a build still runs the test
-# suites: the sanitizer runtime provides the coverage callbacks outside a fuzzer.
+# reaches into the core and the plugins the harnesses load (all but the CPU backend's element
+# and tile kernels, which no harness runs: plugins/backend_cpu/CMakeLists.txt). Such a build
+# still runs the test suites: the sanitizer runtime provides the coverage callbacks outside a
+# fuzzer.
 option(MIXTRAIN_SANITIZE "Build everything with ASan + UBSan (halt on the first finding)" OFF)
 option(MIXTRAIN_BUILD_FUZZERS "Build the libFuzzer harnesses in tests/fuzz (clang; implies MIXTRAIN_SANITIZE)" OFF)
 
