@@ -30,6 +30,11 @@ included (cudnn.benchmark's trial workspaces too), as mixtrain's summary.json pe
 whole run; and steady_peak_device_memory_bytes over the timed windows alone
 (torch.cuda.reset_peak_memory_stats() after the warm-up), a training step's own peak. On the CPU:
 ru_maxrss, whole run.
+On the CPU, PyTorch's FP32 matmuls go to the BLAS it was built with: Debian's python3-torch calls
+OpenBLAS, whose run-time detection may not know a virtual CPU and falls back to its SSE3
+"Prescott" kernel (3-5x slower; bench/RESULTS.md, "FP32 GEMM library"). The JSON names the core
+OpenBLAS picked (openblas_core); a fair FP32 peer sets OPENBLAS_CORETYPE (SkylakeX on AVX-512,
+Haswell on AVX2) and sweeps OMP_WAIT_POLICY, as bench/gpt/torch_gpt_bench.py does.
 Prints one JSON object (the kit's model_table.py reads it); {"error": ...} and exit 2 when the
 device asked for is missing.
 
@@ -41,12 +46,23 @@ input shapes (record_shapes: forward, and the backward's both gradients, beside 
 mixtrain's `train --profile`), and the JSON the per-step totals (conv_kernels: the same sums).
 """
 import argparse
+import ctypes
 import json
 import math
 import resource
 import statistics
 import sys
 import time
+
+
+def openblas_core():
+    """The kernel family OpenBLAS chose (None where this process has no OpenBLAS)."""
+    try:
+        lib = ctypes.CDLL("libopenblas.so.0")
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+        return lib.openblas_get_corename().decode()
+    except (OSError, AttributeError):
+        return None
 
 
 def bottleneck_resnet(torch, blocks, widths, classes):
@@ -388,6 +404,8 @@ def main():
     sps = statistics.median(windows)
     out = dict(meta, steps_per_s=sps, window_steps_per_s=windows, final_loss=float(loss),
                peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    if not cuda:
+        out["openblas_core"] = openblas_core()
     for k, v in per_step.items():
         out[f"{k}_per_s"] = sps * v
     if cuda:
