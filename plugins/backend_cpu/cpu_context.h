@@ -99,19 +99,20 @@ class CpuContext {
   // The `conv_gemm` option (cpu_conv_gemm_rule.h): which convolutions run as one GEMM.
   ConvGemm conv_gemm() const noexcept { return conv_gemm_; }
   void set_conv_gemm(ConvGemm choice) noexcept { conv_gemm_ = choice; }
-  // Whether this weight gradient runs as one GEMM (cpu_conv_gemm_rule.h's rule): `native_bf16`
-  // says its route reads both operands as bf16; an fp8 dy with a bias gradient never does.
-  bool wgrad_as_gemm(const sdk::Conv2dGeometry& g, bool native_bf16, bool fp8_dy_with_bias) const;
+  // Whether this weight gradient runs as one GEMM (cpu_conv_gemm_rule.h's rule for the operands
+  // its route reads); an fp8 dy with a bias gradient never does.
+  bool wgrad_as_gemm(const sdk::Conv2dGeometry& g, ConvGemmOperands operands,
+                     bool fp8_dy_with_bias) const;
   // Whether this data gradient (accumulating: into an fp32 dx) runs as one GEMM
   // (cpu_conv_gemm_rule.h's rule), and whether the facet offers conv2d_backward_data_accumulate
   // for these {dy, w, dx} dtypes (it does where the rule can take a 1x1 one; other shapes then
   // run the convolution into fp32 scratch and an add).
-  bool dgrad_as_gemm(const sdk::Conv2dGeometry& g, bool native_bf16, sdk::DType dx,
+  bool dgrad_as_gemm(const sdk::Conv2dGeometry& g, ConvGemmOperands operands, sdk::DType dx,
                      bool accumulate) const;
   bool offers_dgrad_accumulate(sdk::DType dy, sdk::DType w, sdk::DType dx) const;
-  // Whether this forward runs as one GEMM (cpu_conv_gemm_rule.h's rule): `native_bf16` says its
-  // route reads both operands as bf16.
-  bool fprop_as_gemm(const sdk::Conv2dGeometry& g, bool native_bf16) const;
+  // Whether this forward runs as one GEMM (cpu_conv_gemm_rule.h's rule for the operands its route
+  // reads).
+  bool fprop_as_gemm(const sdk::Conv2dGeometry& g, ConvGemmOperands operands) const;
   // A line saying which convolutions run as GEMMs here, and why.
   std::string conv_gemm_note() const;
   // oneDNN's implementation of the last convolution primitive run ("gemm " and the matmul's for a

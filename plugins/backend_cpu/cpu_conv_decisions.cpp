@@ -114,33 +114,58 @@ std::optional<bool> forced(ConvGemm choice) {
 
 }  // namespace
 
-bool CpuContext::wgrad_as_gemm(const sdk::Conv2dGeometry& g, bool native_bf16,
+bool CpuContext::wgrad_as_gemm(const sdk::Conv2dGeometry& g, ConvGemmOperands operands,
                                bool fp8_dy_with_bias) const {
   if (!wgrad_gemm_shape(g) || fp8_dy_with_bias) return false;
   if (const auto f = forced(conv_gemm_)) return *f;
-  return wgrad_gemm_pays(g) && native_bf16 && amx_bf16_gemms();
+  switch (operands) {
+    case ConvGemmOperands::native_bf16:
+      return wgrad_gemm_pays(g) && amx_bf16_gemms();
+    case ConvGemmOperands::fp32:
+      return fp32_gemm_pays(g) && has_amx_bf16();
+    case ConvGemmOperands::other:
+      break;
+  }
+  return false;
 }
 
-bool CpuContext::dgrad_as_gemm(const sdk::Conv2dGeometry& g, bool native_bf16, sdk::DType dx,
-                               bool accumulate) const {
+bool CpuContext::dgrad_as_gemm(const sdk::Conv2dGeometry& g, ConvGemmOperands operands,
+                               sdk::DType dx, bool accumulate) const {
   // The GEMM engine writes fp32, bf16 and fp16; an accumulating call adds into fp32 only.
   const bool writable =
       dx == sdk::DType::fp32 || (!accumulate && (dx == sdk::DType::bf16 || dx == sdk::DType::fp16));
   if (!dgrad_gemm_shape(g) || !writable) return false;
   if (const auto f = forced(conv_gemm_)) return *f;
-  return native_bf16 && amx_bf16_gemms();
+  switch (operands) {
+    case ConvGemmOperands::native_bf16:
+      return amx_bf16_gemms();
+    case ConvGemmOperands::fp32:
+      return fp32_dgrad_gemm_pays(g) && has_amx_bf16();
+    case ConvGemmOperands::other:
+      break;
+  }
+  return false;
 }
 
-bool CpuContext::fprop_as_gemm(const sdk::Conv2dGeometry& g, bool native_bf16) const {
+bool CpuContext::fprop_as_gemm(const sdk::Conv2dGeometry& g, ConvGemmOperands operands) const {
   // A forward's y is fp32, bf16 or fp16 (checked), all of which the GEMM engine writes.
   if (!fprop_gemm_shape(g)) return false;
   if (const auto f = forced(conv_gemm_)) return *f;
-  return fprop_gemm_pays(g) && native_bf16 && amx_bf16_gemms();
+  switch (operands) {
+    case ConvGemmOperands::native_bf16:
+      return fprop_gemm_pays(g) && amx_bf16_gemms();
+    case ConvGemmOperands::fp32:
+      return fp32_gemm_pays(g) && has_amx_bf16();
+    case ConvGemmOperands::other:
+      break;
+  }
+  return false;
 }
 
 bool CpuContext::offers_dgrad_accumulate(sdk::DType dy, sdk::DType w, sdk::DType dx) const {
   if (dx != sdk::DType::fp32) return false;
   if (const auto f = forced(conv_gemm_)) return *f;
+  if (dy == sdk::DType::fp32 && w == sdk::DType::fp32) return has_amx_bf16();
   return dy == sdk::DType::bf16 && w == sdk::DType::bf16 && bf16_conv_native() && amx_bf16_gemms();
 }
 
@@ -157,12 +182,18 @@ std::string CpuContext::conv_gemm_note() const {
   if (!has_amx_bf16())
     return "conv_gemm = auto: every convolution in oneDNN's convolution (the GEMM is taken with "
            "AMX-BF16 only)";
+  const std::string fp32 =
+      "fp32 1x1 weight gradients, data gradients (into an fp32 sum or not) and forwards on small "
+      "maps or with many weights a pixel, and fp32 1x1 data gradients on wide stride-1 maps, as "
+      "one fp32 GEMM";
   if (!bf16_conv_native() || !amx_bf16_gemms())
-    return "conv_gemm = auto: every convolution in oneDNN's convolution (bf16 convolutions or "
-           "GEMMs are emulated here)";
+    return "conv_gemm = auto: " + fp32 +
+           "; bf16 and the others in oneDNN's convolution (bf16 convolutions or GEMMs are "
+           "emulated here)";
   return "conv_gemm = auto: bf16 weight gradients of 1x1 and wide 3x3 convolutions, bf16 1x1 "
          "data gradients (into an fp32 sum or not) and bf16 1x1 forwards on small maps, as one "
-         "AMX-BF16 GEMM; the others in oneDNN's convolution";
+         "AMX-BF16 GEMM; " +
+         fp32 + "; the others in oneDNN's convolution";
 }
 
 bool CpuContext::blocked_layout_pays() const {

@@ -44,7 +44,8 @@
 //   product OHWI, reordered into OIHW once more (the convolution's weight gradient is reordered
 //   from its own layout too); see the column order below. On the same CPU the fp32 1x1s
 //   (jit_1x1:avx512_core against brg:avx512_core) measured 0.86-1.36x either way, so fp32, tf32,
-//   fp16, fp8 and emulated bf16 keep the convolution; other CPUs were not measured.
+//   fp16, fp8 and emulated bf16 keep the convolution; other CPUs were not measured. (Session 73
+//   measured fp32 again inside whole ResNet-50 steps, below: there the small-map 1x1s do pay.)
 //   Data gradients: the accumulating 1x1 one saved about 10 ms of ResNet-50's 320 ms bf16 step at
 //   batch 8 there (its 16 block inputs' sums without a bf16 contribution and an axpy; RESULTS.md,
 //   session 63). The other 1x1 data gradients, measured on the same CPU in session 65
@@ -100,12 +101,34 @@
 //   where M <= 3·O (the six cases it takes won, the three it leaves lost). The same bits either
 //   way: each dw element sums the same terms over M in the same order; only its column moved.
 //   ResNet-50's layer4 3x3 weight gradients, 3.0-3.3 -> 2.6-2.9 ms.
+//   FP32 (both operands fp32, no tf32 rounding; session 73): oneDNN 2.6's avx512_core fp32 1x1
+//   convolutions against its fp32 matmul, measured per layer inside ResNet-50 fp32 training steps
+//   (`train --profile`'s node table, batch 8, 224 px, 2 threads, conv_gemm = gemm against
+//   convolution, two runs of each alternated; the GEMM's time over the convolution's, the
+//   accumulating data gradient against the convolution's plus the core's axpy):
+//     layer              map     M      C·O/M     weight grad  data grad  accumulating  forward
+//     layer1             56x56   25088  0.2-0.7   1.04-1.45    0.83-0.96  0.76-0.78     1.09-1.11
+//     layer2, l3.0.conv1 28-56   6272+  1.3-21    1.04-1.24    0.92-1.10  0.91-1.02     1.09-1.32
+//     layer3             14x14   1568   167       0.91-1.16    0.93-1.05  1.00-1.09     1.02-1.10
+//     l3.0.downsample.0  14x14   1568   334       1.02         0.98                     1.05
+//     l4.0.conv1         14x14   1568   334       0.75                    0.84          1.03
+//     layer4             7x7     392    2675-5350 0.58-0.84    0.62-0.83  0.82-0.83     0.83-0.92
+//   So the GEMM pays where the weights outnumber the product's rows 256 to one (one shape there
+//   tied) or the map is 7x7 (fp32_gemm_pays), and for data gradients also on the wide stride-1
+//   maps (56x56: layer1), where oneDNN's fp32 backward-data kernel trails its matmul; on the maps
+//   between, the convolution wins or ties. The 3x3 weight gradients as GEMMs lost in fp32 at every
+//   layer but one (1.1-2.2x slower, the stem 3x; layer4.0.conv2 0.87) and stay convolutions.
+//   ResNet-50 fp32 with this rule: its 1x1 convolutions and axpys took 6-8 % less time against
+//   its unchanged 3x3s (two alternated profiled pairs; bench/RESULTS.md, session 73).
 // How `conv_gemm` chooses:
-// - automatic ("auto", the default): the GEMM where all of: the convolution is on the native bf16
-//   route (both operands bf16, read as stored), the GEMM engine's bf16 GEMMs are native too, the
-//   CPU has AMX-BF16, and the shape is one wgrad_gemm_pays() takes (weight gradients),
-//   dgrad_gemm_shape() (data gradients; the facet offers the accumulating one) or
-//   fprop_gemm_pays() (forwards).
+// - automatic ("auto", the default), where the CPU has AMX-BF16 (the CPU class measured; the fp32
+//   rule's kernels are avx512_core's, but no other CPU was measured):
+//   - the native bf16 route (both operands bf16, read as stored, and the GEMM engine's bf16 GEMMs
+//     native too): the shapes wgrad_gemm_pays() takes (weight gradients), dgrad_gemm_shape()
+//     (data gradients; the facet offers the accumulating one) and fprop_gemm_pays() (forwards);
+//   - the fp32 route: fp32_gemm_pays() (weight gradients, forwards), fp32_dgrad_gemm_pays() (data
+//     gradients, plain or accumulating; the facet offers the accumulating one);
+//   - any other operands (tf32, fp16, fp8, emulated bf16): the convolution.
 // - gemm ("gemm"): every weight gradient the GEMM can take (wgrad_gemm_shape, and no fp8 dy with
 //   a bias gradient), every data gradient of dgrad_gemm_shape() (accumulating: into an fp32 dx)
 //   and every forward of fprop_gemm_shape(), on any route: the GEMM engine's precision rules,
@@ -176,6 +199,35 @@ inline bool fprop_gemm_pays(const sdk::Conv2dGeometry& g) {
   const std::int64_t pixels = g.out_height() * g.out_width();
   return pixels <= kFpropGemmMaxPixels ||
          g.batch * pixels * kFpropGemmWeightsPerRow <= g.in_channels * g.out_channels;
+}
+
+// The operands a convolution's route reads, as the rule tells them apart (above).
+enum class ConvGemmOperands {
+  native_bf16,  // both bf16, read as stored by oneDNN's bf16 convolution
+  fp32,         // both fp32 storage, FP32 compute (no tf32 rounding, no fp8 scale)
+  other,        // tf32, fp16, fp8 or emulated bf16
+};
+
+// The fp32 rule's thresholds (the table above): an output map of at most kFpropGemmMaxPixels, or
+// at least kFp32GemmWeightsPerRow weights (C·O) per row of the product (M = N·OH·OW); data
+// gradients also at stride 1 on maps of at least kFp32DgradGemmMinPixels.
+inline constexpr std::int64_t kFp32GemmWeightsPerRow = 256;
+inline constexpr std::int64_t kFp32DgradGemmMinPixels = 56 * 56;
+
+// The fp32 weight-gradient and forward shapes `auto` takes on the CPU class measured: an unpadded
+// 1x1 convolution (one group) on a small map or with many weights per product row.
+inline bool fp32_gemm_pays(const sdk::Conv2dGeometry& g) {
+  if (!fprop_gemm_shape(g)) return false;
+  const std::int64_t pixels = g.out_height() * g.out_width();
+  return pixels <= kFpropGemmMaxPixels ||
+         g.batch * pixels * kFp32GemmWeightsPerRow <= g.in_channels * g.out_channels;
+}
+
+// The fp32 data-gradient shapes `auto` takes: fp32_gemm_pays()'s, and stride-1 ones on wide maps.
+inline bool fp32_dgrad_gemm_pays(const sdk::Conv2dGeometry& g) {
+  if (fp32_gemm_pays(g)) return true;
+  return dgrad_gemm_shape(g) && g.stride_h == 1 && g.stride_w == 1 &&
+         g.out_height() * g.out_width() >= kFp32DgradGemmMinPixels;
 }
 
 // The order of a weight gradient's gathered columns, named by the layout of the product they

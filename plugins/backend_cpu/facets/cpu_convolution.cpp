@@ -118,6 +118,13 @@ Route route_of(DType a, DType b, DType compute, bool bf16_native) {
   return r;
 }
 
+// Which of conv_gemm's rules the route's operands fall under (cpu_conv_gemm_rule.h).
+ConvGemmOperands gemm_operands(const Route& r, DType a, DType b) {
+  if (r.native_bf16) return ConvGemmOperands::native_bf16;
+  if (a == DType::fp32 && b == DType::fp32 && !r.tf32) return ConvGemmOperands::fp32;
+  return ConvGemmOperands::other;
+}
+
 Route fp32_route(Route r) {
   r.native_bf16 = false;
   r.dt = memory::data_type::f32;
@@ -346,7 +353,7 @@ void run_forward(CpuContext& context, const sdk::Conv2dForwardArgs& args, const 
   const bool bias_inside = has_bias && scale == 1.0f;
   Route r =
       route_of(args.x.view.dtype, args.w.view.dtype, args.compute, context.bf16_conv_native());
-  if (context.fprop_as_gemm(g, r.native_bf16)) {
+  if (context.fprop_as_gemm(g, gemm_operands(r, args.x.view.dtype, args.w.view.dtype))) {
     // A 1x1 forward as one GEMM (cpu_conv_gemm_rule.h): w read as stored, no reorder; past
     // stride 1 the strided pixels of x are the call's scratch.
     const std::size_t cols = fprop_gemm_cols_bytes(g, args.x.view.dtype);
@@ -454,7 +461,8 @@ void run_backward_data(CpuContext& context, const sdk::Conv2dBackwardDataArgs& a
   const float scale = fp8_scale(args.dy) * fp8_scale(args.w);
   Route r =
       route_of(args.dy.view.dtype, args.w.view.dtype, args.compute, context.bf16_conv_native());
-  if (context.dgrad_as_gemm(g, r.native_bf16, args.dx.dtype, accumulate)) {
+  if (context.dgrad_as_gemm(g, gemm_operands(r, args.dy.view.dtype, args.w.view.dtype),
+                            args.dx.dtype, accumulate)) {
     // A 1x1 data gradient as one GEMM (cpu_conv_gemm_rule.h), written into an fp32 dx at stride 1
     // (added with beta = 1 when accumulating); otherwise the fp32 product is the call's scratch.
     const std::size_t product = dgrad_gemm_product_bytes(context, args);
@@ -538,7 +546,8 @@ void run_backward_weights(CpuContext& context, const sdk::Conv2dBackwardWeightsA
   const float b_scale = fp8_scale(args.dy);
   Route r =
       route_of(args.x.view.dtype, args.dy.view.dtype, args.compute, context.bf16_conv_native());
-  if (context.wgrad_as_gemm(g, r.native_bf16, has_bias && sdk::is_fp8(args.dy.view.dtype))) {
+  if (context.wgrad_as_gemm(g, gemm_operands(r, args.x.view.dtype, args.dy.view.dtype),
+                            has_bias && sdk::is_fp8(args.dy.view.dtype))) {
     // The weight gradient as one GEMM (cpu_conv_gemm_rule.h): its scratch is x's gathered
     // columns and, in OHWI's column order, the product before its reorder into OIHW.
     const WgradColumns columns = wgrad_columns(g);

@@ -183,7 +183,8 @@ TEST(ConvStepWorkspace, EachPassGetsItsBytesAtItsStepOnlyAndTheStepIsTheCpusBitF
     // Asked only for the calls a step makes, for the planned backward and the all-FP32 pass's:
     // the weight gradient written and added to (a later micro-batch's), the data gradient of
     // every convolution but the stem (its input is the batch), and an accumulating one only where
-    // the CPU offers it (its conv_gemm rule: bf16 operands into an FP32 sum with AMX-BF16).
+    // the CPU offers it (its conv_gemm rule: bf16 or fp32 operands into an FP32
+    // sum with AMX-BF16).
     const int count = static_cast<int>(convs.size());
     EXPECT_EQ(backend->conv.queried[sdk::ConvolutionOp::conv2d_forward], count);
     EXPECT_EQ(backend->conv.queried[sdk::ConvolutionOp::conv2d_backward_weights], 2 * 2 * count);

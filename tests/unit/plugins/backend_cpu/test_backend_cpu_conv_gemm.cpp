@@ -27,8 +27,9 @@ namespace {
 // the exact sum, |err| <= γ(O+2)·(Σ|products| + |dx0|) + u·|dx|, plus one rounding into a 16-bit
 // dx; a pixel off the stride is +0, or dx0 untouched when accumulating. supports() offers the
 // accumulating op where the rule takes the GEMM: under `gemm` for an fp32 dx, under `auto` for
-// bf16 operands read natively with AMX-BF16, under `convolution` nowhere; a shape the GEMM does
-// not take (a padded 1x1) still adds what the overwriting call writes.
+// bf16 operands read natively with AMX-BF16 and for fp32 ones with AMX-BF16, under `convolution`
+// nowhere; a shape the GEMM does not take (a padded 1x1) still adds what the overwriting call
+// writes.
 TEST(BackendCpuConvolution, PointwiseDataGradientAsAGemmIsWithinTheFp32SumBound) {
   using C = sdk::ConvolutionOp;
   struct Stride {
@@ -129,8 +130,9 @@ TEST(BackendCpuConvolution, PointwiseDataGradientAsAGemmIsWithinTheFp32SumBound)
   EXPECT_EQ(sdk::facet<sdk::ConvolutionFacet>(automatic)->supports(
                 C::conv2d_backward_data_accumulate, bf16_sum),
             amx_native);
-  EXPECT_FALSE(sdk::facet<sdk::ConvolutionFacet>(automatic)->supports(
-      C::conv2d_backward_data_accumulate, fp32_sum));
+  EXPECT_EQ(sdk::facet<sdk::ConvolutionFacet>(automatic)->supports(
+                C::conv2d_backward_data_accumulate, fp32_sum),
+            detect_cpu().has("amx_bf16"));
   EXPECT_FALSE(sdk::facet<sdk::ConvolutionFacet>(never)->supports(
       C::conv2d_backward_data_accumulate, bf16_sum));
 }
@@ -488,8 +490,10 @@ TEST(BackendCpuConvolution, WgradGemmRuleTakesOnlyWhatTheGemmComputesAndWhereItP
   EXPECT_TRUE(is_gemm(impl(ConvGemm::gemm, pointwise, DType::fp8_e4m3, false)));
   for (DType d : {DType::bf16, DType::fp32})
     EXPECT_FALSE(is_gemm(impl(ConvGemm::convolution, pointwise, d, false)));
-  EXPECT_FALSE(is_gemm(impl(ConvGemm::automatic, pointwise, DType::fp32, false)))
-      << "auto keeps fp32 on the convolution";
+  const sdk::Conv2dGeometry wide_map_pointwise = geometry(2, 16, 12, 12, 16, 1, 1, 1, 0);
+  EXPECT_FALSE(is_gemm(impl(ConvGemm::automatic, wide_map_pointwise, DType::fp32, false)))
+      << "auto keeps fp32 1x1s on maps past 7x7 with few weights a row on the convolution";
+  EXPECT_FALSE(is_gemm(impl(ConvGemm::automatic, narrow_3x3, DType::fp32, false)));
   EXPECT_FALSE(is_gemm(impl(ConvGemm::automatic, pointwise, DType::fp16, false)));
   EXPECT_FALSE(is_gemm(impl(ConvGemm::automatic, narrow_3x3, DType::bf16, false)))
       << "auto keeps narrow 3x3s on the convolution";
@@ -497,6 +501,9 @@ TEST(BackendCpuConvolution, WgradGemmRuleTakesOnlyWhatTheGemmComputesAndWhereItP
   const bool amx = detect_cpu().has("amx_bf16");
   const bool native = probe.bf16_conv_native() && probe.bf16_gemm_native();
   EXPECT_EQ(is_gemm(impl(ConvGemm::automatic, pointwise, DType::bf16, false)), amx && native)
+      << probe.conv_gemm_note();
+  // A 6x6 map: fp32's rule takes it on the CPU class it was measured on (AMX-BF16) alone.
+  EXPECT_EQ(is_gemm(impl(ConvGemm::automatic, pointwise, DType::fp32, false)), amx)
       << probe.conv_gemm_note();
   EXPECT_NE(probe.conv_gemm_note().find("conv_gemm = auto"), std::string::npos);
   // The rule's shapes, on ResNet-50's convolutions (batch 8) and their neighbours.
@@ -509,6 +516,78 @@ TEST(BackendCpuConvolution, WgradGemmRuleTakesOnlyWhatTheGemmComputesAndWhereItP
   EXPECT_FALSE(wgrad_gemm_pays(geometry(8, 3, 224, 224, 64, 7, 7, 2, 3))) << "the stem";
   EXPECT_FALSE(wgrad_gemm_pays(geometry(8, 512, 7, 7, 512, 1, 1, 1, 1))) << "a padded 1x1";
   EXPECT_FALSE(wgrad_gemm_pays(geometry(8, 512, 7, 7, 512, 3, 3, 1, 1, 2))) << "groups";
+}
+
+// fp32's rule (cpu_conv_gemm_rule.h's session-73 table, ResNet-50's 1x1s at batch 8): weight
+// gradients and forwards on 7x7 maps or with at least 256 weights a product row; data gradients
+// also at stride 1 on maps of 56x56 and more; never a 3x3, a padded 1x1 or a grouped one.
+TEST(BackendCpuConvolution, Fp32GemmRuleTakesSmallMapsManyWeightsARowAndWideDataGradients) {
+  const auto layer4_conv1 = geometry(8, 2048, 7, 7, 512, 1, 1, 1, 0);
+  const auto layer4_downsample = geometry(8, 1024, 14, 14, 2048, 1, 1, 2, 0);  // 7x7 out
+  const auto layer4_0_conv1 = geometry(8, 1024, 14, 14, 512, 1, 1, 1, 0);      // 334 a row
+  const auto layer3_conv1 = geometry(8, 1024, 14, 14, 256, 1, 1, 1, 0);        // 167 a row
+  const auto layer2_conv3 = geometry(8, 128, 28, 28, 512, 1, 1, 1, 0);
+  const auto layer1_conv3 = geometry(8, 64, 56, 56, 256, 1, 1, 1, 0);
+  const auto layer2_downsample = geometry(8, 256, 56, 56, 512, 1, 1, 2, 0);  // 28x28 out
+  for (const auto& g : {layer4_conv1, layer4_downsample, layer4_0_conv1}) {
+    EXPECT_TRUE(fp32_gemm_pays(g));
+    EXPECT_TRUE(fp32_dgrad_gemm_pays(g));
+  }
+  for (const auto& g : {layer3_conv1, layer2_conv3, layer1_conv3, layer2_downsample})
+    EXPECT_FALSE(fp32_gemm_pays(g));
+  EXPECT_TRUE(fp32_dgrad_gemm_pays(layer1_conv3)) << "a wide stride-1 map";
+  EXPECT_TRUE(fp32_dgrad_gemm_pays(geometry(8, 256, 56, 56, 128, 1, 1, 1, 0)));
+  EXPECT_FALSE(fp32_dgrad_gemm_pays(layer2_conv3));
+  EXPECT_FALSE(fp32_dgrad_gemm_pays(layer3_conv1));
+  EXPECT_FALSE(fp32_dgrad_gemm_pays(layer2_downsample)) << "stride 2";
+  EXPECT_FALSE(fp32_gemm_pays(geometry(8, 512, 7, 7, 512, 3, 3, 1, 1))) << "a 3x3";
+  EXPECT_FALSE(fp32_dgrad_gemm_pays(geometry(8, 64, 56, 56, 64, 3, 3, 1, 1))) << "a 3x3";
+  EXPECT_FALSE(fp32_gemm_pays(geometry(8, 2048, 7, 7, 512, 1, 1, 1, 1))) << "a padded 1x1";
+  EXPECT_FALSE(fp32_dgrad_gemm_pays(geometry(8, 64, 56, 56, 256, 1, 1, 1, 0, 4))) << "groups";
+
+  // What `auto` runs: with AMX-BF16, the fp32 data gradient of a small map and of a wide
+  // stride-1 map as a GEMM, not one in between; the accumulating one is offered into an fp32 sum
+  // of fp32 operands there alone, and never into a 16-bit sum; tf32 operands never.
+  const auto dgrad_impl = [](const sdk::Conv2dGeometry& g, DType dtype, DType compute,
+                             bool accumulate) {
+    CpuBackend be(1);
+    DeviceTensor dy(be, dtype, y_shape(g), random_values(y_shape(g).numel(), 81));
+    DeviceTensor w(be, dtype, w_shape(g), random_values(w_shape(g).numel(), 82));
+    DeviceTensor dx(be, DType::fp32, x_shape(g), random_values(x_shape(g).numel(), 83));
+    sdk::Conv2dBackwardDataArgs bd;
+    bd.geometry = g;
+    bd.dy.view = dy;
+    bd.w.view = w;
+    bd.dx = dx;
+    bd.compute = compute;
+    auto* conv = sdk::facet<sdk::ConvolutionFacet>(be);
+    if (accumulate)
+      conv->conv2d_backward_data_accumulate(bd);
+    else
+      conv->conv2d_backward_data(bd);
+    return be.last_conv_implementation().rfind("gemm ", 0) == 0;
+  };
+  const bool amx = detect_cpu().has("amx_bf16");
+  const auto small_map = geometry(2, 64, 7, 7, 32, 1, 1, 1, 0);
+  const auto wide_map = geometry(1, 8, 56, 56, 8, 1, 1, 1, 0);
+  const auto between = geometry(2, 8, 14, 14, 8, 1, 1, 1, 0);
+  for (const bool accumulate : {false, true}) {
+    SCOPED_TRACE(accumulate ? "accumulating" : "plain");
+    EXPECT_EQ(dgrad_impl(small_map, DType::fp32, DType::fp32, accumulate), amx);
+    EXPECT_EQ(dgrad_impl(wide_map, DType::fp32, DType::fp32, accumulate), amx);
+    EXPECT_FALSE(dgrad_impl(between, DType::fp32, DType::fp32, accumulate));
+    EXPECT_FALSE(dgrad_impl(small_map, DType::fp32, DType::tf32, accumulate));
+  }
+  CpuBackend be(1);
+  auto* conv = sdk::facet<sdk::ConvolutionFacet>(be);
+  using C = sdk::ConvolutionOp;
+  EXPECT_EQ(conv->supports(C::conv2d_backward_data_accumulate,
+                           std::vector<DType>{DType::fp32, DType::fp32, DType::fp32}),
+            amx);
+  EXPECT_FALSE(conv->supports(C::conv2d_backward_data_accumulate,
+                              std::vector<DType>{DType::fp16, DType::fp16, DType::fp32}));
+  EXPECT_FALSE(conv->supports(C::conv2d_backward_data_accumulate,
+                              std::vector<DType>{DType::fp32, DType::fp32, DType::bf16}));
 }
 
 // The forward of an unpadded 1x1 convolution as one GEMM (conv_gemm = gemm, cpu_conv_gemm.h) on
@@ -764,7 +843,9 @@ TEST(BackendCpuConvolution, ForwardGemmRuleTakesSmallMapsAndTheColumnOrderFollow
       detect_cpu().has("amx_bf16") && probe.bf16_conv_native() && probe.bf16_gemm_native();
   EXPECT_EQ(impl(ConvGemm::automatic, small_map, DType::bf16), amx_native);
   EXPECT_FALSE(impl(ConvGemm::automatic, wide_map, DType::bf16));
-  EXPECT_FALSE(impl(ConvGemm::automatic, small_map, DType::fp32));
+  EXPECT_EQ(impl(ConvGemm::automatic, small_map, DType::fp32), detect_cpu().has("amx_bf16"))
+      << "fp32's rule, with AMX-BF16 alone";
+  EXPECT_FALSE(impl(ConvGemm::automatic, wide_map, DType::fp32));
   EXPECT_FALSE(impl(ConvGemm::automatic, geometry(2, 64, 7, 7, 128, 1, 1, 1, 1), DType::bf16));
   EXPECT_FALSE(impl(ConvGemm::automatic, geometry(2, 64, 7, 7, 128, 3, 3, 1, 1), DType::bf16));
   EXPECT_TRUE(impl(ConvGemm::gemm, wide_map, DType::fp32));

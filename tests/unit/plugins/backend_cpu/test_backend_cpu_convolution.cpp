@@ -192,6 +192,9 @@ TEST(BackendCpuConvolution, BadGeometriesAndShapesNameTheOpAndTheExpectation) {
 
 TEST(BackendCpuConvolution, PrimitivesAreCreatedOncePerGeometry) {
   CpuBackend be(2);
+  // oneDNN's primitives are what this counts: no convolution runs as a GEMM (conv_gemm's rule
+  // takes fp32 1x1s on small maps on some CPUs).
+  be.set_conv_gemm(ConvGemm::convolution);
   auto run_conv = [&](const sdk::Conv2dGeometry& g) {
     DeviceTensor x(be, DType::fp32, x_shape(g), random_values(x_shape(g).numel(), 1));
     DeviceTensor w(be, DType::fp32, w_shape(g), random_values(w_shape(g).numel(), 2));
@@ -737,6 +740,9 @@ TEST(BackendCpuConvolution, BlockedLayoutAgreesWithNhwcAndTheDoubleReference) {
   CpuBackend nhwc(2, Bf16GemmPath::automatic, Bf16ConvPath::emulated, ConvAlgorithm::direct_nhwc);
   CpuBackend blocked(2, Bf16GemmPath::automatic, Bf16ConvPath::emulated,
                      ConvAlgorithm::blocked_everywhere);
+  // The layouts of oneDNN's convolution are what this compares, not conv_gemm's GEMMs.
+  nhwc.set_conv_gemm(ConvGemm::convolution);
+  blocked.set_conv_gemm(ConvGemm::convolution);
   EXPECT_NE(blocked.conv_algorithm_note().find("blocked layout everywhere"), std::string::npos)
       << blocked.conv_algorithm_note();
   struct Case {
