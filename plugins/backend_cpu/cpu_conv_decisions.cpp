@@ -112,21 +112,29 @@ std::optional<bool> forced(ConvGemm choice) {
   return std::nullopt;
 }
 
+// auto's answer for a shape: bf16_pays on the native bf16 route (the GEMM engine's bf16 GEMMs on
+// AMX), fp32_pays on the fp32 route (on the CPU class measured: AMX-BF16), never on another.
+bool automatic_takes(ConvGemmOperands operands, bool bf16_pays, bool fp32_pays, bool amx_bf16_gemms,
+                     bool amx_bf16) {
+  switch (operands) {
+    case ConvGemmOperands::native_bf16:
+      return bf16_pays && amx_bf16_gemms;
+    case ConvGemmOperands::fp32:
+      return fp32_pays && amx_bf16;
+    case ConvGemmOperands::other:
+      break;
+  }
+  return false;
+}
+
 }  // namespace
 
 bool CpuContext::wgrad_as_gemm(const sdk::Conv2dGeometry& g, ConvGemmOperands operands,
                                bool fp8_dy_with_bias) const {
   if (!wgrad_gemm_shape(g) || fp8_dy_with_bias) return false;
   if (const auto f = forced(conv_gemm_)) return *f;
-  switch (operands) {
-    case ConvGemmOperands::native_bf16:
-      return wgrad_gemm_pays(g) && amx_bf16_gemms();
-    case ConvGemmOperands::fp32:
-      return fp32_gemm_pays(g) && has_amx_bf16();
-    case ConvGemmOperands::other:
-      break;
-  }
-  return false;
+  return automatic_takes(operands, wgrad_gemm_pays(g), fp32_gemm_pays(g), amx_bf16_gemms(),
+                         has_amx_bf16());
 }
 
 bool CpuContext::dgrad_as_gemm(const sdk::Conv2dGeometry& g, ConvGemmOperands operands,
@@ -136,30 +144,15 @@ bool CpuContext::dgrad_as_gemm(const sdk::Conv2dGeometry& g, ConvGemmOperands op
       dx == sdk::DType::fp32 || (!accumulate && (dx == sdk::DType::bf16 || dx == sdk::DType::fp16));
   if (!dgrad_gemm_shape(g) || !writable) return false;
   if (const auto f = forced(conv_gemm_)) return *f;
-  switch (operands) {
-    case ConvGemmOperands::native_bf16:
-      return amx_bf16_gemms();
-    case ConvGemmOperands::fp32:
-      return fp32_dgrad_gemm_pays(g) && has_amx_bf16();
-    case ConvGemmOperands::other:
-      break;
-  }
-  return false;
+  return automatic_takes(operands, true, fp32_dgrad_gemm_pays(g), amx_bf16_gemms(), has_amx_bf16());
 }
 
 bool CpuContext::fprop_as_gemm(const sdk::Conv2dGeometry& g, ConvGemmOperands operands) const {
   // A forward's y is fp32, bf16 or fp16 (checked), all of which the GEMM engine writes.
   if (!fprop_gemm_shape(g)) return false;
   if (const auto f = forced(conv_gemm_)) return *f;
-  switch (operands) {
-    case ConvGemmOperands::native_bf16:
-      return fprop_gemm_pays(g) && amx_bf16_gemms();
-    case ConvGemmOperands::fp32:
-      return fp32_gemm_pays(g) && has_amx_bf16();
-    case ConvGemmOperands::other:
-      break;
-  }
-  return false;
+  return automatic_takes(operands, fprop_gemm_pays(g), fp32_gemm_pays(g), amx_bf16_gemms(),
+                         has_amx_bf16());
 }
 
 bool CpuContext::offers_dgrad_accumulate(sdk::DType dy, sdk::DType w, sdk::DType dx) const {
