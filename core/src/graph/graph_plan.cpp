@@ -467,6 +467,13 @@ GraphPlan GraphPlan::build(const ModelSpec& spec, std::int64_t input_features, s
   const std::vector<std::string> frozen = apply_freezing(spec.freeze, ops);
   propagate_gradient_needs(plan.nodes_, plan.ties_, frozen, ops);
   fuse_epilogues(spec, topo, plan.nodes_, ops);
+  plan.readers_.assign(plan.nodes_.size(), {});
+  for (std::size_t q = 0; q < plan.nodes_.size(); ++q)
+    for (const TensorId t : plan.nodes_[q].inputs)
+      if (t.is_node()) {
+        auto& r = plan.readers_[t.position()];
+        if (r.empty() || r.back() != q) r.push_back(q);
+      }
   plan.fp32_gradient_sums_ = spec.fp32_gradient_sums;
   return plan;
 }

@@ -46,10 +46,9 @@ std::vector<int> last_reads(const GraphPlan& plan, const Ops& ops, bool forward_
     // The step at which q's forward reads its inputs: its own, its reader's when that runs it
     // (forward_in_reader), the loss's when the logits are computed there in blocks.
     int read_at = q;
-    if (reader.traits().forward_in_reader)
-      for (int r = q + 1; r < n; ++r)
-        for (TensorId t : plan.node(static_cast<std::size_t>(r)).inputs)
-          if (t == TensorId::node(static_cast<std::size_t>(q))) read_at = std::max(read_at, r);
+    if (reader.traits().forward_in_reader && !plan.readers(static_cast<std::size_t>(q)).empty())
+      read_at =
+          std::max(read_at, static_cast<int>(plan.readers(static_cast<std::size_t>(q)).back()));
     if (reader.loss_chunk_rows() > 0) read_at = n;
     for (TensorId t : plan.node(static_cast<std::size_t>(q)).inputs) {
       const TensorId root = plan.root(t);
@@ -69,14 +68,9 @@ std::optional<std::size_t> output_home(const GraphPlan& plan, const Ops& ops, st
                                        std::int64_t max_rows) {
   const Layer& op = *ops[i];
   if (op.is_view() || !op.traits().output_deferred || !op.traits().output_in_reader) return {};
-  std::optional<std::size_t> reader;
-  for (std::size_t q = i + 1; q < ops.size(); ++q)
-    for (TensorId t : plan.node(q).inputs)
-      if (t == TensorId::node(i)) {
-        if (reader && *reader != q) return {};  // read twice: no single home
-        reader = q;
-      }
-  if (!reader) return {};
+  // One reader (maybe reading it twice); read by two: no single home.
+  if (plan.readers(i).size() != 1) return {};
+  const std::optional<std::size_t> reader = plan.readers(i).front();
   const Layer& r = *ops[*reader];
   const std::int64_t rows = max_rows * plan.node(i).rows_per_sample;
   const std::size_t mine = static_cast<std::size_t>(rows * op.out_features()) *

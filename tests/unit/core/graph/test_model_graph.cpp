@@ -3,6 +3,7 @@
 // and the gradient-ready hook; construction errors at the node.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -82,6 +83,25 @@ TEST(ModelGraph, FiniteDifferencesThroughFanOutReshapeAndFlatten) {
     ++checked;
   }
   EXPECT_EQ(checked, 10);  // fc1, fc2, ln, mix, head: weight and bias each
+}
+
+// GraphPlan::readers: each node's readers in forward order, a node that reads an output twice
+// listed once, the logits read by none (the memory plans' single-reader test relies on it).
+TEST(ModelGraph, ReadersListEachReadingNodeOnceInForwardOrder) {
+  Model m(cpu(), residual_graph(), 6, 3);
+  const GraphPlan& plan = m.plan();
+  ASSERT_EQ(plan.size(), 10u);
+  EXPECT_EQ(plan.readers(0), (std::vector<std::size_t>{1, 3}));  // fc1: relu1 and res
+  EXPECT_EQ(plan.readers(2), (std::vector<std::size_t>{3}));     // fc2: res
+  EXPECT_EQ(plan.readers(3), (std::vector<std::size_t>{4}));     // res: twice, read twice
+  EXPECT_EQ(plan.readers(4), (std::vector<std::size_t>{5}));
+  EXPECT_TRUE(plan.readers(9).empty());  // the logits
+  for (std::size_t q = 0; q < plan.size(); ++q)
+    for (const TensorId t : plan.node(q).inputs)
+      if (t.is_node()) {
+        const auto& r = plan.readers(t.position());
+        EXPECT_EQ(std::count(r.begin(), r.end(), q), 1) << "node " << q;
+      }
 }
 
 TEST(ModelGraph, SeveralReadersAccumulateInFp32UnderA16BitPlan) {

@@ -8,6 +8,8 @@
 //   duplicate names, dangling inputs, cycles, two outputs, the logits not [classes] or
 //   [T, classes], a tie to a missing parameter or of another shape) raise sdk::ConfigError at
 //   the node's file:line:col.
+// - readers(i): the nodes that read node i's output, found once at build() (the memory plans ask
+//   per node; scanning every later node each time made planning quadratic in the depth).
 // - Freezing: build() resolves ModelSpec::freeze (graph/freezing.h) over the ops' parameters,
 //   marks the frozen ones on their owners (Layer::freeze) and plans needs_grad from what trains;
 //   a pattern that matches nothing is a ConfigError at its line.
@@ -64,6 +66,9 @@ class GraphPlan {
   // The logits: the one node no other reads, last in forward order.
   TensorId logits() const { return TensorId::node(nodes_.size() - 1); }
   TensorId root(TensorId t) const { return t.is_batch() ? t : nodes_[t.position()].root; }
+  // The nodes whose inputs name node `position`'s output, in forward order, each once (a node
+  // reading it twice is listed once).
+  const std::vector<std::size_t>& readers(std::size_t position) const { return readers_[position]; }
   bool needs_grad(TensorId t) const { return t.is_node() && nodes_[t.position()].needs_grad; }
 
   // Whether a tensor read several times sums its gradient in FP32 (ModelSpec::fp32_gradient_sums;
@@ -82,6 +87,7 @@ class GraphPlan {
  private:
   std::vector<PlannedNode> nodes_;
   std::vector<WeightTie> ties_;
+  std::vector<std::vector<std::size_t>> readers_;  // per node, after the fusion rewrites
   bool fp32_gradient_sums_ = true;
   std::int64_t input_features_ = 0;
   std::int32_t classes_ = 0;
