@@ -982,17 +982,17 @@ TEST_F(Cli, CheckListsWhatTrainsAndABadFreezePatternExits2AtItsLine) {
 TEST_F(Cli, OverridesBeforeTheConfigPathTakeOneValueEach) {
   const auto merge = write_file("bf16.toml", "[precision]\npolicy = \"bf16-mixed\"\n");
   const auto run_dir = dir_ / "run";
-  auto r = run("train --merge " + merge.string() + " --set run.steps=1 " + config("mlp-fp32.toml") +
+  // The quickstart (fp32) is small: a config's path and a merged policy are what this checks.
+  auto r = run("train --merge " + merge.string() + " --set run.steps=1 " + quickstart() +
                " --set run.eval_every=0 --run-dir " + run_dir.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto resolved = slurp(run_dir / "config.toml");
-  EXPECT_TRUE(has(resolved, "mlp-fp32.toml")) << resolved;
+  EXPECT_TRUE(has(resolved, "quickstart.toml")) << resolved;
   EXPECT_TRUE(has(resolved, "policy = \"bf16-mixed\"")) << resolved;
-  auto c =
-      run("check --merge " + merge.string() + " " + config("mlp-fp32.toml") + " --skip-rehearsal");
+  auto c = run("check --merge " + merge.string() + " " + quickstart() + " --skip-rehearsal");
   ASSERT_EQ(c.exit_code, 0) << c.err;
   EXPECT_TRUE(has(c.out, "policy = \"bf16-mixed\"")) << c.out;
-  auto two = run("check --set run.steps=2 run.eval_every=0 " + config("mlp-fp32.toml"));
+  auto two = run("check --set run.steps=2 run.eval_every=0 " + quickstart());
   EXPECT_EQ(two.exit_code, 2);
   EXPECT_TRUE(has(two.err, "--set and --merge take one value each: repeat the flag")) << two.err;
 }
