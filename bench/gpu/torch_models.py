@@ -46,9 +46,10 @@ input shapes (record_shapes: forward, and the backward's both gradients, beside 
 mixtrain's `train --profile`), and the JSON the per-step totals (conv_kernels: the same sums).
 """
 import argparse
-import ctypes
+import importlib.util
 import json
 import math
+import os
 import resource
 import statistics
 import sys
@@ -56,13 +57,14 @@ import time
 
 
 def openblas_core():
-    """The kernel family OpenBLAS chose (None where this process has no OpenBLAS)."""
-    try:
-        lib = ctypes.CDLL("libopenblas.so.0")
-        lib.openblas_get_corename.restype = ctypes.c_char_p
-        return lib.openblas_get_corename().decode()
-    except (OSError, AttributeError):
-        return None
+    """The kernel family OpenBLAS chose: the CPU GPT bench's probe (bench/gpt/torch_gpt_bench.py),
+    loaded from its file; None where this process has no OpenBLAS."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gpt",
+                        "torch_gpt_bench.py")
+    spec = importlib.util.spec_from_file_location("torch_gpt_bench", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.openblas_core()
 
 
 def bottleneck_resnet(torch, blocks, widths, classes):
