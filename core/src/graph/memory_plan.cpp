@@ -70,12 +70,12 @@ std::optional<std::size_t> output_home(const GraphPlan& plan, const Ops& ops, st
   if (op.is_view() || !op.traits().output_deferred || !op.traits().output_in_reader) return {};
   // One reader (maybe reading it twice); read by two: no single home.
   if (plan.readers(i).size() != 1) return {};
-  const std::optional<std::size_t> reader = plan.readers(i).front();
-  const Layer& r = *ops[*reader];
+  const std::size_t reader = plan.readers(i).front();
+  const Layer& r = *ops[reader];
   const std::int64_t rows = max_rows * plan.node(i).rows_per_sample;
   const std::size_t mine = static_cast<std::size_t>(rows * op.out_features()) *
                            sdk::dtype_size(storage_of(op.precision().activation));
-  if (r.planned_output_bytes(max_rows * plan.node(*reader).rows_per_sample) != mine ||
+  if (r.planned_output_bytes(max_rows * plan.node(reader).rows_per_sample) != mine ||
       storage_of(r.precision().activation) != storage_of(op.precision().activation))
     return {};
   return reader;
