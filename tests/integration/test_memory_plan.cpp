@@ -128,7 +128,7 @@ TEST_F(MemoryPlanFlags, AnNvfp4EvaluationQuantizesForTheForwardAloneAndPeaksAtTh
       << "check predicted " << peaks->predicted << ", the run peaked at " << peaks->measured;
 }
 
-// A checkpoint holds frozen bf16 weights widened to FP32 (checkpointing.cpp, capture_state):
+// A checkpoint holds frozen bf16 weights widened to FP32 (checkpoint_save.cpp, capture_state):
 // widened on the host, so the final checkpoint adds nothing on the device to the peak check
 // forecasts (a device cast's FP32 scratch of the largest frozen weight did, 28% here, before).
 TEST_F(MemoryPlanFlags, ACheckpointOfFrozenBf16WeightsPeaksAtTheForecast) {

@@ -1,8 +1,9 @@
 // Trainer::State: what one training run holds, shared by the files that implement the Trainer
-// (train/trainer.cpp: construction and the loop; train/step.cpp: one step; train/checkpointing.cpp:
-// save and resume; train/evaluation.cpp: evaluation). Internal to the core. The run's position,
-// its precision state, its data position and its metrics are objects of their own
-// (train/run_position.h, precision_state.h, data_position.h, run_metrics.h).
+// (train/trainer.cpp: construction and the loop; step.cpp: one step; checkpoint_save.cpp and
+// checkpoint_load.cpp: save and resume; best_checkpoint.cpp: checkpoint.keep_best;
+// evaluation.cpp: evaluation). Internal to the core. The run's position, its precision state, its
+// data position and its metrics are objects of their own (train/run_position.h,
+// precision_state.h, data_position.h, run_metrics.h).
 #pragma once
 
 #include <cstdint>
@@ -105,6 +106,16 @@ struct Trainer::State {
 // (augment_batch with the run seed); evaluation passes none and is never augmented.
 void feed_batch(Trainer::State& s, const Dataset& d, std::span<const std::int64_t> rows,
                 std::optional<std::uint64_t> training_batch = std::nullopt);
+
+// The training state on the host, as a checkpoint holds it (checkpoint_save.cpp): the tensors
+// "param/<node>.<param>" (FP32: the masters, and a frozen parameter's one copy widened; a quantized
+// weight decoded), "buffer/<node>.<buffer>", and unless weights_only "optimizer/<slot>" (whole
+// slots, gathered from every rank's shard) and "ema/<node>.<param>" (with [ema]); the metadata
+// (checkpoint/state.h) in both. weights_only is what `export --initial` writes. Under data
+// parallelism every rank must call it (the optimizer's gather), not only the one that writes.
+sdk::TrainingState capture_state(Trainer::State& s, bool weights_only);
+// The frozen parameters' names, sorted: what a resume must freeze again (the "resume" record).
+std::vector<std::string> frozen_names(Model& model);
 
 // checkpoint.keep_best: writes the whole training state to checkpoints/best<ext> (atomically, as
 // every checkpoint) after an evaluation improved the best.

@@ -251,7 +251,7 @@ struct Experiment {
 
   std::string backend_type, policy_name, scaler_type, optimizer_type;
   // Where precision.policy was given: a resume may change the policy only by a --set
-  // (train/checkpointing.cpp), a deliberate choice, never by an edited or merged file.
+  // (train/checkpoint_load.cpp), a deliberate choice, never by an edited or merged file.
   sdk::SourceLocation policy_where;
   sdk::Options backend_options, policy_options, scaler_options, optimizer_options,
       checkpoint_options, communicator_options;

@@ -1,16 +1,12 @@
-// The Trainer's checkpoints: the whole training state out (training_state, written by
-// save_checkpoint; its weights part for `export --initial`) and back in (load_checkpoint: a full
-// resume, or weights only for checkpoint.init_from).
+// The Trainer's checkpoints back in (load_checkpoint): a full resume, or weights only for
+// checkpoint.init_from, eval, predict and sample. What a checkpoint holds is capture_state's
+// (trainer_state.h, written in checkpoint_save.cpp).
 //
-// Tensor names: "param/<node>.<param>" (FP32: the masters, and a frozen parameter's one copy
-// widened), "buffer/<node>.<buffer>" (non-trainable state), "optimizer/<slot>" and
-// "ema/<node>.<param>" (with [ema]), both of trainable parameters only. Weights-only loads also
-// accept plain "<node>.<param>" / "<node>.<buffer>" (safetensors exported for or by other tools),
-// and, in the gpt2 layout (checkpoint.init_layout), Hugging Face GPT-2 state dicts
-// (checkpoint/gpt2_layout.h).
+// Weights-only loads also accept plain "<node>.<param>" / "<node>.<buffer>" names (safetensors
+// exported for or by other tools), and, in the gpt2 layout (checkpoint.init_layout), Hugging Face
+// GPT-2 state dicts (checkpoint/gpt2_layout.h).
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <limits>
 #include <optional>
 #include <set>
@@ -24,12 +20,9 @@
 #include "graph/ops/op_support.h"
 #include "mixtrain/core/checkpoint/gpt2_layout.h"
 #include "mixtrain/core/checkpoint/hf_folder.h"
-#include "mixtrain/core/checkpoint/path.h"
 #include "mixtrain/core/checkpoint/peft_adapter.h"
 #include "mixtrain/core/data/data_shape.h"
 #include "mixtrain/core/graph/lora.h"
-#include "mixtrain/sdk/support/atomic_file_writer.h"
-#include "mixtrain/sdk/version.h"
 #include "train/planned_model.h"
 #include "train/resume_terms.h"
 #include "train/trainer_state.h"
@@ -40,10 +33,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
-
-nlohmann::json normalization_json(const ChannelStats& stats) {
-  return {{"mean", stats.mean}, {"std", stats.std}};
-}
 
 // h holds what v expects: its dtype, shape and bytes.
 void check_host_tensor(const sdk::HostTensor& h, sdk::DType dtype, const sdk::Shape& shape,
@@ -99,251 +88,7 @@ void restore_watch(Trainer::State& s, const std::map<std::string, std::string>& 
   restore(s.metrics.keep_best, "keep_best", "checkpoint.keep_best");
 }
 
-// The frozen parameters' names, sorted: what a resume must freeze again.
-std::vector<std::string> frozen_names(Model& model) {
-  std::vector<std::string> out;
-  for (const ModelParameter* p : model.parameters())
-    if (p->frozen) out.push_back(p->name);
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-// The training state on the host, as a checkpoint holds it; weights_only: the masters and
-// buffers (with the metadata), what `export --initial` writes.
-sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
-  auto& b = *s.c.backend;
-  sdk::TrainingState st;
-  // Frozen parameters leave as FP32 too (their one copy widened, a quantized weight decoded): a
-  // checkpoint's weights read the same whatever trained, and a quantized weight quantizes back to
-  // the same decoded values on resume (graph/quantized_weight.h, "Round trip").
-  for (auto* p : s.model->parameters())
-    st.tensors.push_back(parameter_to_host(s.c.backend, "param/" + p->name, *p));
-  for (auto* buf : s.model->buffers())
-    st.tensors.push_back(to_host(b, "buffer/" + buf->name, buf->value.view()));
-  if (!weights_only) {
-    // Whole slots (gathered from every rank's shard when sharded): the file is a one-rank run's,
-    // so it resumes on any number of ranks (docs/architecture.md, "Data parallel").
-    for (auto& t : s.reducer->optimizer_state(*s.c.optimizer)) {
-      t.name = "optimizer/" + t.name;
-      st.tensors.push_back(std::move(t));
-    }
-    const auto trainable = s.model->trainable_parameters();
-    for (std::size_t i = 0; i < s.ema.size(); ++i)
-      st.tensors.push_back(to_host(b, "ema/" + trainable[i]->name, s.ema[i].view()));
-  }
-  // A session without the training split (TrainOptions::splits) has drawn no batch.
-  const auto cursor = s.data.sampler ? s.data.sampler->cursor() : BatchSampler::Cursor{};
-  st.metadata["mixtrain.state_version"] = kTrainingStateVersion;
-  st.metadata["mixtrain.version"] = sdk::kSdkVersion;
-  st.metadata["progress"] = progress_to_json({s.position.step, s.position.applied,
-                                              s.position.skipped, s.metrics.last_loss})
-                                .dump();
-  st.metadata["sampler"] = json{{"epoch", cursor.epoch},
-                                {"position", cursor.position},
-                                {"seed", s.e.run.seed},
-                                {"rows", s.train.rows},
-                                {"train_data", s.train_fingerprint},
-                                {"eval_data", s.eval_fingerprint}}
-                               .dump();
-  st.metadata["scaler"] = component_state_to_json(s.e.scaler_type, s.c.scaler->save_state()).dump();
-  st.metadata["policy"] = component_state_to_json(s.e.policy_name, s.c.policy->save_state()).dump();
-  st.metadata["optimizer"] =
-      component_state_to_json(s.e.optimizer_type, s.c.optimizer->save_state()).dump();
-  st.metadata["config"] = resolved_toml(s.e);
-  // The preprocessing the weights expect, for whoever runs them elsewhere (export carries it).
-  if (!s.normalization.mean.empty())
-    st.metadata["normalization"] = normalization_json(s.normalization).dump();
-  // A table or image model's input shape and classes: `predict` builds the model from them
-  // without the data files (data/data_shape.h).
-  if (!s.train.is_tokens()) st.metadata["data_shape"] = data_shape_json(data_shape_of(s.train));
-  st.metadata["resume"] =
-      resume_terms_to_json({s.e.data.batch_size, s.e.run.accumulate, s.schedule.total_steps,
-                            frozen_names(*s.model), lora_terms(s.e.model.lora),
-                            frozen_format_terms(s.e.model.freeze)})
-          .dump();
-  json watch = json::object();
-  if (s.metrics.early_stopping)
-    watch["early_stopping"] = watched_metric_to_json(s.metrics.early_stopping->state);
-  if (s.metrics.keep_best) watch["keep_best"] = watched_metric_to_json(s.metrics.keep_best->state);
-  if (!watch.empty()) st.metadata["watch"] = watch.dump();
-  // The promotions are part of the plan the weights were trained under; the blames count on.
-  if (s.e.escalate.enabled || s.precision.escalation.any_promoted() ||
-      !s.precision.escalation.events().empty())
-    st.metadata["escalation"] = s.precision.escalation.to_json().dump();
-  return st;
-}
-
-fs::path best_file(const Trainer::State& s) {
-  return s.run_dir / "checkpoints" / ("best" + s.c.checkpoint_format->file_extension());
-}
-
-// The progress.step of a checkpoint file, read whole through the run's format (nullopt, with a
-// warning, when it cannot be read); `state` receives what was read.
-std::optional<std::int64_t> file_step(Trainer::State& s, const fs::path& file,
-                                      sdk::TrainingState* state = nullptr) {
-  try {
-    auto st = s.c.checkpoint_format->read(file);
-    auto it = st.metadata.find("progress");
-    if (it == st.metadata.end()) throw sdk::CheckpointError(file.string() + ": no progress");
-    const auto step =
-        read_progress(json::parse(it->second), std::numeric_limits<std::int64_t>::max(), file).step;
-    if (state != nullptr) *state = std::move(st);
-    return step;
-  } catch (const std::exception& e) {
-    s.log.warn(file.string() + " cannot be read as a checkpoint: " + e.what());
-    return std::nullopt;
-  }
-}
-
 }  // namespace
-
-void save_best_checkpoint(Trainer::State& s) {
-  const fs::path path = best_file(s);
-  if (!s.writes) {  // a data-parallel rank other than 0: its part of the gather only
-    capture_state(s, /*weights_only=*/false);
-    return;
-  }
-  for (const auto& stale : sdk::remove_stale_temp_files(path.parent_path()))
-    s.log.info("removed " + stale.string() + ", left by an interrupted checkpoint write");
-  s.c.checkpoint_format->write(path, capture_state(s, /*weights_only=*/false));
-  s.metrics.best_path = path;
-  char line[128];
-  std::snprintf(line, sizeof line, "best %s so far: %.6g at step %lld, written to ",
-                s.metrics.keep_best->state.metric.c_str(), s.metrics.keep_best->state.best,
-                static_cast<long long>(s.position.step));
-  s.log.info(line + path.string());
-}
-
-void reconcile_best_checkpoint(Trainer::State& s) {
-  if (!s.metrics.keep_best || s.position.resumed_from.empty() || s.run_dir.empty()) return;
-  const fs::path here = best_file(s);
-  std::error_code ec;
-  std::optional<std::int64_t> here_step;
-  if (fs::exists(here, ec)) {
-    here_step = file_step(s, here);
-    if (here_step && *here_step > s.position.step) {
-      // Written after the resumed step: it belongs to the abandoned continuation, as the step
-      // checkpoints after it do (runs/folder.h), and goes aside with them.
-      const fs::path aside =
-          s.run_dir / ("checkpoints.discarded-after-step-" + std::to_string(s.position.step));
-      fs::create_directories(aside, ec);
-      fs::rename(here, aside / here.filename(), ec);
-      if (ec)
-        throw sdk::UserError("cannot move " + here.string() + " aside: " + ec.message(),
-                             "it belongs to the abandoned continuation after step " +
-                                 std::to_string(s.position.step) +
-                                 "; move or delete it, then resume");
-      s.log.info("moved " + here.string() + " (step " + std::to_string(*here_step) + ") to " +
-                 aside.string() + ": it is from after the resumed step");
-      here_step.reset();
-    }
-  }
-  const auto& w = s.metrics.keep_best->state;
-  if (!w.has_best) return;
-  if (here_step && *here_step == w.best_step) {
-    s.metrics.best_path = here;
-    return;
-  }
-  // Resumed into another folder: the best comes along from the resumed run's, so this run's
-  // folder holds what its summary names.
-  const fs::path there =
-      s.position.resumed_from.parent_path() / ("best" + s.c.checkpoint_format->file_extension());
-  sdk::TrainingState st;
-  if (!fs::equivalent(there, here, ec) && fs::exists(there, ec) &&
-      file_step(s, there, &st) == w.best_step) {
-    s.c.checkpoint_format->write(here, st);
-    s.metrics.best_path = here;
-    s.log.info("copied the best checkpoint (step " + std::to_string(w.best_step) + ") from " +
-               there.string() + " to " + here.string());
-    return;
-  }
-  // The best is the resumed step itself (its best.mxt went aside with a later continuation, or
-  // was never written): the resumed checkpoint holds that state, and checkpoint.keep may prune
-  // it, so it becomes the best checkpoint.
-  if (w.best_step == s.position.step && file_step(s, s.position.resumed_from, &st) == w.best_step) {
-    s.c.checkpoint_format->write(here, st);
-    s.metrics.best_path = here;
-    s.log.info("the best checkpoint of " + w.metric + " is the resumed step " +
-               std::to_string(w.best_step) + ": written from " +
-               s.position.resumed_from.string() + " to " + here.string());
-    return;
-  }
-  s.log.warn("the best checkpoint of " + w.metric + " (step " + std::to_string(w.best_step) +
-             ") is not in " + here.parent_path().string() + "; the next improvement writes one");
-}
-
-std::optional<std::string> ema_kept_by_format_warning(Trainer::State& s) {
-  if (s.ema.empty() || s.run_dir.empty() || !s.writes) return std::nullopt;
-  const auto& format = *s.c.checkpoint_format;
-  const fs::path probe = s.run_dir / "checkpoints" / (".ema-probe" + format.file_extension());
-  sdk::TrainingState st;
-  sdk::HostTensor t{"ema/probe", sdk::DType::fp32, {1}, std::vector<std::byte>(sizeof(float))};
-  st.tensors.push_back(std::move(t));
-  st.metadata["mixtrain.state_version"] = kTrainingStateVersion;
-  bool kept = true;
-  try {
-    format.write(probe, st);
-    kept = format.read(probe).find("ema/probe") != nullptr;
-  } catch (const std::exception&) {  // a format that refuses such a state: no answer
-  }
-  std::error_code ec;
-  fs::remove(probe, ec);
-  if (kept) return std::nullopt;
-  return "checkpoint.format = \"" + s.e.checkpoint.format + "\" does not keep the EMA of the " +
-         "weights ([ema]): its checkpoints hold the masters, so eval, predict, sample and export " +
-         "of them give the masters' numbers, not the averages " +
-         (s.e.eval.weights == EvalWeights::ema ? "this run evaluates" : "it keeps") +
-         ". Use checkpoint.format = \"native\" to keep it (export writes either set from it)";
-}
-
-sdk::TrainingState Trainer::training_state(bool weights_only) const {
-  return capture_state(*s_, weights_only);
-}
-
-fs::path Trainer::save_checkpoint() {
-  auto& s = *s_;
-  const sdk::TrainingState st = capture_state(s, /*weights_only=*/false);
-  if (!s.writes) return {};  // a data-parallel rank other than 0 took part in the gather only
-
-  char name[64];
-  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(s.position.step));
-  fs::path dir = s.run_dir / "checkpoints";
-  fs::path path = dir / (name + s.c.checkpoint_format->file_extension());
-  // A save killed midway (kill -9, power loss) leaves its temporary file; each save removes those
-  // that no live writer holds.
-  for (const auto& stale : sdk::remove_stale_temp_files(dir))
-    s.log.info("removed " + stale.string() + ", left by an interrupted checkpoint write");
-  try {
-    s.c.checkpoint_format->write(path, st);
-  } catch (const sdk::UserError& e) {
-    // The run ends here: say what it leaves to continue from (a full disk is the usual cause).
-    std::optional<fs::path> last;
-    for (const auto& file : step_checkpoints(dir, s.c.checkpoint_format->file_extension()))
-      if (checkpoint_step(file, s.c.checkpoint_format->file_extension()).value_or(0) <
-          s.position.step)
-        last = file;
-    throw sdk::CheckpointError(
-        std::string(e.what()) + (last ? "; the newest checkpoint this run has is " +
-                                            last->string()
-                                      : "; this run has no checkpoint yet"),
-        e.hint() + (last ? (e.hint().empty() ? "" : "; then ") + std::string("continue it with ") +
-                               "--resume " + s.run_dir.string()
-                         : ""));
-  }
-
-  // Keep the newest `keep` checkpoints of this run, by step number (names stop sorting by step
-  // once a step outgrows the zero padding). One from a later step is not this run's (a file
-  // copied in): it is neither counted nor removed, so the one just written always stays.
-  const auto extension = s.c.checkpoint_format->file_extension();
-  std::vector<fs::path> own;
-  for (auto& file : step_checkpoints(dir, extension))
-    if (checkpoint_step(file, extension).value_or(0) <= s.position.step) own.push_back(file);
-  std::error_code ec;
-  for (std::size_t i = 0; i + static_cast<std::size_t>(s.e.checkpoint.keep) < own.size(); ++i)
-    fs::remove(own[i], ec);
-  s.log.info("checkpoint written: " + path.string());
-  return path;
-}
 
 // trainer_state.h
 const sdk::CheckpointFormat& weights_format_for(const Components& c, const fs::path& path) {
@@ -379,10 +124,6 @@ std::string shape_hint(const sdk::HostTensor& t, const std::string& parameter,
            ", or use the checkpoint's r";
   return "the file belongs to a different model; " + model_hint;
 }
-
-}  // namespace
-
-namespace {
 
 // A checkpoint file as read for a load: in the gpt2 layout its tensors are already converted to
 // mixtrain's names and layout, and file_names keeps each one's name in the file for the messages.

@@ -1,0 +1,185 @@
+// The Trainer's checkpoints out: the whole training state on the host (capture_state, behind
+// training_state; its weights part for `export --initial`), written by save_checkpoint with the
+// run's retention (checkpoint.keep). Reading them back is checkpoint_load.cpp; the best
+// checkpoint (checkpoint.keep_best) is best_checkpoint.cpp.
+//
+// Tensor names: "param/<node>.<param>" (FP32: the masters, and a frozen parameter's one copy
+// widened), "buffer/<node>.<buffer>" (non-trainable state), "optimizer/<slot>" and
+// "ema/<node>.<param>" (with [ema]), both of trainable parameters only.
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/state.h"
+#include "config/resolved_values.h"
+#include "mixtrain/core/checkpoint/path.h"
+#include "mixtrain/core/data/data_shape.h"
+#include "mixtrain/core/graph/lora.h"
+#include "mixtrain/sdk/support/atomic_file_writer.h"
+#include "mixtrain/sdk/version.h"
+#include "train/planned_model.h"
+#include "train/resume_terms.h"
+#include "train/trainer_state.h"
+
+namespace mixtrain::core {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+nlohmann::json normalization_json(const ChannelStats& stats) {
+  return {{"mean", stats.mean}, {"std", stats.std}};
+}
+
+}  // namespace
+
+// trainer_state.h
+std::vector<std::string> frozen_names(Model& model) {
+  std::vector<std::string> out;
+  for (const ModelParameter* p : model.parameters())
+    if (p->frozen) out.push_back(p->name);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// trainer_state.h
+sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
+  auto& b = *s.c.backend;
+  sdk::TrainingState st;
+  // Frozen parameters leave as FP32 too (their one copy widened, a quantized weight decoded): a
+  // checkpoint's weights read the same whatever trained, and a quantized weight quantizes back to
+  // the same decoded values on resume (graph/quantized_weight.h, "Round trip").
+  for (auto* p : s.model->parameters())
+    st.tensors.push_back(parameter_to_host(s.c.backend, "param/" + p->name, *p));
+  for (auto* buf : s.model->buffers())
+    st.tensors.push_back(to_host(b, "buffer/" + buf->name, buf->value.view()));
+  if (!weights_only) {
+    // Whole slots (gathered from every rank's shard when sharded): the file is a one-rank run's,
+    // so it resumes on any number of ranks (docs/architecture.md, "Data parallel").
+    for (auto& t : s.reducer->optimizer_state(*s.c.optimizer)) {
+      t.name = "optimizer/" + t.name;
+      st.tensors.push_back(std::move(t));
+    }
+    const auto trainable = s.model->trainable_parameters();
+    for (std::size_t i = 0; i < s.ema.size(); ++i)
+      st.tensors.push_back(to_host(b, "ema/" + trainable[i]->name, s.ema[i].view()));
+  }
+  // A session without the training split (TrainOptions::splits) has drawn no batch.
+  const auto cursor = s.data.sampler ? s.data.sampler->cursor() : BatchSampler::Cursor{};
+  st.metadata["mixtrain.state_version"] = kTrainingStateVersion;
+  st.metadata["mixtrain.version"] = sdk::kSdkVersion;
+  st.metadata["progress"] = progress_to_json({s.position.step, s.position.applied,
+                                              s.position.skipped, s.metrics.last_loss})
+                                .dump();
+  st.metadata["sampler"] = json{{"epoch", cursor.epoch},
+                                {"position", cursor.position},
+                                {"seed", s.e.run.seed},
+                                {"rows", s.train.rows},
+                                {"train_data", s.train_fingerprint},
+                                {"eval_data", s.eval_fingerprint}}
+                               .dump();
+  st.metadata["scaler"] = component_state_to_json(s.e.scaler_type, s.c.scaler->save_state()).dump();
+  st.metadata["policy"] = component_state_to_json(s.e.policy_name, s.c.policy->save_state()).dump();
+  st.metadata["optimizer"] =
+      component_state_to_json(s.e.optimizer_type, s.c.optimizer->save_state()).dump();
+  st.metadata["config"] = resolved_toml(s.e);
+  // The preprocessing the weights expect, for whoever runs them elsewhere (export carries it).
+  if (!s.normalization.mean.empty())
+    st.metadata["normalization"] = normalization_json(s.normalization).dump();
+  // A table or image model's input shape and classes: `predict` builds the model from them
+  // without the data files (data/data_shape.h).
+  if (!s.train.is_tokens()) st.metadata["data_shape"] = data_shape_json(data_shape_of(s.train));
+  st.metadata["resume"] =
+      resume_terms_to_json({s.e.data.batch_size, s.e.run.accumulate, s.schedule.total_steps,
+                            frozen_names(*s.model), lora_terms(s.e.model.lora),
+                            frozen_format_terms(s.e.model.freeze)})
+          .dump();
+  json watch = json::object();
+  if (s.metrics.early_stopping)
+    watch["early_stopping"] = watched_metric_to_json(s.metrics.early_stopping->state);
+  if (s.metrics.keep_best) watch["keep_best"] = watched_metric_to_json(s.metrics.keep_best->state);
+  if (!watch.empty()) st.metadata["watch"] = watch.dump();
+  // The promotions are part of the plan the weights were trained under; the blames count on.
+  if (s.e.escalate.enabled || s.precision.escalation.any_promoted() ||
+      !s.precision.escalation.events().empty())
+    st.metadata["escalation"] = s.precision.escalation.to_json().dump();
+  return st;
+}
+
+// trainer_state.h
+std::optional<std::string> ema_kept_by_format_warning(Trainer::State& s) {
+  if (s.ema.empty() || s.run_dir.empty() || !s.writes) return std::nullopt;
+  const auto& format = *s.c.checkpoint_format;
+  const fs::path probe = s.run_dir / "checkpoints" / (".ema-probe" + format.file_extension());
+  sdk::TrainingState st;
+  sdk::HostTensor t{"ema/probe", sdk::DType::fp32, {1}, std::vector<std::byte>(sizeof(float))};
+  st.tensors.push_back(std::move(t));
+  st.metadata["mixtrain.state_version"] = kTrainingStateVersion;
+  bool kept = true;
+  try {
+    format.write(probe, st);
+    kept = format.read(probe).find("ema/probe") != nullptr;
+  } catch (const std::exception&) {  // a format that refuses such a state: no answer
+  }
+  std::error_code ec;
+  fs::remove(probe, ec);
+  if (kept) return std::nullopt;
+  return "checkpoint.format = \"" + s.e.checkpoint.format + "\" does not keep the EMA of the " +
+         "weights ([ema]): its checkpoints hold the masters, so eval, predict, sample and export " +
+         "of them give the masters' numbers, not the averages " +
+         (s.e.eval.weights == EvalWeights::ema ? "this run evaluates" : "it keeps") +
+         ". Use checkpoint.format = \"native\" to keep it (export writes either set from it)";
+}
+
+sdk::TrainingState Trainer::training_state(bool weights_only) const {
+  return capture_state(*s_, weights_only);
+}
+
+fs::path Trainer::save_checkpoint() {
+  auto& s = *s_;
+  const sdk::TrainingState st = capture_state(s, /*weights_only=*/false);
+  if (!s.writes) return {};  // a data-parallel rank other than 0 took part in the gather only
+
+  char name[64];
+  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(s.position.step));
+  fs::path dir = s.run_dir / "checkpoints";
+  fs::path path = dir / (name + s.c.checkpoint_format->file_extension());
+  // A save killed midway (kill -9, power loss) leaves its temporary file; each save removes those
+  // that no live writer holds.
+  for (const auto& stale : sdk::remove_stale_temp_files(dir))
+    s.log.info("removed " + stale.string() + ", left by an interrupted checkpoint write");
+  try {
+    s.c.checkpoint_format->write(path, st);
+  } catch (const sdk::UserError& e) {
+    // The run ends here: say what it leaves to continue from (a full disk is the usual cause).
+    std::optional<fs::path> last;
+    for (const auto& file : step_checkpoints(dir, s.c.checkpoint_format->file_extension()))
+      if (checkpoint_step(file, s.c.checkpoint_format->file_extension()).value_or(0) <
+          s.position.step)
+        last = file;
+    throw sdk::CheckpointError(
+        std::string(e.what()) + (last ? "; the newest checkpoint this run has is " + last->string()
+                                      : "; this run has no checkpoint yet"),
+        e.hint() + (last ? (e.hint().empty() ? "" : "; then ") + std::string("continue it with ") +
+                               "--resume " + s.run_dir.string()
+                         : ""));
+  }
+
+  // Keep the newest `keep` checkpoints of this run, by step number (names stop sorting by step
+  // once a step outgrows the zero padding). One from a later step is not this run's (a file
+  // copied in): it is neither counted nor removed, so the one just written always stays.
+  const auto extension = s.c.checkpoint_format->file_extension();
+  std::vector<fs::path> own;
+  for (auto& file : step_checkpoints(dir, extension))
+    if (checkpoint_step(file, extension).value_or(0) <= s.position.step) own.push_back(file);
+  std::error_code ec;
+  for (std::size_t i = 0; i + static_cast<std::size_t>(s.e.checkpoint.keep) < own.size(); ++i)
+    fs::remove(own[i], ec);
+  s.log.info("checkpoint written: " + path.string());
+  return path;
+}
+
+}  // namespace mixtrain::core
