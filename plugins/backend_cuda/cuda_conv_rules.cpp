@@ -306,6 +306,26 @@ std::size_t round256(std::size_t bytes) {
 
 }  // namespace
 
+std::size_t data_type_bytes(DataType t) {
+  return t == DataType::f32 ? 4 : 2;
+}
+
+RouteScratch route_scratch(const Route& route, std::size_t workspace, std::int64_t a_numel,
+                           std::int64_t b_numel, std::int64_t out_numel, bool filter_copy,
+                           bool out_direct) {
+  const auto bytes = [](std::int64_t numel, std::size_t each) {
+    return static_cast<std::size_t>(numel) * each;
+  };
+  RouteScratch need;
+  need.workspace = workspace;
+  need.a = route.decode_a ? bytes(a_numel, 4) : 0;
+  need.b = filter_copy      ? bytes(b_numel, data_type_bytes(route.io))
+           : route.decode_b ? bytes(b_numel, 4)
+                            : 0;
+  need.out = out_direct ? 0 : bytes(out_numel, data_type_bytes(route.out));
+  return need;
+}
+
 std::size_t RouteScratch::caller_bytes() const {
   const std::size_t parts = round256(workspace) + round256(a) + round256(b) + round256(out);
   return parts == 0 ? 0 : parts + 255;

@@ -20,14 +20,15 @@
 //   as stored; mixed operands decoded to fp32. cuDNN writes the output itself where it can (same
 //   dtype, no bias to add before a rounding, not accumulating), else FP32 scratch that one kernel
 //   finishes (bias added, rounded once into the output's dtype, accumulated, or moved back from
-//   the channels-last filter layout). The accumulating data gradient (dx fp32 += ...) offers two
-//   placements per operand route: cuDNN adding into dx itself (beta = 1, the gradient unrounded),
-//   then its output into scratch and one add: in the operands' 16-bit dtype for 16-bit operands
-//   (the overwriting dgrad's plan, its one rounding, and no more bytes than the host's axpy
-//   path), fp32 for fp32 ones; a pointwise one on 16-bit operands is a GEMM instead
-//   (pointwise_dgrad_accumulates_as_gemm). The weight gradient is written in FP32 unless the
-//   backend was told to take it in the 16-bit operands' dtype (conv_routes'
-//   wgrad_in_operand_dtype).
+//   the channels-last filter layout). The accumulating data gradient into an fp32 dx (dx +=
+//   ...) offers two placements per operand route: cuDNN adding into dx itself (beta = 1, the
+//   gradient unrounded), then its output into scratch and one add: in the operands' 16-bit dtype
+//   for 16-bit operands (the overwriting dgrad's plan, its one rounding, and no more bytes than the
+//   host's axpy path), fp32 for fp32 ones. Into a 16-bit sum (dx of dy's dtype) only the second:
+//   scratch of the operands' dtype and one add that rounds the sum once. A pointwise one on 16-bit
+//   operands is a GEMM instead (pointwise_dgrad_accumulates_as_gemm). The weight gradient is
+//   written in FP32 unless the backend was told to take it in the 16-bit operands' dtype
+//   (conv_routes' wgrad_in_operand_dtype).
 #pragma once
 
 #include <array>
@@ -77,7 +78,7 @@ struct Route {
   bool decode_a = false;         // first operand (x; dy for backward data) decoded to fp32 first
   bool decode_b = false;         // second operand (w; dy for backward weights) likewise
   DataType out = DataType::f32;  // the output tensor cuDNN writes
-  bool out_direct = true;        // cuDNN writes the caller's output; else fp32 scratch + a kernel
+  bool out_direct = true;  // cuDNN writes the caller's output; else scratch of `out` + a kernel
   bool tensor_cores = false;     // engines with the TENSOR_CORE note allowed
   // The output's old value is added (the accumulating dgrad): by cuDNN (beta = 1) when
   // out_direct, else by the finish.
@@ -94,7 +95,8 @@ std::string wgrad_fallback_hint(ConvOp op, const Route& route, bool fallback_heu
                                 bool sixteen_bit_dw_on);
 // Candidate routes for `op` on operands a, b (forward: x, w; backward data: dy, w; backward
 // weights: x, dy) with output dtype `out` (fp32 for backward weights). `extra`: a bias to add
-// (forward) or accumulate (backward data, into an fp32 dx; backward weights). The filter layout
+// (forward) or accumulate (backward data, into dx: an fp32 sum or a 16-bit one of dy's dtype;
+// backward weights). The filter layout
 // decides for backward weights whether cuDNN can write dw itself (only in KCRS).
 // `wgrad_in_operand_dtype` (the backend option conv_wgrad_in_operand_dtype): for backward weights
 // on operands of one 16-bit dtype, a route first on which cuDNN writes dw in that dtype (into
@@ -106,18 +108,19 @@ std::vector<Route> conv_routes(ConvOp op, sdk::DType a, sdk::DType b, sdk::DType
 
 // The accumulating data gradient of a pointwise convolution (1x1 kernel, stride 1, no padding or
 // dilation, one group) on operands of one 16-bit dtype is one GEMM: dx [N·H·W, C] += dy [N·H·W,
-// K] · w [K, C], which cuBLASLt runs with beta = 1 into the fp32 sum (FP32 accumulation, the
-// gradient unrounded, as cuDNN's beta = 1 would add it). cuDNN 9.19 has no mode A engine for that
-// op (its fallback engine overwrote dx, and the route after it costs a 16-bit scratch and an add:
-// 2.1 ms of ResNet-50's step on an H200, bench/RESULTS.md, session 57). True when that GEMM
-// applies.
+// K] · w [K, C], which cuBLASLt runs with beta = 1 into the sum (FP32 accumulation, the gradient
+// unrounded, as cuDNN's beta = 1 would add it; a 16-bit sum is rounded once, after the add).
+// cuDNN 9.19 has no mode A engine for that op (its fallback engine overwrote dx, and the route
+// after it costs a 16-bit scratch and an add: 2.1 ms of ResNet-50's step on an H200,
+// bench/RESULTS.md, session 57). True when that GEMM applies.
 bool pointwise_dgrad_accumulates_as_gemm(const sdk::Conv2dGeometry& g, sdk::DType dy, sdk::DType w);
 
 // The scratch one route of a call takes (cuda_convolution_facet.cpp): cuDNN's workspace (every
 // autotuning candidate's until the key's first run has timed them), the first operand decoded,
-// the second decoded or the channels-last weights, the FP32 output before its finish. In a
-// caller's workspace (convolution facet 1.2) each part starts at a 256-byte boundary, the first
-// rounded up from the workspace's start (hence 255 bytes of slack), in that order, apart.
+// the second decoded or the channels-last weights, the output cuDNN writes before its finish (in
+// route.out's dtype: FP32, or the 16-bit io of a 16-bit dw or sum). In a caller's workspace
+// (convolution facet 1.2) each part starts at a 256-byte boundary, the first rounded up from the
+// workspace's start (hence 255 bytes of slack), in that order, apart.
 struct RouteScratch {
   std::size_t workspace = 0, a = 0, b = 0, out = 0;
   // The bytes a caller's workspace must hold for all of it; 0 when the route takes none.
@@ -128,6 +131,16 @@ struct RouteScratch {
   // Where each part lies in a caller's workspace at `base` of at least caller_bytes().
   Places place_in(void* base) const;
 };
+// Bytes an element of `t` takes.
+std::size_t data_type_bytes(DataType t);
+// What `route` takes, given cuDNN's workspace bytes, the operands' and the output's element
+// counts, whether the weights go through a channels-last copy (in the io dtype) and whether cuDNN
+// writes the caller's output itself (out_direct: the route's, or a 1×1 or depthwise dw in KRSC):
+// a decoded operand is FP32, the output's scratch is route.out's dtype. The query and the call
+// both size from it, so a caller's workspace holds what the call places there.
+RouteScratch route_scratch(const Route& route, std::size_t workspace, std::int64_t a_numel,
+                           std::int64_t b_numel, std::int64_t out_numel, bool filter_copy,
+                           bool out_direct);
 
 // The plan cache's key: everything a cuDNN execution plan depends on.
 struct PlanKey {

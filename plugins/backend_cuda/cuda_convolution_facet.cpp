@@ -57,10 +57,6 @@ Elem elem_of_io(conv::DataType t) {
   }
 }
 
-std::size_t io_bytes(conv::DataType t) {
-  return t == conv::DataType::f32 ? 4 : 2;
-}
-
 // One conv2d call as the runner sees it: a and b as conv_routes() names them, the output, and
 // what follows cuDNN.
 struct ConvCall {
@@ -151,13 +147,9 @@ bool run_conv(CudaContext& context, ConvState& st, cudaStream_t stream, const Co
                                          context.conv_wgrad_in_operand_dtype);
       });
       // cuDNN's workspace: the plan's (autotuning's first candidate's until the key is timed).
-      conv::RouteScratch need;
-      need.workspace = static_cast<std::size_t>(plan->workspace);
-      need.a = route.decode_a ? static_cast<std::size_t>(c.a.numel()) * 4 : 0;
-      need.b = filter_copy      ? static_cast<std::size_t>(c.b.numel()) * io_bytes(route.io)
-               : route.decode_b ? static_cast<std::size_t>(c.b.numel()) * 4
-                                : 0;
-      need.out = out_direct ? 0 : static_cast<std::size_t>(c.out.numel()) * 4;
+      const conv::RouteScratch need =
+          conv::route_scratch(route, static_cast<std::size_t>(plan->workspace), c.a.numel(),
+                              c.b.numel(), c.out.numel(), filter_copy, out_direct);
       if (measure != nullptr) {
         *measure = need.caller_bytes();
         return true;

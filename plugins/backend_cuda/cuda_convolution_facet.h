@@ -9,6 +9,9 @@
 // - A call no cuDNN plan serves raises BackendError naming each route's reason.
 // - A caller's workspace (1.2) is used only when it holds the route's whole scratch; a plan built
 //   for the query is the plan the call runs (the same key), so the bits are the same either way.
+//   Two exceptions, both within one process's plan cache: with conv_autotune the call may time and
+//   keep another candidate than the one the query sized (conv_autotune's option text), and a call
+//   whose pointers are less aligned than the query assumed (16 bytes) runs another key's plan.
 #pragma once
 
 #include <cstddef>
@@ -27,13 +30,16 @@ class CudaConvolution final : public sdk::ConvolutionFacet {
   bool supports(sdk::ConvolutionOp op, std::span<const sdk::DType> dtypes) const override;
   void conv2d_forward(const sdk::Conv2dForwardArgs& args) override;
   void conv2d_backward_data(const sdk::Conv2dBackwardDataArgs& args) override;
-  // dx fp32 += the data gradient (convolution facet 1.1), offered while the option
-  // conv_dgrad_accumulate is on.
+  // dx += the data gradient (convolution facet 1.1): into an fp32 sum, or a 16-bit sum of dy's
+  // dtype rounded once; offered while the option conv_dgrad_accumulate is on.
   void conv2d_backward_data_accumulate(const sdk::Conv2dBackwardDataArgs& args) override;
   void conv2d_backward_weights(const sdk::Conv2dBackwardWeightsArgs& args) override;
   // 1.2: cuDNN's workspace and every scratch of the call's route (decoded operands, channels-last
-  // weights, an FP32 output before its finish) from the caller's workspace when it holds all of
-  // them; the first route cuDNN has a plan for sizes the answer (building and caching that plan).
+  // weights, the output before its finish: conv::route_scratch) from the caller's workspace when
+  // it holds all of them; the first route cuDNN has a plan for sizes the answer (building and
+  // caching that plan). For an accumulating dgrad that is the beta = 1 route; should cuDNN refuse
+  // to run that plan, the scratch-and-add route after it takes its output scratch from the
+  // backend's own (grown once, counted in its buffers), not from the caller's.
   // With conv_autotune, a call in a caller's workspace times only the candidates whose workspace
   // fits in the first one's (the arena's bytes are planned, not grown). A pointwise accumulate
   // (one cuBLASLt GEMM) wants none.

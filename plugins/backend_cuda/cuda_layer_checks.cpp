@@ -2,6 +2,7 @@
 #include "cuda_layer_checks.h"
 
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <string>
 
@@ -48,11 +49,17 @@ void conv_compute(std::string_view op, DType compute) {
 }
 
 // cuDNN's tensor descriptors take int64 dims, but its engines index with 32 bits per tensor.
-// Runs after the shared checks, so the products fit in int64.
 void conv_limits(std::string_view op, const sdk::Conv2dGeometry& g) {
   constexpr std::int64_t kMax = std::numeric_limits<std::int32_t>::max();
-  if (g.batch * g.height * g.width * g.in_channels > kMax ||
-      g.batch * g.out_height() * g.out_width() * g.out_channels > kMax)
+  // Checked products: a workspace query has no tensors whose shape checks would bound them.
+  const auto over = [&](std::initializer_list<std::int64_t> dims) {
+    std::int64_t n = 1;
+    for (const std::int64_t d : dims)
+      if (__builtin_mul_overflow(n, d, &n)) return true;
+    return n > kMax;
+  };
+  if (over({g.batch, g.height, g.width, g.in_channels}) ||
+      over({g.batch, g.out_height(), g.out_width(), g.out_channels}))
     fail(op, "an activation of this geometry has more than 2^31 - 1 elements",
          "split the batch into smaller convolutions");
 }

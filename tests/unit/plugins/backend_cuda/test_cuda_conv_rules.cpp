@@ -623,6 +623,14 @@ TEST(cuda_layer_checks, AWorkspaceQueryIsCheckedAsItsCall) {
   q.geometry.batch = 1 << 20;
   e = backend_error_of([&] { checks::conv_workspace_query(q); });
   EXPECT_NE(e.find("more than 2^31 - 1 elements"), std::string::npos) << e;
+  // A query has no tensors to bound its products: 2^16 in each of N, H, W, C and K makes both
+  // activations 2^64 elements, which unchecked int64 products wrap to 0.
+  q.geometry.batch = q.geometry.height = q.geometry.width = q.geometry.in_channels =
+      q.geometry.out_channels = 1 << 16;
+  q.geometry.kernel_h = q.geometry.kernel_w = 1;
+  q.geometry.pad_h = q.geometry.pad_w = 0;
+  e = backend_error_of([&] { checks::conv_workspace_query(q); });
+  EXPECT_NE(e.find("more than 2^31 - 1 elements"), std::string::npos) << e;
 }
 
 // An FP32 sum, or a 16-bit sum of dy's dtype (model.fp32_gradient_sums = false); any other dx is
@@ -839,6 +847,39 @@ TEST(cuda_conv_rules, OnlyAPointwiseSixteenBitDgradIntoASumIsAGemm) {
 // A call's scratch in a caller's workspace (convolution facet 1.2): every part from a 256-byte
 // boundary (cuDNN's workspace, the decoded operands' vector loads), all inside the bytes the query
 // reported however the workspace's start is aligned, and apart from each other.
+// Every route conv_routes offers, sized as the facet sizes it: a decoded operand in fp32, the
+// channels-last weights in the io dtype, and the output's scratch in the dtype cuDNN writes there
+// (a 16-bit dw or sum takes 2 bytes an element, not 4).
+TEST(cuda_conv_rules, ARoutesScratchIsSizedInTheDtypesItHolds) {
+  const std::int64_t a_numel = 1000, b_numel = 300, out_numel = 700;
+  int sixteen_bit_outputs = 0;
+  for (conv::ConvOp op :
+       {conv::ConvOp::forward, conv::ConvOp::backward_data, conv::ConvOp::backward_weights})
+    for (DType a : {DType::fp32, DType::bf16, DType::fp16})
+      for (DType out : {DType::fp32, DType::bf16})
+        for (bool extra : {false, true})
+          for (bool wgrad16 : {false, true})
+            for (const conv::Route& r : conv::conv_routes(op, a, a, out, DType::fp32, extra,
+                                                          FilterLayout::krsc, wgrad16)) {
+              SCOPED_TRACE(conv::route_text(r));
+              for (bool filter_copy : {false, true}) {
+                const conv::RouteScratch s = conv::route_scratch(
+                    r, 4096, a_numel, b_numel, out_numel, filter_copy, r.out_direct);
+                EXPECT_EQ(s.workspace, 4096u);
+                EXPECT_EQ(s.a, r.decode_a ? 4000u : 0u);
+                const std::size_t io = r.io == conv::DataType::f32 ? 4 : 2;
+                EXPECT_EQ(s.b, filter_copy ? 300 * io : r.decode_b ? 1200u : 0u);
+                const std::size_t out_bytes = r.out == conv::DataType::f32 ? 4 : 2;
+                EXPECT_EQ(s.out, r.out_direct ? 0u : 700 * out_bytes);
+                if (!r.out_direct && r.out != conv::DataType::f32) ++sixteen_bit_outputs;
+              }
+              // A 1x1 or depthwise dw that cuDNN writes in place takes no output scratch.
+              EXPECT_EQ(conv::route_scratch(r, 0, a_numel, b_numel, out_numel, false, true).out,
+                        0u);
+            }
+  EXPECT_GT(sixteen_bit_outputs, 0) << "the 16-bit dw and 16-bit sum routes were covered";
+}
+
 TEST(cuda_conv_rules, ARoutesScratchFitsTheBytesItAsksForAtAnyStart) {
   EXPECT_EQ(conv::RouteScratch{}.caller_bytes(), 0u) << "a route with no scratch asks for none";
   const std::vector<conv::RouteScratch> routes = {
