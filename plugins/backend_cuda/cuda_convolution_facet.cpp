@@ -418,6 +418,12 @@ void CudaConvolution::conv2d_backward_weights_with_workspace(
 
 std::size_t CudaConvolution::conv2d_workspace_bytes(const sdk::Conv2dWorkspaceQuery& q) const {
   layer_checks::conv_workspace_query(q);
+  const bool accumulate = q.op == sdk::ConvolutionOp::conv2d_backward_data_accumulate;
+  // An op not offered is refused whatever the workspace option, as its call would be.
+  if (accumulate && !context_.conv_dgrad_accumulate)
+    fail("conv2d_workspace_bytes",
+         "the accumulating data gradient is off (backend.cuda.conv_dgrad_accumulate = false)",
+         "ask supports() first; without it, write the gradient apart and add it");
   if (!context_.conv_workspace) return 0;  // the option conv_workspace = false
   context_.activate();
   const sdk::Conv2dGeometry& g = q.geometry;
@@ -428,11 +434,6 @@ std::size_t CudaConvolution::conv2d_workspace_bytes(const sdk::Conv2dWorkspaceQu
   const std::int64_t x = g.batch * g.height * g.width * g.in_channels;
   const std::int64_t w = g.out_channels * (g.in_channels / g.groups) * g.kernel_h * g.kernel_w;
   const std::int64_t y = g.batch * g.out_height() * g.out_width() * g.out_channels;
-  const bool accumulate = q.op == sdk::ConvolutionOp::conv2d_backward_data_accumulate;
-  if (accumulate && !context_.conv_dgrad_accumulate)
-    fail("conv2d_workspace_bytes",
-         "the accumulating data gradient is off (backend.cuda.conv_dgrad_accumulate = false)",
-         "ask supports() first; without it, write the gradient apart and add it");
   // A pointwise accumulate is one cuBLASLt GEMM, in the GEMM engine's own workspace.
   if (accumulate && conv::pointwise_dgrad_accumulates_as_gemm(g, q.a, q.b)) return 0;
   ConvCall call{ConvOp::forward, &g,        view(q.a, x), view(q.b, w),

@@ -580,6 +580,21 @@ TEST_P(Conformance, Conv2dWithTheWorkspaceItAskedForIsTheCallWithoutItBitForBit)
                      a.dx = dx;
                      conv.conv2d_backward_data_accumulate_with_workspace(a, ws_);
                    });
+      // A 16-bit sum (model.fp32_gradient_sums = false): dx of dy's dtype, its route's scratch
+      // in that dtype.
+      q.out = d;
+      if (d != DType::fp32 &&
+          conv.supports(C::conv2d_backward_data_accumulate, std::vector<DType>{d, d, d}))
+        three_ways(C::conv2d_backward_data_accumulate, xs, d,
+                   random_values(static_cast<std::size_t>(xs.numel()), 86),
+                   [&](sdk::TensorView dx, sdk::TensorView ws_) {
+                     sdk::Conv2dBackwardDataArgs a;
+                     a.geometry = g;
+                     a.dy.view = dy.tested->view();
+                     a.w.view = w.tested->view();
+                     a.dx = dx;
+                     conv.conv2d_backward_data_accumulate_with_workspace(a, ws_);
+                   });
     }
   }
   if (asked == 0)
