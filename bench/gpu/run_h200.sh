@@ -98,6 +98,8 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 HERE=$ROOT/bench/gpu
 cd "$ROOT"
+# The A/B variants' options (variant_sets) and the policies' names (policy_name).
+source "$HERE/variant_sets.sh"
 
 if [[ ${DRY_RUN:-0} == 1 ]]; then
   : "${WIDE_BACKEND:=cpu}" "${TORCH_DEVICE:=cpu}" "${TORCH_FUSED:=default}" "${PYTHON:=/usr/bin/python3}"
@@ -160,12 +162,12 @@ export MODEL_BACKEND=${MODEL_BACKEND:-cuda} MODEL_RUN_CAP=${MODEL_RUN_CAP:-60}
 # first dropped as warm-up; a few seconds per run at most, next to its start-up's ten or more.
 export RN_BATCH=${RN_BATCH:-128} RN_IMAGE=${RN_IMAGE:-224} RN_STEPS=${RN_STEPS:-60} RN_LOG_EVERY=${RN_LOG_EVERY:-10}
 export RN_POLICIES=${RN_POLICIES:-bf16 fp32 tf32} RN_TORCH=${RN_TORCH:-bf16 fp32 tf32}
-export RN_VARIANTS=${RN_VARIANTS-bf16+bf16sums bf16+convscratch bf16+convtune bf16+wgrad32 bf16+nofuse bf16+convaxpy bf16+floatpixels bf16+pageable bf16+nographs bf16+waited bf16+nondetconv bf16+tune}
+export RN_VARIANTS=${RN_VARIANTS-$KIT_RN_VARIANTS}
 export GPT_BATCH=${GPT_BATCH:-8} GPT_LAYERS=${GPT_LAYERS:-12} GPT_HEADS=${GPT_HEADS:-12} GPT_WIDTH=${GPT_WIDTH:-768}
 export GPT_TOKENS=${GPT_TOKENS:-1024} GPT_VOCAB=${GPT_VOCAB:-50257} GPT_STEPS=${GPT_STEPS:-120} GPT_LOG_EVERY=${GPT_LOG_EVERY:-20}
 export GPT_POLICIES=${GPT_POLICIES:-bf16 fp8 fp8-block} GPT_TORCH=${GPT_TORCH-bf16}
 export TORCH_WARMUP_S=${TORCH_WARMUP_S:-1} CHECK_POLICIES=${CHECK_POLICIES-bf16}
-export GPT_VARIANTS=${GPT_VARIANTS-bf16+nopad fp8+headfp8 fp8+nogradcast fp8+mlpfp8 bf16+chunk2048 fp8+plaincast bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+nographs bf16+waited bf16+tune}
+export GPT_VARIANTS=${GPT_VARIANTS-$KIT_GPT_VARIANTS}
 export GPT2M_LAYERS=${GPT2M_LAYERS:-24} GPT2M_HEADS=${GPT2M_HEADS:-16} GPT2M_WIDTH=${GPT2M_WIDTH:-1024}
 export GPT2M_BATCH=${GPT2M_BATCH:-8} GPT2M_POLICIES=${GPT2M_POLICIES:-bf16 fp8 fp8+plaincast}
 export ROOT HERE
@@ -641,78 +643,10 @@ model_run() {
   shift 3
   case $job in
     mixtrain:*)
-      # <policy>[+nographs][+tune][+whole][+unfused][+nondet][+realign]: run.step_graphs = false
-      # (on CUDA the static step replays as a CUDA graph by default: what that gains);
-      # the cuda backend's gemm_autotune = 8; the logits computed whole (model.loss_chunk_rows =
-      # 0: the chunked loss's A/B); +chunk2048: the LM head's blocks of 2048 rows, not 1024 (its
-      # GEMMs twice as deep, at 2x the blocks' memory: toward 80 % of the square GEMM's rate); the unfused attention (flash's A/B); cuDNN's non-deterministic
-      # flash backward (deterministic_attention = false: what determinism costs); the LM head's
-      # GEMMs on padded rows (gemm_realign = true); +nopad: the LM head's blocks unpadded
-      # (model.loss_pad_classes = 0; on CUDA they are padded to 64 classes by default, 50257 ->
-      # 50304: what that gains); +headfp8: an FP8 policy's LM head in FP8 (a [[precision.override]];
-      # since session 59 the logits node computes in 16 bits by default, as Transformer Engine
-      # recipes keep the output layer, in the chunked loss's padded blocks: what that gains);
-      # +mlpfp8: FP8 in the MLP's linears only, attention's QKV and output projections in bf16
-      # (a [[precision.override]]: at 768 wide those GEMMs are a quarter of the MLP's each, and
-      # whether their FP8 saves more than their casts cost is what this answers);
-      # +nondetconv:
-      # cuDNN's heuristic order for the convolutions, non-deterministic engines included
-      # (deterministic_convolutions = false);
-      # +floatpixels: the images decoded on the host and sent as fp32 (data.pixels = float32, the
-      # A/B of sending bytes and decoding them on the device); +pageable: the batches in
-      # ordinary memory, copied into the backend's pinned staging on the step's thread
-      # (data.pin_memory = false: what preparing them in page-locked memory gains); +nofuse: model.fuse_epilogues =
-      # false (batch norm + ReLU, add + ReLU and batch norm + add + ReLU unfused, and the linears'
-      # forward and backward epilogues: gelu, its gradient and the bias gradients; what they gain);
-      # +ln2pass: the layer norm's dgamma/dbeta as column sums in a pass of their own
-      # (layernorm_backward_one_pass = false: what the one-pass backward gains); +waited: the
-      # host waits for the gradient check before it queues the update (run.gated_update = false:
-      # what the gated update gains); +plaincast: FP8 operands cast alone, each GEMM transposing
-      # what it reads transposed (backend.cuda.fp8_cast_transpose = false: what the fused
-      # cast + transpose gains, and its memory); +nogradcast: an FP8 linear's bias gradient and its
-      # gelu's gradient as passes of their own before dy's cast (backend.cuda.fp8_gradient_cast =
-      # false: what folding them into the cast gains); +convaxpy: a block's first convolution writes
-      # its input gradient apart and an axpy adds it into the sum (conv_dgrad_accumulate = false:
-      # what the accumulating dgrad gains); +convtune: each convolution shape's fastest of the
-      # search's first 8 cuDNN engines (backend.cuda.conv_autotune = 8: what the engine choice
-      # costs, wgrad's first of all); +wgrad16: the weight gradient from cuDNN in bf16, rounded
-      # once as PyTorch AMP's is, then added into the FP32 gradient
-      # (backend.cuda.conv_wgrad_in_operand_dtype = true, which resnet50_sets sets on CUDA);
-      # +wgrad32: an FP32 dw from cuDNN (= false, the backend's default: what that choice gains);
-      # +bf16sums: a tensor read several times (a block's input) sums its gradient in bf16, as
-      # PyTorch AMP does (model.fp32_gradient_sums = false: half the bytes of each sum);
-      # +convscratch: cuDNN's workspaces in the backend's own scratch, held for the run
-      # (backend.cuda.conv_workspace = false: what planning them in the step's arena saves).
+      # <base>[+<option>...]: the options of bench/gpu/variant_sets.sh.
       p=${job#mixtrain:}
       local variant=() base=${p%%+*}
-      [[ $p == *+nographs* ]] && variant+=(--set run.step_graphs=false)
-      [[ $p == *+tune* ]] && variant+=(--set backend.cuda.gemm_autotune=8)
-      [[ $p == *+whole* ]] && variant+=(--set model.loss_chunk_rows=0)
-      [[ $p == *+chunk2048* ]] && variant+=(--set model.loss_chunk_rows=2048)
-      [[ $p == *+unfused* ]] && variant+=(--set model.gpt.fused_attention=false)
-      # +nondet alone, not the +nondet of +nondetconv.
-      [[ $p == *+nondet || $p == *+nondet+* ]] &&
-        variant+=(--set backend.cuda.deterministic_attention=false)
-      [[ $p == *+realign* ]] && variant+=(--set backend.cuda.gemm_realign=true)
-      [[ $p == *+nopad* ]] && variant+=(--set model.loss_pad_classes=0)
-      [[ $p == *+headfp8* ]] &&
-        variant+=(--set 'precision.override=[{layers = "lm_head", gemm_input = "fp8_e4m3"}]')
-      [[ $p == *+mlpfp8* ]] &&
-        variant+=(--set 'precision.override=[{layers = "*.attn.c_*", gemm_input = "bf16"}]')
-      [[ $p == *+nondetconv* ]] && variant+=(--set backend.cuda.deterministic_convolutions=false)
-      [[ $p == *+floatpixels* ]] && variant+=(--set data.pixels=float32)
-      [[ $p == *+pageable* ]] && variant+=(--set data.pin_memory=false)
-      [[ $p == *+nofuse* ]] && variant+=(--set model.fuse_epilogues=false)
-      [[ $p == *+ln2pass* ]] && variant+=(--set backend.cuda.layernorm_backward_one_pass=false)
-      [[ $p == *+waited* ]] && variant+=(--set run.gated_update=false)
-      [[ $p == *+plaincast* ]] && variant+=(--set backend.cuda.fp8_cast_transpose=false)
-      [[ $p == *+nogradcast* ]] && variant+=(--set backend.cuda.fp8_gradient_cast=false)
-      [[ $p == *+convaxpy* ]] && variant+=(--set backend.cuda.conv_dgrad_accumulate=false)
-      [[ $p == *+convtune* ]] && variant+=(--set backend.cuda.conv_autotune=8)
-      [[ $p == *+wgrad16* ]] && variant+=(--set backend.cuda.conv_wgrad_in_operand_dtype=true)
-      [[ $p == *+wgrad32* ]] && variant+=(--set backend.cuda.conv_wgrad_in_operand_dtype=false)
-      [[ $p == *+bf16sums* ]] && variant+=(--set model.fp32_gradient_sums=false)
-      [[ $p == *+convscratch* ]] && variant+=(--set backend.cuda.conv_workspace=false)
+      mapfile -t variant < <(variant_sets "$p")
       # The memory plan's forecast, the table's "predicted" column: for the CHECK_POLICIES (bf16)
       # as they are, in the base stages only, not for every policy or variant: each check is a CUDA
       # start-up and a rehearsed step, device time; cuDNN's plans for every convolution shape
@@ -738,9 +672,6 @@ model_run() {
       ;;
   esac
   echo "$job: exit $rc, $(($(date +%s) - t0)) s"
-}
-policy_name() {
-  case $1 in bf16) echo bf16-mixed ;; fp16) echo fp16-mixed ;; fp8) echo fp8-delayed ;; *) echo "$1" ;; esac
 }
 
 # model_stage NAME CONFIG POLICIES TORCH_MODES TABLE_ARGS OVERRIDES...: the mixtrain policies and
@@ -1150,7 +1081,7 @@ write_summary() {
 }
 export -f stage_env mixtrain_libs stage_debs stage_configure stage_build stage_gemm stage_gemmsweep stage_test stage_wide \
   stage_resnet50 stage_gpt2 stage_resnet50v stage_gpt2v stage_gpt2medium stage_profile profile_md stage_counters \
-  profile_mixtrain mixtrain_profile_section model_stage model_stage_table model_run policy_name \
+  profile_mixtrain mixtrain_profile_section model_stage model_stage_table model_run policy_name variant_sets \
   resnet50_sets gpt2_sets gpt2_tokens collect_tables variant_bases
 
 # --- the run --------------------------------------------------------------------------------------
