@@ -91,7 +91,8 @@ std::size_t CpuContext::scratch_bytes() const {
 }
 
 void CpuContext::account_scratch() {
-  const std::size_t now = gemm_->scratch_bytes() + prims_->scratch_bytes();
+  const std::size_t now =
+      gemm_->scratch_bytes() + prims_->scratch_bytes() + eltwise_->scratch_bytes();
   if (now == scratch_bytes_) return;  // the steady state: scratch is grow-only
   std::lock_guard lock(memory_mutex_);
   current_bytes_ = current_bytes_ - scratch_bytes_ + now;

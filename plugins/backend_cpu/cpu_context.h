@@ -9,8 +9,9 @@
 //   facet op calls it first, as ops run synchronously on the caller's thread.
 // - Memory: allocate() returns 64-byte aligned host memory and records it; deallocate() frees
 //   only what allocate() returned (anything else, nullptr included, is ignored). account_scratch()
-//   folds growth of the GEMM's and the primitive cache's scratch (grow-only) into current / peak
-//   bytes, not into the allocation count; the facets that use scratch call it after each op.
+//   folds growth of the GEMM's, the primitive cache's and the eltwise engine's scratch
+//   (grow-only) into current / peak bytes, not into the allocation count; the facets that use
+//   scratch call it after each op.
 //   scratch_bytes() is that scratch as last folded in (what the scratch facet reports).
 //   Statistics are guarded by a mutex; the destructor frees what is still allocated.
 // - The bf16-convolution and Winograd decisions are probed once (lazily, on first use) by asking

@@ -1,5 +1,9 @@
 #include "cpu_eltwise.h"
 
+#include <algorithm>
+
+#include "cpu_access.h"
+
 namespace mixtrain::backend_cpu {
 
 using dnnl::memory;
@@ -63,8 +67,9 @@ bool EltwiseEngine::try_forward(sdk::Activation act, const sdk::TensorView& x,
 
 bool EltwiseEngine::try_backward(sdk::Activation act, const sdk::TensorView& x,
                                  const sdk::TensorView& dy, const sdk::TensorView& dx) {
-  if (act != sdk::Activation::gelu || x.dtype != dy.dtype || x.dtype != dx.dtype || x.numel() == 0)
-    return false;
+  if (act != sdk::Activation::gelu || x.numel() == 0) return false;
+  if (x.dtype != dy.dtype || x.dtype != dx.dtype)
+    return backward_mixed(dnnl::algorithm::eltwise_gelu_tanh, x, dy, dx);
   auto& prim = lookup(dnnl::algorithm::eltwise_gelu_tanh, x.dtype, x.numel(), true);
   if (!prim) return false;
   const auto md = flat(x.numel(), *dnnl_type(x.dtype));
@@ -72,6 +77,46 @@ bool EltwiseEngine::try_backward(sdk::Activation act, const sdk::TensorView& x,
                           {DNNL_ARG_DIFF_DST, memory(md, engine_, dy.data)},
                           {DNNL_ARG_DIFF_SRC, memory(md, engine_, dx.data)}});
   stream_.wait();
+  return true;
+}
+
+bool EltwiseEngine::backward_mixed(dnnl::algorithm alg, const sdk::TensorView& x,
+                                   const sdk::TensorView& dy, const sdk::TensorView& dx) {
+  const std::int64_t total = x.numel();
+  const std::int64_t first = std::min(kMixedBlock, total), tail = total % kMixedBlock;
+  auto& block_prim = lookup(alg, sdk::DType::fp32, first, true);
+  if (!block_prim ||
+      (tail != 0 && total > kMixedBlock && !lookup(alg, sdk::DType::fp32, tail, true)))
+    return false;  // before anything is written
+  const bool x32 = sdk::is_fp32_storage(x.dtype), dy32 = sdk::is_fp32_storage(dy.dtype);
+  const bool dx32 = sdk::is_fp32_storage(dx.dtype);
+  float* xs = x32 ? nullptr : x_block_.as<float>(static_cast<std::size_t>(first));
+  // The gradient block: dy decoded, then dx computed over it in place; or, dy being fp32 and dx
+  // not, dx's fp32 values before their rounding.
+  float* gs = dy32 && dx32 ? nullptr : dy_block_.as<float>(static_cast<std::size_t>(first));
+  for (std::int64_t b0 = 0; b0 < total; b0 += kMixedBlock) {
+    const std::int64_t len = std::min(kMixedBlock, total - b0);
+    // Decoding is exact (every narrow value is an fp32), so only dx's rounding is new.
+#pragma omp parallel for schedule(static) if (parallel_worth(len))
+    for (std::int64_t c0 = 0; c0 < len; c0 += kChunk) {
+      const std::int64_t n = std::min(kChunk, len - c0);
+      if (!x32) decode_into(x, b0 + c0, n, xs + c0);
+      if (!dy32) decode_into(dy, b0 + c0, n, gs + c0);
+    }
+    const float* in = x32 ? x.as<const float>() + b0 : xs;
+    const float* g = dy32 ? dy.as<const float>() + b0 : gs;
+    float* out = dx32 ? dx.as<float>() + b0 : gs;
+    const auto md = flat(len, memory::data_type::f32);
+    auto& prim = *lookup(alg, sdk::DType::fp32, len, true);
+    prim.execute(stream_, {{DNNL_ARG_SRC, memory(md, engine_, const_cast<float*>(in))},
+                           {DNNL_ARG_DIFF_DST, memory(md, engine_, const_cast<float*>(g))},
+                           {DNNL_ARG_DIFF_SRC, memory(md, engine_, out)}});
+    stream_.wait();
+    if (dx32) continue;
+#pragma omp parallel for schedule(static) if (parallel_worth(len))
+    for (std::int64_t c0 = 0; c0 < len; c0 += kChunk)
+      commit_chunk(dx, b0 + c0, std::min(kChunk, len - c0), gs + c0);
+  }
   return true;
 }
 

@@ -21,23 +21,6 @@ namespace mixtrain::backend_cpu {
 using dnnl::memory;
 using sdk::DType;
 
-void ScratchBuffer::Free::operator()(void* p) const noexcept {
-  std::free(p);
-}
-
-void* ScratchBuffer::get(std::size_t bytes) {
-  if (bytes > capacity_) {
-    const std::size_t rounded = (bytes + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded);
-    if (p == nullptr)
-      fail("gemm", "cannot allocate " + std::to_string(rounded) + " bytes of scratch",
-           "reduce the GEMM size or free memory");
-    data_.reset(p);
-    capacity_ = rounded;
-  }
-  return data_.get();
-}
-
 namespace {
 
 constexpr const char* kSupportedInputs =

@@ -58,29 +58,12 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "cpu_context.h"
+#include "cpu_scratch_buffer.h"
 #include "mixtrain/sdk/device_backend.h"
 #include "mixtrain/sdk/facet_list.h"
 #include "mixtrain/sdk/support/gemm_plan_key.h"
 
 namespace mixtrain::backend_cpu {
-
-// Grow-only 64-byte aligned scratch.
-class ScratchBuffer {
- public:
-  void* get(std::size_t bytes);
-  std::size_t capacity() const { return capacity_; }
-  template <class T>
-  T* as(std::size_t count) {
-    return static_cast<T*>(get(count * sizeof(T)));
-  }
-
- private:
-  struct Free {
-    void operator()(void* p) const noexcept;
-  };
-  std::unique_ptr<void, Free> data_;
-  std::size_t capacity_ = 0;
-};
 
 class GemmEngine {
  public:

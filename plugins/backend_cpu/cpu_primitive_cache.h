@@ -35,7 +35,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include "cpu_gemm.h"  // ScratchBuffer
+#include "cpu_scratch_buffer.h"
 #include "mixtrain/sdk/dtype.h"
 #include "mixtrain/sdk/tensor_view.h"
 

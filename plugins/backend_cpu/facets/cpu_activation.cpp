@@ -46,6 +46,7 @@ void CpuActivation::activation_forward(Activation act, TensorView x, TensorView 
 void CpuActivation::activation_backward(Activation act, TensorView x, TensorView dy,
                                         TensorView dx) {
   apply_activation_grad(context_, act, x, dy, dx);
+  context_.account_scratch();  // mixed storages decode into the eltwise engine's scratch
 }
 
 void CpuActivation::axpy(float alpha, TensorView x, TensorView y) {

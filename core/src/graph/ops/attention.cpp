@@ -178,10 +178,19 @@ void AttentionLayer::flash_backward(TensorView x, TensorView dy, TensorView dx, 
   const TensorView lse{lse_.view().data, DType::fp32, sdk::Shape{n * heads_ * tokens_}};
   // dy comes in the planned gradient dtype, which allocate() checked, except in passes that keep
   // every gradient in FP32 (the underflow measurement): cast it where the backend refuses that.
+  // An FP32 dy into a 16-bit dx of qkv's dtype (an FP32 gradient sum: the output read by two
+  // nodes, as LoRA's adapter and its base read it) is rounded into that dtype first, once, as the
+  // gradient it becomes anyway: the kernel then runs its 16-bit products and writes dx itself, as
+  // a backend that takes one dtype (cuDNN's) does after the cast below. An FP32 dx (the underflow
+  // measurement's all-FP32 pass) keeps dy as it is.
   TensorView dout = dy;
-  const DType bwd[] = {qkv.dtype, dy.dtype};
-  if (!facets().find<sdk::AttentionFacet>()->supports(sdk::AttentionOp::flash_backward, bwd))
+  const auto* attention = facets().find<sdk::AttentionFacet>();
+  const DType bwd[] = {qkv.dtype, dy.dtype}, narrowed[] = {qkv.dtype, dx.dtype};
+  if (!attention->supports(sdk::AttentionOp::flash_backward, bwd))
     dout = as_dtype(dy, storage_of(precision_.activation_grad), dy_cast_);
+  else if (dy.dtype == DType::fp32 && dx.dtype == qkv.dtype && sdk::dtype_size(dx.dtype) == 2 &&
+           attention->supports(sdk::AttentionOp::flash_backward, narrowed))
+    dout = as_dtype(dy, dx.dtype, dy_cast_);
   const bool direct = dx.dtype == dout.dtype;
   const TensorView dqkv = direct ? dx : scratch_tensor(dx_scratch_, dout.dtype, dx.shape);
   facets()

@@ -14,7 +14,9 @@
 //     Taken when `fused` (the node option, default true), the facet is 1.1 or later and supports
 //     both ops on the GEMM dtype, and the activations are stored in that dtype. An input of
 //     another dtype is cast into scratch; an input gradient of another dtype than dy is written
-//     in dy's and cast (as is a dy the backend refuses, into the planned gradient dtype).
+//     in dy's and cast (as is a dy the backend refuses, into the planned gradient dtype). An FP32
+//     dy (a gradient sum) into a 16-bit input gradient of qkv's dtype is rounded into that dtype
+//     first: the 16-bit kernel writes dx itself (an FP32 dx keeps dy as it is).
 //   - unfused (`fused = false`, or any condition above unmet, logged once per run with the
 //     reason): split_heads permutes qkv into head-major q, k, v [N·H, T, D] in the GEMM dtype;
 //     the scores q·kᵀ and the context P·v are strided-batched GEMMs; the softmax (forward and
@@ -74,8 +76,8 @@ class AttentionLayer final : public Layer {
   bool chosen_ = false;  // choose_kernels() ran since the last allocate()
   Tensor lse_;          // flash: fp32 [N, H, T]
   Tensor x_cast_;       // flash: qkv cast into the GEMM dtype, when its producer stores another
-  Tensor dy_cast_;      // flash: dy cast into the planned gradient dtype (see flash_backward)
-  Tensor dx_scratch_;   // flash: dqkv in dy's dtype, when dx is stored in another
+  Tensor dy_cast_;      // flash: dy cast into the planned gradient dtype, or dx's (flash_backward)
+  Tensor dx_scratch_;   // flash: dqkv in dout's dtype, when dx is stored in another
   Tensor qkv_heads_;   // [3, N, H, T, D] in the GEMM dtype
   Tensor probs_;       // fp32 [N·H, T, T]
   Tensor probs_gemm_;  // [N·H, T, T] in the GEMM dtype (P, then dS, as GEMM operands)

@@ -2,6 +2,7 @@
 // difference gradients, causality, the tied LM head, and the plan-time errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <span>
@@ -81,6 +82,50 @@ TEST(TransformerOps, FlashAndUnfusedAttentionAgree) {
   ASSERT_FALSE(unfused.flash());
   expect_near_all(a.y, b.y, 1e-5, "output");
   expect_near_all(a.dx, b.dx, 1e-5, "input gradient");
+}
+
+// A bf16 attention whose output's gradient arrives as an FP32 sum (the output read by two nodes,
+// as LoRA's adapter and its base read it) into a bf16 input gradient takes that gradient rounded
+// into bf16 first: the bits of the same backward given the rounded gradient. Into an FP32 input
+// gradient (the underflow measurement's all-FP32 pass) it keeps the FP32 gradient as it is.
+TEST(TransformerOps, FlashBackwardRoundsAnFp32GradientSumIntoItsSixteenBitInputGradient) {
+  const std::int64_t rows = 2 * 40;
+  AttentionLayer attn("attn", 40, 32, 2);
+  attn.set_precision({DType::bf16, DType::bf16, DType::bf16, DType::bf16});
+  const auto be = cpu();
+  attn.allocate(be, rows);
+  ASSERT_TRUE(attn.flash());
+  // fp32 values into a tensor of `dtype` (rounded once), and a tensor's values as fp32.
+  const auto tensor = [&](DType dtype, std::int64_t cols, const std::vector<float>& values) {
+    Tensor wide(be, DType::fp32, sdk::Shape{rows, cols});
+    write(wide.view(), values);
+    Tensor t(be, dtype, sdk::Shape{rows, cols});
+    be->cast(wide.view(), t.view());
+    return t;
+  };
+  const auto values = [&](const Tensor& t) {
+    Tensor wide(be, DType::fp32, t.shape());
+    be->cast(t.view(), wide.view());
+    return read(wide.view());
+  };
+  const Tensor x =
+      tensor(DType::bf16, attn.in_features(),
+             random_vector(static_cast<std::size_t>(rows * attn.in_features()), 31, -2.f, 2.f));
+  const auto dyv = random_vector(static_cast<std::size_t>(rows * attn.out_features()), 32);
+  const Tensor dy32 = tensor(DType::fp32, attn.out_features(), dyv);
+  const Tensor dy16 = tensor(DType::bf16, attn.out_features(), dyv);
+  const Tensor dy16_as32 = tensor(DType::fp32, attn.out_features(), values(dy16));
+  const auto backward = [&](const Tensor& dy, DType dx_dtype) {
+    Tensor dx(be, dx_dtype, sdk::Shape{rows, attn.in_features()});
+    attn.forward(x.view(), rows);
+    attn.backward(x.view(), dy.view(), dx.view(), rows);
+    return values(dx);
+  };
+  const auto from32 = backward(dy32, DType::bf16);
+  EXPECT_EQ(from32, backward(dy16, DType::bf16));
+  EXPECT_TRUE(std::all_of(from32.begin(), from32.end(), [](float v) { return std::isfinite(v); }));
+  EXPECT_NE(backward(dy32, DType::fp32), backward(dy16_as32, DType::fp32))
+      << "an FP32 input gradient is computed from the FP32 dy, not its bf16 rounding";
 }
 
 // An attention facet that forwards the 1.0 ops to `in` and keeps the SDK's defaults for the rest:

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "backend_test_util.h"
+#include "cpu_eltwise.h"
 #include "mixtrain/sdk/backend_activation.h"
 #include "mixtrain/sdk/backend_gemm.h"
 #include "mixtrain/sdk/error.h"
@@ -512,6 +513,46 @@ TEST(backend_cpu_mixed_kernels, ActivationsWithSixteenBitXAndYMatchFp32RoundedOn
     sdk::facet<sdk::ActivationFacet>(be)->activation_forward(sdk::Activation::relu, xy, xy);
     EXPECT_EQ(xy.get(), y_ref);
   }
+}
+
+// GELU's gradient over mixed storages (a bf16 activation whose gradient is an FP32 sum, as where
+// LoRA's adapter and its base read one tensor): the FP32 op on the decoded values, rounded once
+// into dx's dtype, over sizes inside one decode block and across several with a tail.
+TEST(backend_cpu_mixed_kernels, GeluGradientOverMixedStoragesIsTheFp32OpRoundedOnce) {
+  CpuBackend be(2);
+  auto* act = sdk::facet<sdk::ActivationFacet>(be);
+  const std::int64_t block = EltwiseEngine::kMixedBlock;
+  for (const std::int64_t numel : {std::int64_t{300}, 2 * block + 37}) {
+    for (const auto& [xd, gd, dd] : {std::tuple{DType::bf16, DType::fp32, DType::bf16},
+                                     std::tuple{DType::bf16, DType::fp32, DType::fp32},
+                                     std::tuple{DType::fp32, DType::bf16, DType::bf16},
+                                     std::tuple{DType::fp16, DType::fp32, DType::fp16},
+                                     std::tuple{DType::bf16, DType::bf16, DType::fp32}}) {
+      SCOPED_TRACE(std::string(sdk::dtype_name(xd)) + " x, " + std::string(sdk::dtype_name(gd)) +
+                   " dy, " + std::string(sdk::dtype_name(dd)) + " dx, " + std::to_string(numel));
+      const auto xv =
+          representable(random_values(static_cast<std::size_t>(numel), 111, -4.0f, 4.0f), xd);
+      const auto gv = representable(random_values(static_cast<std::size_t>(numel), 112), gd);
+      DeviceTensor x32(be, DType::fp32, {numel}, xv), g32(be, DType::fp32, {numel}, gv);
+      DeviceTensor dx32(be, DType::fp32, {numel});
+      act->activation_backward(sdk::Activation::gelu, x32, g32, dx32);
+      const auto want = dx32.get();
+      DeviceTensor x(be, xd, {numel}, xv), g(be, gd, {numel}, gv), dx(be, dd, {numel});
+      act->activation_backward(sdk::Activation::gelu, x, g, dx);
+      const auto got = dx.get();
+      for (std::size_t i = 0; i < got.size(); ++i)
+        ASSERT_EQ(got[i], stored_value(want[i], dd)) << i;
+    }
+  }
+  // In place: dx over dy (both fp32) with a bf16 x.
+  const auto xv = representable(random_values(1000, 113, -4.0f, 4.0f), DType::bf16);
+  const auto gv = random_values(1000, 114);
+  DeviceTensor x32(be, DType::fp32, {1000}, xv), g32(be, DType::fp32, {1000}, gv),
+      want(be, DType::fp32, {1000});
+  act->activation_backward(sdk::Activation::gelu, x32, g32, want);
+  DeviceTensor x(be, DType::bf16, {1000}, xv), g(be, DType::fp32, {1000}, gv);
+  act->activation_backward(sdk::Activation::gelu, x, g, g);
+  EXPECT_EQ(g.get(), want.get());
 }
 
 TEST(backend_cpu_mixed_kernels, SoftmaxCrossEntropyReadsHalfLogitsAndWritesHalfGradients) {
