@@ -98,6 +98,21 @@ float output_scale(const sdk::GemmArgs& args) {
   return static_cast<float>(factor);
 }
 
+// How alpha enters a primitive. The caller's alone (no fp8 operand): a constant output scale,
+// keyed by its value as beta is (a model's alphas are few: LoRA's alpha / r), because oneDNN
+// 2.6's brgemm matmul takes no run-time scale and falls back to gemm:jit (GPT-2's LoRA B forward,
+// bf16 [1024, 8] · [8, 3072]: 4.6 ms against 0.41 on brgemm, bench/RESULTS.md, session 74).
+// With fp8 operands their scale_inv joins it, which delayed scaling changes every step: a
+// run-time scale, one primitive for every value.
+template <class K>
+void set_alpha(K& key, const sdk::GemmArgs& args, float alpha) {
+  if (alpha == 1.0f) return;
+  if (sdk::is_fp8(args.a.view.dtype) || sdk::is_fp8(args.b.view.dtype))
+    key.has_alpha = true;
+  else
+    key.alpha_bits = std::bit_cast<std::uint32_t>(alpha);
+}
+
 }  // namespace
 
 GemmEngine::GemmEngine(Bf16GemmPath bf16_path)
@@ -178,12 +193,16 @@ GemmEngine::Entry GemmEngine::create_entry(const Key& key) const {
 
   dnnl::primitive_attr attr;
   dnnl::post_ops ops;
-  if (key.has_alpha) attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
+  const float constant_alpha = std::bit_cast<float>(key.alpha_bits);
+  if (key.has_alpha)
+    attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
+  else if (constant_alpha != 1.0f)
+    attr.set_output_scales(0, {constant_alpha});
   const float beta = std::bit_cast<float>(key.beta_bits);
   if (beta != 0.0f) ops.append_sum(beta);
   // oneDNN's matmul bias is inside the output scale (alpha*(AB + bias)); the contract wants
   // alpha*AB + beta*C + bias, so with alpha != 1 the bias is added after the sum instead.
-  const bool bias_in_matmul = key.has_bias && !key.has_alpha;
+  const bool bias_in_matmul = key.has_bias && !key.has_alpha && constant_alpha == 1.0f;
   if (key.has_bias && !bias_in_matmul) {
     e.bias_arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(ops.len()) | DNNL_ARG_SRC_1;
     ops.append_binary(dnnl::algorithm::binary_add, e.bias_md);
@@ -227,6 +246,8 @@ std::vector<std::string> GemmEngine::report() const {
     if (beta != 0.0f) line += ", beta " + std::to_string(beta);
     if (key.has_bias) line += ", bias";
     if (key.has_alpha) line += ", alpha";  // another primitive than the same GEMM without it
+    if (const float a = std::bit_cast<float>(key.alpha_bits); a != 1.0f)
+      line += ", alpha " + std::to_string(a);
     line += ": " + (e.implementation.empty() ? std::string("not created") : e.implementation);
     if (e.runs > 0) line += ", " + std::to_string(e.runs) + (e.runs == 1 ? " run" : " runs");
     if (!e.usable) line += " (a reference kernel or refused: run as a loop of 2-D GEMMs)";
@@ -328,9 +349,9 @@ void GemmEngine::run_product(const sdk::GemmArgs& args, const ActivateInPlace& a
   } else {
     const SingleThreadScope small_gemm(m * n * k <= kSingleThreadGemm);
     const float alpha = output_scale(args);
-    Key key{
-        {m, n, k, args.a.transpose, args.b.transpose}, has_bias, alpha != 1.0f, ops.a_dt, ops.b_dt,
-        std::bit_cast<std::uint32_t>(args.beta)};
+    Key key{{m, n, k, args.a.transpose, args.b.transpose}, has_bias, false, ops.a_dt, ops.b_dt,
+            std::bit_cast<std::uint32_t>(args.beta)};
+    set_alpha(key, args, alpha);
     if (native_c) key.c_dt = memory::data_type::bf16;
     execute(entry_for(key), key, ops.a, ops.b, c_ptr, alpha, args.bias.data);
   }
@@ -405,10 +426,11 @@ bool GemmEngine::run_batched(const sdk::GemmBatchedArgs& args) {
   const float alpha = output_scale(g);
   Key key{{m, n, k, g.a.transpose, g.b.transpose},
           false,
-          alpha != 1.0f,
+          false,
           a_native ? native_dt(at) : memory::data_type::f32,
           b_native ? native_dt(bt) : memory::data_type::f32,
           std::bit_cast<std::uint32_t>(g.beta)};
+  set_alpha(key, g, alpha);
   key.batch = batch;
   key.stride_a = a_native ? args.stride_a : compact(args.stride_a, a_numel);
   key.stride_b = b_native ? args.stride_b : compact(args.stride_b, b_numel);

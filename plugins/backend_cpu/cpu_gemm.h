@@ -2,10 +2,12 @@
 //
 // Contract
 // - Inputs are validated by the engine (dtypes, shapes) and errors are sdk::BackendError.
-// - One primitive per (m, n, k, transposes, A/B dtypes, has-bias, alpha != 1, beta) is created
-//   on first use and reused; alpha is a run-time output scale, beta a sum post-op, bias the
-//   matmul bias argument (oneDNN scales that by alpha, so with alpha != 1 the bias is a binary-add
-//   post-op after the sum instead). Transposes are memory-descriptor strides: A and B are never
+// - One primitive per (m, n, k, transposes, A/B dtypes, has-bias, alpha, beta) is created on
+//   first use and reused; alpha is a constant output scale keyed by its value (oneDNN 2.6's
+//   brgemm kernels take no run-time one), or a run-time one, one primitive for all values, where
+//   fp8 operands' scale_inv join it; beta a sum post-op, bias the matmul bias argument (oneDNN
+//   scales that by alpha, so with alpha != 1 the bias is a binary-add post-op after the sum
+//   instead). Transposes are memory-descriptor strides: A and B are never
 //   transposed by copying.
 // - Input dtypes (prepare_operands): fp32 passes through; tf32 is rounded (RNE, 10 mantissa bits)
 //   into scratch; bf16 x bf16 goes to oneDNN's bf16 matmul (f32 accumulation) when the bf16 path
@@ -121,10 +123,13 @@ class GemmEngine {
     std::int64_t batch = 0, stride_a = 0, stride_b = 0, stride_c = 0;
     // C as the primitive writes it: fp32, or bf16 on the native route (run_product).
     dnnl::memory::data_type c_dt = dnnl::memory::data_type::f32;
+    // A constant output scale (set_alpha): 1.0f's bits when there is none, or when has_alpha
+    // passes it at run time.
+    std::uint32_t alpha_bits = 0x3f800000u;
     bool operator==(const Key&) const = default;
     auto fields() const {
       return std::tie(has_bias, has_alpha, a_dt, b_dt, beta_bits, batch, stride_a, stride_b,
-                      stride_c, c_dt);
+                      stride_c, c_dt, alpha_bits);
     }
   };
   struct Entry {

@@ -238,19 +238,37 @@ TEST(backend_cpu_gemm_cache, OnePrimitivePerKeyReusedAcrossCalls) {
   args.a = {a2, false};  // other data, same key
   sdk::facet<sdk::GemmFacet>(be)->gemm(args);
   EXPECT_EQ(be.cached_gemm_primitives(), 1u);
-  args.alpha = 3.0f;  // alpha != 1 is part of the key; its value is a run-time scale
+  // alpha is a constant output scale keyed by its value (oneDNN's brgemm kernels take no
+  // run-time one), as beta is baked into the sum post-op.
+  args.alpha = 3.0f;
   sdk::facet<sdk::GemmFacet>(be)->gemm(args);
   args.alpha = 5.0f;
   sdk::facet<sdk::GemmFacet>(be)->gemm(args);
-  EXPECT_EQ(be.cached_gemm_primitives(), 2u);
-  args.beta = 0.5f;  // beta is baked into the sum post-op
-  sdk::facet<sdk::GemmFacet>(be)->gemm(args);
   EXPECT_EQ(be.cached_gemm_primitives(), 3u);
+  args.alpha = 3.0f;
+  sdk::facet<sdk::GemmFacet>(be)->gemm(args);
+  args.alpha = 5.0f;
+  sdk::facet<sdk::GemmFacet>(be)->gemm(args);
+  EXPECT_EQ(be.cached_gemm_primitives(), 3u) << "each alpha's primitive is reused";
+  args.beta = 0.5f;
+  sdk::facet<sdk::GemmFacet>(be)->gemm(args);
+  EXPECT_EQ(be.cached_gemm_primitives(), 4u);
   const auto expected = reference_gemm(random_values(128, 43), false, random_values(64, 42), false,
                                        std::vector<float>(32), {}, 8, 4, 16, 5.0, 0.0);
   std::vector<double> with_beta(expected);
   for (std::size_t i = 0; i < with_beta.size(); ++i) with_beta[i] = expected[i] + 0.5 * expected[i];
   expect_close(c.get(), with_beta, 1e-5, 1e-5, "alpha=5, beta=0.5 after alpha=5");
+  // With an fp8 operand its scale_inv joins alpha, which delayed scaling changes every step: one
+  // run-time scale for every value.
+  DeviceTensor a8(be, DType::fp8_e4m3, {8, 16}, random_values(128, 44));
+  sdk::GemmArgs fp8;
+  fp8.b = {b, false};
+  fp8.c = c;
+  for (const float scale_inv : {0.5f, 0.25f, 0.125f}) {
+    fp8.a = {a8, false, scale_inv};
+    sdk::facet<sdk::GemmFacet>(be)->gemm(fp8);
+  }
+  EXPECT_EQ(be.cached_gemm_primitives(), 5u);
 }
 
 TEST(backend_cpu_gemm_edge, LeadingDimensionsOfRank3ViewsAreFolded) {
