@@ -175,7 +175,30 @@ def gpt(torch, a):
                 x = b(x)
             return self.lm_head(self.ln_f(x))
 
-    return GPT(), ("sdpa" if sdpa else "math")
+    model = GPT()
+    if a.lora > 0:
+        # PEFT's LoRA layer, written out (peft is not a Debian package): y = W·x + b +
+        # B·A·x · (alpha / r) on the four linears of each block, A Kaiming-uniform, B zero, every
+        # other parameter frozen; the same targets as mixtrain's [model.lora] on its gpt preset.
+        class LoRA(nn.Module):
+            def __init__(self, base):
+                super().__init__()
+                self.base = base
+                self.lora_A = nn.Linear(base.in_features, a.lora, bias=False)
+                self.lora_B = nn.Linear(a.lora, base.out_features, bias=False)
+                nn.init.kaiming_uniform_(self.lora_A.weight, a=math.sqrt(5))
+                nn.init.zeros_(self.lora_B.weight)
+                self.scaling = a.lora_alpha / a.lora
+
+            def forward(self, x):
+                return self.base(x) + self.lora_B(self.lora_A(x)) * self.scaling
+
+        for p in model.parameters():
+            p.requires_grad_(False)
+        for b in model.h:
+            for name in ("c_attn", "attn_proj", "c_fc", "mlp_proj"):
+                setattr(b, name, LoRA(getattr(b, name)))
+    return model, ("sdpa" if sdpa else "math")
 
 
 def convolutions_by_shape(prof, a, cuda):
@@ -299,6 +322,9 @@ def main():
     ap.add_argument("--tokens", type=int, default=1024)
     ap.add_argument("--vocab", type=int, default=50257)
     ap.add_argument("--attention", choices=["sdpa", "math"], default="sdpa")
+    ap.add_argument("--lora", type=int, default=0,
+                    help="gpt2: LoRA of this rank on each block's four linears, the rest frozen (0: off)")
+    ap.add_argument("--lora-alpha", type=float, default=16.0)
     a = ap.parse_args()
 
     import torch
@@ -355,8 +381,8 @@ def main():
         model = model.to(dev)
         x = torch.randint(0, a.vocab, (a.batch, a.tokens), device=dev)
         y = torch.randint(0, a.vocab, (a.batch, a.tokens), device=dev)
-        decay = [p for n, p in model.named_parameters() if p.dim() > 1]
-        rest = [p for n, p in model.named_parameters() if p.dim() <= 1]
+        decay = [p for n, p in model.named_parameters() if p.dim() > 1 and p.requires_grad]
+        rest = [p for n, p in model.named_parameters() if p.dim() <= 1 and p.requires_grad]
         kw = {"fused": True} if cuda else {}
         try:
             opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
@@ -366,7 +392,8 @@ def main():
                                     lr=6e-4, betas=(0.9, 0.95))
             kw = {}
         meta.update(layers=a.layers, heads=a.heads, width=a.width, tokens=a.tokens, vocab=a.vocab,
-                    attention=attn, fused_adamw=bool(kw))
+                    attention=attn, fused_adamw=bool(kw), lora=a.lora,
+                    trainable=sum(p.numel() for p in model.parameters() if p.requires_grad))
         per_step = {"tokens": a.batch * a.tokens}
     meta["parameters"] = sum(p.numel() for p in model.parameters())
     loss_fn = torch.nn.CrossEntropyLoss()
