@@ -1,13 +1,13 @@
-// CpuQuantizedWeight: the CPU backend's QuantizedWeightFacet: NF4 decoded element by element as
-// sdk/support/nf4.h defines it, and block-scaled weights as sdk/support/block_scaling.h's
-// dequantize_block_scaled() does. The whole facet (class, kernels, registration) is this file.
+// CpuQuantizedWeight: the CPU backend's QuantizedWeightFacet: NF4 decoded as sdk/support/nf4.h
+// defines it (cpu_nf4_decode.h: a table of each block's 16 values, rounded once into out's dtype),
+// and block-scaled weights as sdk/support/block_scaling.h's dequantize_block_scaled() does.
 //
-// - OpenMP over chunks of kChunk elements (NF4) or over rows (block-scaled); an element depends on
-//   its code and its block's scales alone, so the output has the same bits for any thread count.
-// - NF4: one fp32 product per element (nf4_value, the reference's own expression). Block-scaled:
-//   code × block scale × tensor scale in double, exact (at most 4 + 24 + 24 significant bits),
-//   rounded once to fp32, as the reference computes it. Either value is then rounded once (RNE)
-//   into out's dtype by commit_chunk / commit_row.
+// - OpenMP over runs of whole blocks (NF4) or over rows (block-scaled); an element depends on its
+//   code and its block's scales alone, so the output has the same bits for any thread count.
+// - Block-scaled: code × block scale × tensor scale in double, exact (at most 4 + 24 + 24
+//   significant bits), rounded once to fp32, as the reference computes it, then rounded once
+//   (RNE) into out's dtype by commit_row.
+
 #include <algorithm>
 #include <array>
 #include <string>
@@ -16,6 +16,7 @@
 #include "cpu_access.h"
 #include "cpu_block_scaled.h"
 #include "cpu_context.h"
+#include "cpu_nf4_decode.h"
 #include "mixtrain/sdk/backend_quantized_weight.h"
 #include "mixtrain/sdk/support/block_scaling.h"
 #include "mixtrain/sdk/support/facet_registry.h"
@@ -58,17 +59,7 @@ class CpuQuantizedWeight final : public sdk::QuantizedWeightFacet {
     const std::int64_t n = out.numel();
     require_numel(kOp, "absmax", absmax, sdk::nf4_block_count(n, block));
     context_.use_threads();
-    const std::span packed(static_cast<const std::uint8_t*>(codes),
-                           static_cast<std::size_t>(sdk::nf4_code_bytes(n)));
-    const std::span scales(absmax.as<const float>(), static_cast<std::size_t>(absmax.numel()));
-#pragma omp parallel for schedule(static) if (parallel_worth(n))
-    for (std::int64_t c0 = 0; c0 < n; c0 += kChunk) {
-      const std::int64_t len = std::min(kChunk, n - c0);
-      float buf[kChunk];
-      float* y = write_target(out, c0, buf);
-      for (std::int64_t j = 0; j < len; ++j) y[j] = sdk::nf4_value(packed, scales, block, c0 + j);
-      commit_chunk(out, c0, len, y);
-    }
+    decode_nf4(static_cast<const std::uint8_t*>(codes), absmax.as<const float>(), block, out);
   }
 
   // out is [rows, cols]; w's codes and scales tile it in w.layout's blocks.

@@ -1,0 +1,26 @@
+// NF4 weights decoded on the CPU (the quantized_weight facet's dequantize_nf4, QLoRA's frozen
+// base, decoded before every GEMM that reads it).
+//
+// Contract
+// - decode_nf4: out (fp32 / bf16 / fp16 storage, n = out.numel() elements read flat) receives
+//   element i = kNf4Codebook[code_i] · absmax[i / block], one fp32 product, rounded once into out's
+//   dtype: bit for bit sdk/support/nf4.h's nf4_dequantize and that rounding, as
+//   sdk/backend_quantized_weight.h states it. codes holds nf4_code_bytes(n) bytes (element 2i in
+//   the high nibble), absmax nf4_block_count(n, block) fp32 values; the caller checked both.
+// - How: per block, its 16 possible values (each the reference's fp32 product) are rounded into
+//   out's dtype once, as a table, and each element is a lookup by its code; no division or
+//   conversion per element. OpenMP over runs of whole blocks, so the result does not depend on the
+//   thread count. On GPT-2 small's QLoRA step (c_fc, 2.36 M elements into bf16) the per-element
+//   reference path took 4.8 ms a decode (bench/RESULTS.md, session 74).
+#pragma once
+
+#include <cstdint>
+
+#include "mixtrain/sdk/tensor_view.h"
+
+namespace mixtrain::backend_cpu {
+
+void decode_nf4(const std::uint8_t* codes, const float* absmax, std::int64_t block,
+                const sdk::TensorView& out);
+
+}  // namespace mixtrain::backend_cpu
