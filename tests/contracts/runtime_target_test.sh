@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The README's first command builds the `mixtrain_runtime` target only (plugins/CMakeLists.txt),
 # so that target must hold the CLI and every plugin the build puts where the CLI looks: a plugin
-# left out would be missing for a user of that command and only for them. Ninja builds only:
-# exits 77 (a skip) under another generator.
+# left out would be missing for a user of that command and only for them. The plugins are the
+# build's own outputs under lib/mixtrain/plugins, as Ninja lists them (a file left there by an
+# earlier configuration is not one). Ninja builds only: exits 77 (a skip) under another
+# generator.
 #
 #   bash tests/contracts/runtime_target_test.sh BUILD_DIR
 set -uo pipefail
@@ -30,7 +32,7 @@ plugins=0
 while read -r so; do
   plugins=$((plugins + 1))
   [[ -n ${inputs[$so]:-} ]] || { echo "FAIL: $so is a plugin the CLI loads, but mixtrain_runtime does not build it"; failures=$((failures + 1)); }
-done < <(cd "$build" && find lib/mixtrain/plugins -name 'libmixtrain_*.so' | sort)
-[[ $plugins -gt 0 ]] || { echo "FAIL: no plugin under $build/lib/mixtrain/plugins (is the build done?)"; failures=$((failures + 1)); }
+done < <(ninja -C "$build" -t targets all 2>/dev/null | sed -n 's|^\(lib/mixtrain/plugins/[^:]*libmixtrain_[^:]*\.so\):.*|\1|p' | sort)
+[[ $plugins -gt 0 ]] || { echo "FAIL: the build makes no plugin under lib/mixtrain/plugins"; failures=$((failures + 1)); }
 [[ $failures -eq 0 ]] && echo "runtime_target: mixtrain_runtime builds the CLI and all $plugins plugins"
 exit $((failures > 0))
