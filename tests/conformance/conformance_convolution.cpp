@@ -569,32 +569,26 @@ TEST_P(Conformance, Conv2dWithTheWorkspaceItAskedForIsTheCallWithoutItBitForBit)
                    a.dw = dw;
                    conv.conv2d_backward_weights_with_workspace(a, ws_);
                  });
-      if (conv.supports(C::conv2d_backward_data_accumulate, std::vector<DType>{d, d, DType::fp32}))
-        three_ways(C::conv2d_backward_data_accumulate, xs, DType::fp32,
-                   random_values(static_cast<std::size_t>(xs.numel()), 83),
-                   [&](sdk::TensorView dx, sdk::TensorView ws_) {
-                     sdk::Conv2dBackwardDataArgs a;
-                     a.geometry = g;
-                     a.dy.view = dy.tested->view();
-                     a.w.view = w.tested->view();
-                     a.dx = dx;
-                     conv.conv2d_backward_data_accumulate_with_workspace(a, ws_);
-                   });
-      // A 16-bit sum (model.fp32_gradient_sums = false): dx of dy's dtype, its route's scratch
-      // in that dtype.
-      q.out = d;
-      if (d != DType::fp32 &&
-          conv.supports(C::conv2d_backward_data_accumulate, std::vector<DType>{d, d, d}))
-        three_ways(C::conv2d_backward_data_accumulate, xs, d,
-                   random_values(static_cast<std::size_t>(xs.numel()), 86),
-                   [&](sdk::TensorView dx, sdk::TensorView ws_) {
-                     sdk::Conv2dBackwardDataArgs a;
-                     a.geometry = g;
-                     a.dy.view = dy.tested->view();
-                     a.w.view = w.tested->view();
-                     a.dx = dx;
-                     conv.conv2d_backward_data_accumulate_with_workspace(a, ws_);
-                   });
+      // The accumulating dgrad into an fp32 sum, and into a 16-bit sum of dy's dtype
+      // (model.fp32_gradient_sums = false, its route's scratch in that dtype), where offered.
+      std::vector<DType> sums{DType::fp32};
+      if (d != DType::fp32) sums.push_back(d);
+      for (const DType sum : sums) {
+        q.out = sum;
+        if (!conv.supports(C::conv2d_backward_data_accumulate, std::vector<DType>{d, d, sum}))
+          continue;
+        three_ways(
+            C::conv2d_backward_data_accumulate, xs, sum,
+            random_values(static_cast<std::size_t>(xs.numel()), sum == DType::fp32 ? 83 : 86),
+            [&](sdk::TensorView dx, sdk::TensorView ws_) {
+              sdk::Conv2dBackwardDataArgs a;
+              a.geometry = g;
+              a.dy.view = dy.tested->view();
+              a.w.view = w.tested->view();
+              a.dx = dx;
+              conv.conv2d_backward_data_accumulate_with_workspace(a, ws_);
+            });
+      }
     }
   }
   if (asked == 0)
