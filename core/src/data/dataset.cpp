@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
+#include <thread>
+#include <vector>
 
 // Bit-identical results need a*b+c rounded twice everywhere; clang would otherwise fuse it on
 // targets with FMA (GCC already does not fuse in ISO mode, -std=c++20).
@@ -148,6 +150,45 @@ double DataRng::normal() {
   spare_normal_ = radius * s;
   has_spare_normal_ = true;
   return radius * c;
+}
+
+void DataRng::normals(std::span<float> out, double scale, unsigned threads) {
+  std::size_t i = 0;
+  if (has_spare_normal_ && !out.empty()) {
+    out[0] = static_cast<float>(scale * spare_normal_);
+    has_spare_normal_ = false;
+    i = 1;
+  }
+  // Pairs as normal() forms them: u1 from the first draw, u2 from the second; radius·cos first,
+  // radius·sin second.
+  const std::size_t pairs = (out.size() - i) / 2;
+  constexpr std::size_t kChunk = std::size_t{1} << 18;  // pairs a round: 4 MiB of draws
+  std::vector<std::uint64_t> draws(2 * std::min(pairs, kChunk));
+  for (std::size_t p0 = 0; p0 < pairs; p0 += kChunk) {
+    const std::size_t n = std::min(kChunk, pairs - p0);
+    for (std::size_t k = 0; k < 2 * n; ++k) draws[k] = next_u64();
+    float* dst = out.data() + i + 2 * p0;
+    const auto transform = [&](std::size_t k0, std::size_t k1) {
+      for (std::size_t k = k0; k < k1; ++k) {
+        const double u1 = static_cast<double>((draws[2 * k] >> 11) + 1) * 0x1.0p-53;
+        const double u2 = static_cast<double>(draws[2 * k + 1] >> 11) * 0x1.0p-53;
+        const double radius = std::sqrt(-2.0 * portable_log(u1));
+        double sn = 0.0, cs = 0.0;
+        sin_cos_turns(u2, sn, cs);
+        dst[2 * k] = static_cast<float>(scale * (radius * cs));
+        dst[2 * k + 1] = static_cast<float>(scale * (radius * sn));
+      }
+    };
+    // A thread per 16 Ki pairs at least: fewer would cost more to start than they save.
+    const std::size_t workers = std::clamp<std::size_t>(n / 16384, 1, std::max(1u, threads));
+    std::vector<std::thread> team;
+    for (std::size_t w = 1; w < workers; ++w)
+      team.emplace_back(transform, n * w / workers, n * (w + 1) / workers);
+    transform(0, n / workers);
+    for (auto& t : team) t.join();
+  }
+  i += 2 * pairs;
+  if (i < out.size()) out[i] = static_cast<float>(scale * normal());  // leaves the spare
 }
 
 void seeded_shuffle(std::span<std::int64_t> values, DataRng& rng) {

@@ -1,10 +1,12 @@
 // Helpers shared by the ops' implementations (internal to the core).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -62,12 +64,14 @@ inline void fill_uniform(const std::shared_ptr<sdk::DeviceBackend>& backend, Mod
   set_parameter_from_fp32(backend, p, host.data());
 }
 
-// N(0, std²) from `seed`, drawn on the host (DataRng's portable Box–Muller) for the same reason.
+// N(0, std²) from `seed`, drawn on the host (DataRng's portable Box–Muller) for the same reason;
+// the transforms on up to 8 of the host's threads (the same values on any count: GPT-2 small's
+// 124 M normals were half of `mixtrain sample`'s start on 2 cores, bench/RESULTS.md, session 74).
 inline void fill_normal(const std::shared_ptr<sdk::DeviceBackend>& backend, ModelParameter& p,
                         double std, std::uint64_t seed) {
   DataRng rng(seed);
   std::vector<float> host(static_cast<std::size_t>(p.numel()));
-  for (auto& v : host) v = static_cast<float>(std * rng.normal());
+  rng.normals(host, std, std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
   set_parameter_from_fp32(backend, p, host.data());
 }
 

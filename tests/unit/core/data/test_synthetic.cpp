@@ -271,6 +271,30 @@ TEST(DataRng, NormalHasUnitMoments) {
   EXPECT_NEAR(static_cast<double>(beyond3) / n, 0.0027, 0.0006);
 }
 
+// normals() is normal() called in order, whatever its thread count: the values, a leading spare,
+// an odd count's trailing spare, several rounds of draws, and the state it leaves.
+TEST(DataRng, NormalsAreNormalCalledInOrderOnAnyThreadCount) {
+  const double scale = 0.02;
+  for (const std::size_t count :
+       {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{2 * 262144 + 3}})
+    for (const bool leading_spare : {false, true})
+      for (const unsigned threads : {1u, 2u, 3u}) {
+        SCOPED_TRACE(std::to_string(count) + " values, " + std::to_string(threads) + " threads" +
+                     (leading_spare ? ", a spare first" : ""));
+        DataRng one(17, 3), many(17, 3);
+        if (leading_spare) {
+          (void)one.normal();
+          (void)many.normal();
+        }
+        std::vector<float> want(count), got(count);
+        for (float& v : want) v = static_cast<float>(scale * one.normal());
+        many.normals(got, scale, threads);
+        ASSERT_EQ(got, want);
+        EXPECT_EQ(many.normal(), one.normal()) << "the state it leaves";
+        EXPECT_EQ(many.next_u64(), one.next_u64());
+      }
+}
+
 TEST(DataRng, BelowIsInRangeAndCoversIt) {
   DataRng rng(3);
   std::vector<int> count(7, 0);

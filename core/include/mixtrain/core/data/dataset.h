@@ -94,6 +94,11 @@ class DataRng {
   double uniform();                      // [0, 1), 53 random bits
   std::uint64_t below(std::uint64_t n);  // uniform in [0, n), unbiased; n > 0
   double normal();                       // N(0, 1) by Box–Muller with portable log / sin / cos
+  // out[i] = float(scale · normal()) for each i in order: the values, and the state after, of
+  // out.size() calls. The draws stay in order on the caller's thread; the Box–Muller transforms
+  // (the log, sine and cosine: nearly all the time) run on up to `threads` threads, each on its
+  // own pairs, so the values do not depend on `threads`.
+  void normals(std::span<float> out, double scale, unsigned threads);
 
  private:
   std::uint64_t state_[4];
