@@ -550,14 +550,17 @@ TEST_P(Conformance, Conv2dWithTheWorkspaceItAskedForIsTheCallWithoutItBitForBit)
         a.y = y;
         conv.conv2d_forward_with_workspace(a, ws_);
       });
+      const auto data_args = [&](sdk::TensorView dx) {
+        sdk::Conv2dBackwardDataArgs a;
+        a.geometry = g;
+        a.dy.view = dy.tested->view();
+        a.w.view = w.tested->view();
+        a.dx = dx;
+        return a;
+      };
       three_ways(C::conv2d_backward_data, xs, d, zeros_x,
                  [&](sdk::TensorView dx, sdk::TensorView ws_) {
-                   sdk::Conv2dBackwardDataArgs a;
-                   a.geometry = g;
-                   a.dy.view = dy.tested->view();
-                   a.w.view = w.tested->view();
-                   a.dx = dx;
-                   conv.conv2d_backward_data_with_workspace(a, ws_);
+                   conv.conv2d_backward_data_with_workspace(data_args(dx), ws_);
                  });
       q.out = DType::fp32;
       three_ways(C::conv2d_backward_weights, ws, DType::fp32, zeros_w,
@@ -581,12 +584,7 @@ TEST_P(Conformance, Conv2dWithTheWorkspaceItAskedForIsTheCallWithoutItBitForBit)
             C::conv2d_backward_data_accumulate, xs, sum,
             random_values(static_cast<std::size_t>(xs.numel()), sum == DType::fp32 ? 83 : 86),
             [&](sdk::TensorView dx, sdk::TensorView ws_) {
-              sdk::Conv2dBackwardDataArgs a;
-              a.geometry = g;
-              a.dy.view = dy.tested->view();
-              a.w.view = w.tested->view();
-              a.dx = dx;
-              conv.conv2d_backward_data_accumulate_with_workspace(a, ws_);
+              conv.conv2d_backward_data_accumulate_with_workspace(data_args(dx), ws_);
             });
       }
     }
