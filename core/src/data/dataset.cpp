@@ -95,6 +95,23 @@ void sin_cos_turns(double u, double& sin_out, double& cos_out) {
   }
 }
 
+// [0, 1) from a draw's top 53 bits (DataRng::uniform's rule).
+double unit_interval(std::uint64_t bits) {
+  return static_cast<double>(bits >> 11) * 0x1.0p-53;
+}
+
+// Box–Muller from two draws as DataRng::normal() takes them: u1 in (0, 1] from the first, u2 in
+// [0, 1) from the second; `first` = radius·cos (returned first), `second` = radius·sin (the
+// spare). normal() and normals() share it, so their values are one definition.
+void box_muller(std::uint64_t a, std::uint64_t b, double& first, double& second) {
+  const double u1 = static_cast<double>((a >> 11) + 1) * 0x1.0p-53;  // (0, 1]
+  const double radius = std::sqrt(-2.0 * portable_log(u1));          // sqrt is correctly rounded
+  double s = 0.0, c = 0.0;
+  sin_cos_turns(unit_interval(b), s, c);
+  first = radius * c;
+  second = radius * s;
+}
+
 [[noreturn]] void fail(std::string_view origin, const std::string& what, const std::string& hint) {
   throw sdk::DataError(std::string(origin) + ": " + what, hint);
 }
@@ -124,7 +141,7 @@ std::uint64_t DataRng::next_u64() {
 }
 
 double DataRng::uniform() {
-  return static_cast<double>(next_u64() >> 11) * 0x1.0p-53;
+  return unit_interval(next_u64());
 }
 
 std::uint64_t DataRng::below(std::uint64_t n) {
@@ -142,14 +159,12 @@ double DataRng::normal() {
     has_spare_normal_ = false;
     return spare_normal_;
   }
-  const double u1 = static_cast<double>((next_u64() >> 11) + 1) * 0x1.0p-53;  // (0, 1]
-  const double u2 = uniform();
-  const double radius = std::sqrt(-2.0 * portable_log(u1));  // sqrt is correctly rounded
-  double s = 0.0, c = 0.0;
-  sin_cos_turns(u2, s, c);
-  spare_normal_ = radius * s;
+  const std::uint64_t a = next_u64();
+  const std::uint64_t b = next_u64();
+  double first = 0.0;
+  box_muller(a, b, first, spare_normal_);
   has_spare_normal_ = true;
-  return radius * c;
+  return first;
 }
 
 void DataRng::normals(std::span<float> out, double scale, unsigned threads) {
@@ -159,8 +174,7 @@ void DataRng::normals(std::span<float> out, double scale, unsigned threads) {
     has_spare_normal_ = false;
     i = 1;
   }
-  // Pairs as normal() forms them: u1 from the first draw, u2 from the second; radius·cos first,
-  // radius·sin second.
+  // Pairs as normal() forms them (box_muller).
   const std::size_t pairs = (out.size() - i) / 2;
   constexpr std::size_t kChunk = std::size_t{1} << 18;  // pairs a round: 4 MiB of draws
   std::vector<std::uint64_t> draws(2 * std::min(pairs, kChunk));
@@ -170,13 +184,10 @@ void DataRng::normals(std::span<float> out, double scale, unsigned threads) {
     float* dst = out.data() + i + 2 * p0;
     const auto transform = [&](std::size_t k0, std::size_t k1) {
       for (std::size_t k = k0; k < k1; ++k) {
-        const double u1 = static_cast<double>((draws[2 * k] >> 11) + 1) * 0x1.0p-53;
-        const double u2 = static_cast<double>(draws[2 * k + 1] >> 11) * 0x1.0p-53;
-        const double radius = std::sqrt(-2.0 * portable_log(u1));
-        double sn = 0.0, cs = 0.0;
-        sin_cos_turns(u2, sn, cs);
-        dst[2 * k] = static_cast<float>(scale * (radius * cs));
-        dst[2 * k + 1] = static_cast<float>(scale * (radius * sn));
+        double first = 0.0, second = 0.0;
+        box_muller(draws[2 * k], draws[2 * k + 1], first, second);
+        dst[2 * k] = static_cast<float>(scale * first);
+        dst[2 * k + 1] = static_cast<float>(scale * second);
       }
     };
     // A thread per 16 Ki pairs at least: fewer would cost more to start than they save.
