@@ -414,11 +414,10 @@ int run_check(const ConfigArgs& cfg, bool rehearse) {
 }
 
 int run_eval(const ConfigArgs& cfg, const std::string& checkpoint, const std::string& layout) {
-  auto session = open_model_session(cfg, SessionWeights::from_checkpoint, /*rehearses=*/false,
-                                    core::DataSplits::held_out, checkpoint);
+  auto session = open_model_session(
+      cfg, SessionWeights::from_checkpoint, /*rehearses=*/false, core::DataSplits::held_out,
+      {.path = checkpoint, .layout = layout, .records_shape = true, .check_model = {}});
   auto& trainer = *session.trainer;
-  trainer.load_checkpoint(session.checkpoint, /*weights_only=*/true,
-                          core::parse_weight_layout(layout));
   auto r = trainer.evaluate();
   nlohmann::json j = {{"eval_loss", r.loss}, {"eval_accuracy", r.accuracy}, {"rows", r.rows}};
   if (r.top_k > 0) j[core::top_k_accuracy_key(r.top_k)] = r.top_k_accuracy;

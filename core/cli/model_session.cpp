@@ -13,12 +13,8 @@ core::Config load_config(const ConfigArgs& cfg) {
   return core::Config::from_file(cfg.config, cfg.sets, cfg.merges);
 }
 
-std::filesystem::path ModelSession::checkpoint_path(const std::string& user_path) const {
-  return core::resolve_checkpoint_path(user_path, checkpoint_format->file_extension());
-}
-
 ModelSession open_model_session(const ConfigArgs& cfg, SessionWeights weights, bool rehearses,
-                                core::DataSplits splits, const std::string& checkpoint) {
+                                core::DataSplits splits, const SessionCheckpoint& checkpoint) {
   ModelSession s;
   auto config = load_config(cfg);
   s.registry = make_registry(&config);
@@ -42,10 +38,17 @@ ModelSession open_model_session(const ConfigArgs& cfg, SessionWeights weights, b
   // Only check rehearses a training step; the others never step the optimizer.
   opt.trains = rehearses;
   opt.splits = splits;
-  if (!checkpoint.empty()) s.checkpoint = s.checkpoint_path(checkpoint);
-  if (splits != core::DataSplits::both && !checkpoint.empty() &&
+  if (!checkpoint.path.empty())
+    s.checkpoint =
+        core::resolve_checkpoint_path(checkpoint.path, s.checkpoint_format->file_extension());
+  if (splits != core::DataSplits::both && !checkpoint.path.empty() && checkpoint.records_shape &&
       !core::is_token_source(s.experiment.data.source))
     opt.shape_from = s.checkpoint;
+  if (weights == SessionWeights::from_checkpoint && !checkpoint.path.empty()) {
+    opt.weights = s.checkpoint;
+    opt.weights_layout = core::parse_weight_layout(checkpoint.layout);
+  }
+  opt.check_model = checkpoint.check_model;
   s.trainer = std::make_unique<core::Trainer>(s.experiment, std::move(components), opt);
   return s;
 }

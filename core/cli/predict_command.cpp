@@ -80,8 +80,9 @@ int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
   format.top_k = args.top_k;
   format.all_positions = args.positions == "all";
 
-  auto session = open_model_session(cfg, SessionWeights::from_checkpoint, /*rehearses=*/false,
-                                    core::DataSplits::none, args.checkpoint);
+  auto session = open_model_session(
+      cfg, SessionWeights::from_checkpoint, /*rehearses=*/false, core::DataSplits::none,
+      {.path = args.checkpoint, .layout = args.layout, .records_shape = true, .check_model = {}});
   auto& trainer = *session.trainer;
   const core::Dataset& trained = trainer.train_data();
   const std::int64_t classes = trainer.model().classes();
@@ -106,10 +107,7 @@ int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
                          "leave out --stride");
   // A run or checkpoints/ folder names its newest checkpoint as the session opened: the one whose
   // data shape the model was built from.
-  const fs::path checkpoint = session.checkpoint;
-  refuse_input_as_output("--out", out, {{"--checkpoint", checkpoint}});
-  trainer.load_checkpoint(checkpoint, /*weights_only=*/true,
-                          core::parse_weight_layout(args.layout));
+  refuse_input_as_output("--out", out, {{"--checkpoint", session.checkpoint}});
 
   core::PredictionInputSpec spec;
   spec.input = input;

@@ -117,11 +117,15 @@ int run_sample(const ConfigArgs& cfg, const SampleArgs& args) {
   if (prompt.empty())
     throw sdk::UserError("the prompt is empty", "give --prompt some text to continue");
 
-  auto session = open_model_session(cfg, SessionWeights::from_checkpoint, /*rehearses=*/false,
-                                    core::DataSplits::none);
-  auto& trainer = *session.trainer;
   // Whether the model can decode at all, before its vocabulary or its weights are looked at.
-  { const core::Decoder probe(trainer.model(), 1); }
+  const auto decodes = [](core::Model& model) { const core::Decoder probe(model, 1); };
+  auto session = open_model_session(cfg, SessionWeights::from_checkpoint, /*rehearses=*/false,
+                                    core::DataSplits::none,
+                                    {.path = args.checkpoint,
+                                     .layout = args.layout,
+                                     .records_shape = false,
+                                     .check_model = decodes});
+  auto& trainer = *session.trainer;
   const std::int64_t vocab = trainer.model().classes();
   const bool bytes = byte_level(session.experiment, vocab);
   check_prompt_fits(args, vocab, bytes, prompt);
@@ -135,8 +139,6 @@ int run_sample(const ConfigArgs& cfg, const SampleArgs& args) {
   // -1: no stop at the end-of-text id.
   const std::int64_t eos_stop = !args.stop_ids && !args.ignore_eos ? eos.value_or(-1) : -1;
   if (eos_stop >= 0) o.stop_ids = {static_cast<std::int32_t>(eos_stop)};
-  trainer.load_checkpoint(session.checkpoint_path(args.checkpoint),
-                          /*weights_only=*/true, core::parse_weight_layout(args.layout));
   warn_of_context(session.experiment, trainer.model().input_features(), prompt.size());
   // Ids come out in --prompt-ids' own form, so an output continues as the next call's prompt.
   const bool ids = args.print_ids;

@@ -100,8 +100,14 @@ void Model::begin_micro_batch(std::int64_t index, std::int64_t count, std::int64
   for (auto& l : ops_) l->begin_micro_batch(index, step, replica * count + index, samples);
 }
 
-void Model::init_parameters(std::uint64_t seed) {
+void Model::init_parameters(std::uint64_t seed,
+                            const std::function<bool(const ModelParameter&)>& filled_by_load) {
+  if (filled_by_load)
+    for (auto& l : ops_)
+      for (auto& p : l->parameters()) p.filled_by_load = filled_by_load(p);
   for (auto& l : ops_) l->init_parameters(seed);
+  for (auto& l : ops_)
+    for (auto& p : l->parameters()) p.filled_by_load = false;
   refresh_working_copies();
 }
 

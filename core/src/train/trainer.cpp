@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <span>
 
 #include <nlohmann/json.hpp>
@@ -19,6 +20,7 @@
 #include "mixtrain/core/checkpoint/path.h"
 #include "mixtrain/core/console/progress_report.h"
 #include "mixtrain/core/distributed/config_agreement.h"
+#include "mixtrain/core/graph/lora.h"
 #include "mixtrain/core/graph/model_summary.h"
 #include "mixtrain/core/precision/loss_scaling_advice.h"
 #include "mixtrain/core/profiling/profiling_backend.h"
@@ -201,13 +203,25 @@ void load_training_data(Trainer::State& s, const DataSettings& data) {
         "lower data.batch_size or data.eval_fraction, or use more data");
 }
 
+// The parameters that the constructor's checkpoint load fills (TrainOptions::weights): a resume
+// needs every one, and a weights-only load every one but LoRA's adapters, which a base model's
+// file may lack (load_parameters refuses a file that lacks any other). Empty without a load.
+std::function<bool(const ModelParameter&)> filled_by_constructor_load(const Trainer::State& s) {
+  if (s.opt.resume) return [](const ModelParameter&) { return true; };
+  if (s.opt.weights.empty() && s.e.checkpoint.init_from.empty()) return {};
+  return [lora = s.e.model.lora.enabled()](const ModelParameter& p) {
+    return !(lora && is_lora_parameter(p.name));
+  };
+}
+
 // The model under the policy's plan (train/planned_model.h) with its seeded initial weights, and
-// what the step keeps beside it: the accumulated loss and the EMA.
+// what the step keeps beside it: the accumulated loss and the EMA. The weights a checkpoint's
+// load replaces next are not drawn.
 void build_initial_model(Trainer::State& s) {
   const auto& e = s.e;
   s.precision.escalation.set_settings(e.escalate);
   build_model(s);
-  s.model->init_parameters(e.run.seed);
+  s.model->init_parameters(e.run.seed, filled_by_constructor_load(s));
   if (e.run.accumulate > 1) s.loss_sum = Tensor(s.c.backend, sdk::DType::fp32, sdk::Shape{1});
   if (e.ema.enabled())  // a frozen parameter's average is itself
     for (auto* p : s.model->trainable_parameters())
@@ -590,6 +604,9 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
                    (options.splits == DataSplits::held_out && e.data.eval_token_paths.empty()));
   s.evaluates =
       (held_out_files || !shape_recorded) && (options.splits != DataSplits::none || !tokens);
+  if (options.resume && !options.weights.empty())
+    throw std::logic_error(
+        "Trainer: TrainOptions::weights loads weights into a new session; a resume takes its own");
   if (!s.data_loaded && (options.trains || options.resume || s.c.communicator))
     throw std::logic_error(
         "Trainer: a Trainer that trains, resumes or runs on ranks reads the training split "
@@ -629,6 +646,7 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
     s.eval = s.train;
   }
   build_initial_model(s);
+  if (options.check_model) options.check_model(*s.model);
   if (s.data_loaded)
     s.data.sampler =
         std::make_unique<BatchSampler>(s.train.rows, e.data.batch_size, e.data.shuffle, e.run.seed);
@@ -654,6 +672,7 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
     s.loading_initial_weights = false;
   }
   if (e.from_peft.enabled() && !options.resume) load_peft_adapter(s);
+  if (!options.weights.empty()) load_checkpoint(options.weights, true, options.weights_layout);
   if (options.resume) {
     const std::string extension = s.c.checkpoint_format->file_extension();
     s.position.resumed_from = resolve_checkpoint_path(*options.resume, extension);

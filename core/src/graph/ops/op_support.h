@@ -54,10 +54,26 @@ inline bool needs_working_copy(sdk::DType weight) {
 inline sdk::TensorView prefix(const Tensor& t, std::int64_t n) {
   return {t.view().data, t.dtype(), sdk::Shape{n}};
 }
+// A parameter whose draw Model::init_parameters skips (ModelParameter::filled_by_load): zeroed,
+// so that it holds defined values until the load, whatever the backend's fresh memory holds.
+// Returns whether it did.
+inline bool zero_if_filled_by_load(const std::shared_ptr<sdk::DeviceBackend>& backend,
+                                   ModelParameter& p) {
+  if (!p.filled_by_load) return false;
+  if (p.quantized()) {
+    const std::vector<float> zeros(static_cast<std::size_t>(p.numel()), 0.0f);
+    set_parameter_from_fp32(backend, p, zeros.data());
+  } else {
+    backend->fill(p.value(), 0.0f);
+  }
+  return true;
+}
+
 // U(-bound, bound) from `seed`, drawn on the host so every backend starts from the same values,
 // into a parameter's stored weights (a frozen one's one copy included).
 inline void fill_uniform(const std::shared_ptr<sdk::DeviceBackend>& backend, ModelParameter& p,
                          double bound, std::uint64_t seed) {
+  if (zero_if_filled_by_load(backend, p)) return;
   SplitMix64 rng(seed);
   std::vector<float> host(static_cast<std::size_t>(p.numel()));
   for (auto& v : host) v = static_cast<float>(rng.uniform(-bound, bound));
@@ -69,6 +85,7 @@ inline void fill_uniform(const std::shared_ptr<sdk::DeviceBackend>& backend, Mod
 // 124 M normals were half of `mixtrain sample`'s start on 2 cores, bench/RESULTS.md, session 74).
 inline void fill_normal(const std::shared_ptr<sdk::DeviceBackend>& backend, ModelParameter& p,
                         double std, std::uint64_t seed) {
+  if (zero_if_filled_by_load(backend, p)) return;
   DataRng rng(seed);
   std::vector<float> host(static_cast<std::size_t>(p.numel()));
   rng.normals(host, std, std::min(8u, std::max(1u, std::thread::hardware_concurrency())));

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -370,6 +371,42 @@ TEST(Freezing, AnNf4WeightIsItsQuantizationDecodedBeforeEachGemm) {
       ASSERT_EQ(got.size(), want.size());
       for (const auto& [name, g] : got) EXPECT_EQ(g, want.at(name)) << name << " block " << block;
     }
+}
+
+// Model::init_parameters' filled_by_load (a checkpoint's load overwrites those parameters next):
+// they are zeroed, not drawn, an NF4 one included, and every other parameter holds the bits of
+// the full initialisation, since each draw is seeded by its parameter's own name.
+TEST(Freezing, ParametersALoadFillsAreZeroedAndTheOthersDrawAsBefore) {
+  const ModelSpec spec = as_nf4(with_frozen(norm_mlp(), {"fc2", "ln"}));
+  Model all(cpu(), spec, 12, 5), some(cpu(), spec, 12, 5);
+  for (Model* m : {&all, &some}) {
+    for (auto& l : m->layers()) l->set_precision({});
+    m->allocate(4);
+  }
+  // Garbage where the skipped weights live: zeroing must overwrite it, not find zeros.
+  const std::vector<float> junk(static_cast<std::size_t>(parameter(some, "fc1.weight").numel()),
+                                std::numeric_limits<float>::quiet_NaN());
+  write(parameter(some, "fc1.weight").master.view(), junk);
+  all.init_parameters(7);
+  const std::set<std::string> loaded = {"fc1.weight", "fc2.weight"};
+  some.init_parameters(7, [&](const ModelParameter& p) { return loaded.count(p.name) > 0; });
+  ASSERT_TRUE(parameter(some, "fc2.weight").quantized());
+  std::size_t drawn = 0;
+  for (auto* p : some.parameters()) {
+    const auto got = parameter_to_host_fp32(cpu(), *p);
+    EXPECT_FALSE(p->filled_by_load) << p->name << ": the mark lasts only the call";
+    if (loaded.count(p->name)) {
+      EXPECT_TRUE(same_bits(got, std::vector<float>(got.size(), 0.0f))) << p->name;
+    } else {
+      EXPECT_TRUE(same_bits(got, parameter_to_host_fp32(cpu(), parameter(all, p->name))))
+          << p->name;
+      ++drawn;
+    }
+  }
+  EXPECT_EQ(drawn, some.parameters().size() - loaded.size());
+  EXPECT_FALSE(same_bits(parameter_to_host_fp32(cpu(), parameter(all, "fc1.weight")),
+                         parameter_to_host_fp32(cpu(), parameter(some, "fc1.weight"))))
+      << "the full initialisation draws fc1.weight";
 }
 
 TEST(Freezing, Nf4WithoutAFrozenLinearWeightIsAnErrorAtTheKey) {

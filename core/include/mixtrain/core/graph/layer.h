@@ -82,6 +82,10 @@ struct ModelParameter {
   QuantizedWeight quant;  // a frozen weight stored quantized (NF4, an FP8 block format); else empty
   bool weight_decay = true;
   bool frozen = false;
+  // Set only while Model::init_parameters runs, for a parameter that a checkpoint's load fills
+  // next: its random draw is skipped and it is zeroed instead (ops/op_support.h, fill_uniform and
+  // fill_normal).
+  bool filled_by_load = false;
   // Whether grad holds a contribution of the current optimizer step (Model::begin_micro_batch
   // clears it): the next write adds to it instead of overwriting.
   bool grad_started = false;

@@ -6,7 +6,8 @@
 //
 // Contract
 // - Lifecycle: construct from a ModelSpec (op objects only) → set each op's precision →
-//   allocate(max_rows) → init_parameters(seed) or load masters → refresh_working_copies().
+//   allocate(max_rows) → init_parameters(seed), then a checkpoint's load where there is one →
+//   refresh_working_copies().
 // - The graph: each node reads named inputs (other nodes, or "input", the batch [N, F]) and has an
 //   N-d output, batch first; shapes below are per sample, without the batch dimension. Ops that
 //   work on the last dimension (linear, relu, gelu, layernorm, add) see an output [N, d1..dk] as
@@ -114,7 +115,13 @@ class Model {
   // precision plan, and for the loss; throws ConfigError at the first node it cannot run, naming
   // the node, the op, the dtypes and the backend, with the node's config location.
   void check_backend() const;
-  void init_parameters(std::uint64_t seed);
+  // Every op's initial parameters and buffers from `seed` (each parameter's draw is seeded by its
+  // own name, so skipping one moves no other). `filled_by_load` names the parameters a checkpoint's
+  // load overwrites before the model is used (a resume's, init_from's, eval's): they are zeroed
+  // rather than drawn (GPT-2 small's 124 M normals were half of `mixtrain sample`'s start on 2
+  // cores, bench/RESULTS.md). A caller that skips a draw and then does not load leaves zeros.
+  void init_parameters(std::uint64_t seed,
+                       const std::function<bool(const ModelParameter&)>& filled_by_load = {});
   void refresh_working_copies();  // working = cast(master) for every parameter that has one
 
   sdk::TensorView input(std::int64_t rows) const { return executor_.input(rows); }

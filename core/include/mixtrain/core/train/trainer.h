@@ -118,6 +118,18 @@ struct TrainOptions {
   // the files to give them. Errors: the format's read(), and sdk::ConfigError for [data] keys that
   // do not fit the recorded data.
   std::filesystem::path shape_from;
+  // A checkpoint whose weights the constructor loads last, as load_checkpoint(weights, true,
+  // weights_layout) right after it would (eval, predict, sample); with `resume`, a logic_error.
+  // Whichever load the constructor makes (this one, checkpoint.init_from or a resume), the
+  // parameters it must fill are zeroed rather than drawn (Model::init_parameters): a resume's
+  // every one, a weights-only load's all but LoRA adapters, which a base model's file may lack
+  // and which then keep their draw.
+  std::filesystem::path weights;
+  WeightLayout weights_layout = WeightLayout::native;
+  // Called with the built model before the constructor loads any weights: a session's check of
+  // the model itself, whose error then comes before a checkpoint's (sample: whether the model can
+  // decode at all).
+  std::function<void(Model&)> check_model;
 };
 
 // One batch of predictions (Trainer::predict): rows [first_row, first_row + rows) of the input
