@@ -2,13 +2,15 @@
 #
 # Two kinds of record in sdk/abi/declarations.txt (docs/architecture.md, "Plugins and the ABI"):
 #   core <kSdkAbiVersion> <sha256>     every public header under sdk/include/mixtrain/sdk but the
-#                                      facets' (backend_*.h, policy_*.h, optimizer_*.h), the facet
+#                                      facets' (backend_*.h, policy_*.h, optimizer_*.h, format_*.h),
+#                                      the facet
 #                                      list and support/: the
 #                                      descriptor, the factories, the component interfaces and the
 #                                      types they use. A change breaks every plugin.
 #   facet <kName> <major.minor> <sha256>  one facet header (backend_<facet>.h, or policy_<facet>.h
-#                                      / optimizer_<facet>.h for a facet a precision policy / an
-#                                      optimizer offers): its kName and
+#                                      / optimizer_<facet>.h / format_<facet>.h for a facet a
+#                                      precision policy / an optimizer / a checkpoint format
+#                                      offers): its kName and
 #                                      kVersion are read from it. A change is a minor step (methods
 #                                      appended) or a major one (anything else), for that facet only,
 #                                      except that a facet header a core header includes (optimizer.h
@@ -131,7 +133,7 @@ function(mixtrain_abi_subjects headers out)
   foreach(file IN LISTS all)
     if(file MATCHES "^support/" OR file STREQUAL "facet_list.h")
       continue()
-    elseif(file MATCHES "^(backend|policy|optimizer)_[a-z_]+\\.h$")
+    elseif(file MATCHES "^(backend|policy|optimizer|format)_[a-z_]+\\.h$")
       mixtrain_abi_normalise("${sdk_dir}/${file}" text)
       if(NOT text MATCHES "kName=\"([a-z_]+)\"")
         message(FATAL_ERROR "${sdk_dir}/${file}: a facet header declares kName = \"<name>\"")
@@ -153,7 +155,7 @@ function(mixtrain_abi_subjects headers out)
   # A facet header a core header includes (optimizer.h takes ParamTensors from the optimizer
   # facet's header) carries types of the core boundary: its major step is a core change too.
   foreach(file IN LISTS core_files)
-    file(STRINGS "${sdk_dir}/${file}" includes REGEX "^#include \"mixtrain/sdk/(backend|policy|optimizer)_[a-z_]+\\.h\"")
+    file(STRINGS "${sdk_dir}/${file}" includes REGEX "^#include \"mixtrain/sdk/(backend|policy|optimizer|format)_[a-z_]+\\.h\"")
     foreach(line IN LISTS includes)
       string(REGEX MATCH "mixtrain/sdk/([a-z_]+\\.h)" _ "${line}")
       set(included "${CMAKE_MATCH_1}")

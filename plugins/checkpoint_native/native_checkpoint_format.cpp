@@ -495,13 +495,17 @@ class CheckpointReader {
  public:
   explicit CheckpointReader(const fs::path& path) : path_(path) {}
 
-  sdk::TrainingState read() {
+  // Every tensor, or those `wanted` names (format_partial_read.h); the structure is checked whole
+  // either way.
+  sdk::TrainingState read(const std::function<bool(std::string_view)>& wanted = {}) {
     open_file();
     const Preamble preamble = read_preamble();
     ParsedHeader header = read_header(preamble);
     const std::uint64_t data_start = data_section_offset(preamble.header_length);
     check_data_extent(header, data_start);
     validate_tensor_table(header);
+    if (wanted)
+      std::erase_if(header.tensors, [&](const TensorRecord& t) { return !wanted(t.name); });
     return read_tensors(std::move(header), data_start);
   }
 
@@ -738,6 +742,11 @@ void NativeCheckpointFormat::write(const fs::path& path, const sdk::TrainingStat
 
 sdk::TrainingState NativeCheckpointFormat::read(const fs::path& path) const {
   return CheckpointReader(path).read();
+}
+
+sdk::TrainingState NativeCheckpointFormat::read_only(
+    const fs::path& path, const std::function<bool(std::string_view)>& wanted) const {
+  return CheckpointReader(path).read(wanted);
 }
 
 }  // namespace mixtrain::checkpoint_native

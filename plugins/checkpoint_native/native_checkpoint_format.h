@@ -10,20 +10,26 @@
 // - read() trusts nothing: every size, offset, type and checksum is checked before use, and any
 //   defect raises CheckpointError naming the file, the damaged part and what to do. It never reads
 //   out of bounds, and no single allocation exceeds the file's size.
-// - The object is immutable after construction; write() and read() may run concurrently from
+// - read_only() (sdk/format_partial_read.h) is read() of the tensors its caller wants: the
+//   preamble, header and tensor table are checked whole, and only the wanted tensors' data is
+//   read and checksummed.
+// - The object is immutable after construction; write() and the reads may run concurrently from
 //   several threads (on different target paths for write()).
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <string>
+#include <string_view>
 
 #include "mixtrain/sdk/checkpoint_format.h"
+#include "mixtrain/sdk/format_partial_read.h"
 #include "mixtrain/sdk/options.h"
 #include "mixtrain/sdk/plugin.h"
 
 namespace mixtrain::checkpoint_native {
 
-class NativeCheckpointFormat final : public sdk::CheckpointFormat {
+class NativeCheckpointFormat final : public sdk::CheckpointFormat, public sdk::PartialReadFacet {
  public:
   static sdk::OptionSchema option_schema();
 
@@ -32,6 +38,8 @@ class NativeCheckpointFormat final : public sdk::CheckpointFormat {
   std::string file_extension() const override { return ".mxt"; }
   void write(const std::filesystem::path& path, const sdk::TrainingState& state) const override;
   sdk::TrainingState read(const std::filesystem::path& path) const override;
+  sdk::TrainingState read_only(const std::filesystem::path& path,
+                               const std::function<bool(std::string_view)>& wanted) const override;
 
  private:
   bool fsync_;

@@ -828,14 +828,23 @@ std::vector<Case> native_cases() {
     s[40] = static_cast<char>(s[40] ^ 1);
     return s;
   });
-  add_bytes(
-      "TensorDataFlipped",
-      [](const std::string& b) {
-        auto s = b;
-        s[s.size() - 10] = static_cast<char>(s[s.size() - 10] ^ 0x5a);
-        return s;
-      },
-      CkptCommand::eval);
+  // A byte of the first tensor's data (a weight, which eval reads); a byte near the end (the
+  // optimizer's last slot, which only a resume reads: eval leaves the slots on disk).
+  add_edit(
+      "TensorDataFlipped", [](json&) {}, CkptCommand::eval);
+  cs.back().make = [](Base& base, const fs::path& dir) {
+    auto f = read_native(base.checkpoint());
+    const auto at = f.header["tensors"][0]["offset"].get<std::size_t>() + 1;
+    f.data[at] = static_cast<char>(f.data[at] ^ 0x5a);
+    const auto file = dir / "bad.mxt";
+    spit(file, encode_native(f.header.dump(), f.data));
+    return Invocation{checkpoint_command(CkptCommand::eval, file, dir)};
+  };
+  add_bytes("OptimizerDataFlipped", [](const std::string& b) {
+    auto s = b;
+    s[s.size() - 10] = static_cast<char>(s[s.size() - 10] ^ 0x5a);
+    return s;
+  });
   add_bytes("HeaderNotJson", header_text("{\"metadata\": {,}"));
   add_bytes("HeaderIsAnArray", header_text("[1, 2, 3]"));
   add_bytes(

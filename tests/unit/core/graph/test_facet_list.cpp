@@ -110,9 +110,11 @@ std::vector<std::vector<std::string>> facet_table() {
 }
 
 // Whether a facet header is a component's (a precision policy's policy_*.h, an optimizer's
-// optimizer_*.h): found on the component by dynamic_cast, in no list.
+// optimizer_*.h, a checkpoint format's format_*.h): found on the component by dynamic_cast, in no
+// list.
 bool component_facet_header(const std::string& file) {
-  return file.rfind("policy_", 0) == 0 || file.rfind("optimizer_", 0) == 0;
+  return file.rfind("policy_", 0) == 0 || file.rfind("optimizer_", 0) == 0 ||
+         file.rfind("format_", 0) == 0;
 }
 
 // The backend facets' rows.
@@ -141,9 +143,9 @@ TEST(FacetList, TheArchitectureTableListsEveryFacetWithItsHeaderAndVersion) {
   }
 }
 
-// Component facets (policy_*.h and optimizer_*.h, found on the component by dynamic_cast) are in
-// no list: each such header under sdk/ has one row in the component facet table, with its kName
-// and kVersion.
+// Component facets (policy_*.h, optimizer_*.h and format_*.h, found on the component by
+// dynamic_cast) are in no list: each such header under sdk/ has one row in the component facet
+// table, with its kName and kVersion.
 TEST(FacetList, TheArchitectureTableListsEveryComponentFacetWithItsHeaderAndVersion) {
   std::map<std::string, std::vector<std::string>> rows;  // header -> {name, version}
   for (const auto& row : facet_table())

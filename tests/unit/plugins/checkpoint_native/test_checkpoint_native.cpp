@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -20,12 +21,14 @@
 #include <new>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <boost/dll/import.hpp>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "mixtrain/sdk/format_partial_read.h"
 #include "mixtrain/sdk/plugin.h"
 #include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "native_checkpoint_format.h"
@@ -434,6 +437,63 @@ TEST_F(checkpoint_native, FlippedDataByteNamesTheTensor) {
     ++checked;
   }
   EXPECT_GT(checked, 20);
+}
+
+// read_only (sdk/format_partial_read.h), found as the host finds it: the wanted tensors, in the
+// file's order, as read() gives them, with the same metadata; a damaged tensor it skips goes
+// unread, one it reads is named, and the header is checked whole.
+TEST_F(checkpoint_native, ReadOnlyReadsAndChecksTheWantedTensorsAlone) {
+  const auto* facet = dynamic_cast<const sdk::PartialReadFacet*>(
+      static_cast<const sdk::CheckpointFormat*>(&format_));
+  ASSERT_TRUE(sdk::facet_serves<sdk::PartialReadFacet>(facet, 0));
+  const auto state = sample_state();
+  const auto path = dir_ / "state.mxt";
+  format_.write(path, state);
+  // Every other tensor with data: the skipped ones interleave with the read ones on disk.
+  std::vector<std::string> kept, skipped;
+  for (const auto& t : state.tensors)
+    ((t.bytes.empty() || kept.size() <= skipped.size()) ? kept : skipped).push_back(t.name);
+  ASSERT_GT(skipped.size(), 10u);
+  std::size_t asked = 0;
+  const auto wanted = [&](std::string_view name) {
+    ++asked;
+    return std::find(kept.begin(), kept.end(), name) != kept.end();
+  };
+  sdk::TrainingState expected = format_.read(path);
+  std::erase_if(expected.tensors, [&](const sdk::HostTensor& t) {
+    return std::find(kept.begin(), kept.end(), t.name) == kept.end();
+  });
+  expect_same_state(expected, facet->read_only(path, wanted));
+  EXPECT_EQ(asked, state.tensors.size()) << "wanted() is asked once per tensor";
+
+  const auto clean = read_file(path);
+  const auto header_length = ckpt::decode_preamble(clean.data()).header_length;
+  const auto data_start = ckpt::data_section_offset(header_length);
+  const auto header = nlohmann::json::parse(
+      std::string(reinterpret_cast<const char*>(clean.data()) + 28, header_length));
+  const auto damaged_copy = [&](const std::string& name) {
+    auto bytes = clean;
+    for (const auto& entry : header.at("tensors"))
+      if (entry.at("name") == name)
+        bytes[data_start + entry.at("offset").get<std::uint64_t>()] ^= std::byte{0x10};
+    return bytes;
+  };
+  write_file(path, damaged_copy(skipped.front()));
+  EXPECT_NO_THROW(facet->read_only(path, wanted)) << "a skipped tensor is not read";
+  EXPECT_HAS(checkpoint_error_of([&] { format_.read(path); }), "'" + skipped.front() + "'");
+  const std::string read_one = *std::find_if(kept.begin(), kept.end(), [&](const auto& name) {
+    return state.find(name)->bytes.size() > 0;
+  });
+  write_file(path, damaged_copy(read_one));
+  const auto message = checkpoint_error_of([&] { facet->read_only(path, wanted); });
+  EXPECT_HAS(message, "'" + read_one + "'");
+  EXPECT_HAS(message, "checksum");
+  auto header_damaged = clean;
+  header_damaged[28 + header_length / 2] ^= std::byte{0x01};
+  write_file(path, header_damaged);
+  EXPECT_HAS(
+      checkpoint_error_of([&] { facet->read_only(path, [](std::string_view) { return false; }); }),
+      "header checksum mismatch");
 }
 
 TEST_F(checkpoint_native, FlippedHeaderByteIsAHeaderChecksumError) {
