@@ -1,8 +1,9 @@
 // A Trainer opened to evaluate, predict or sample (TrainOptions::trains = false, as `eval`,
 // `predict` and `sample` open one): its optimizer is bound to no parameters, so it holds no state
-// (AdamW's two moments per weight), it evaluates the same weights to the same numbers as a
-// Trainer that trains, and run() is refused. In process, on the quickstart. One opened without the
-// training split (TrainOptions::splits = none) holds its weights and refuses what needs the data.
+// (AdamW's two moments per weight), its parameters hold no gradients, it evaluates the same
+// weights to the same numbers as a Trainer that trains, and run() is refused. In process, on the
+// quickstart. One opened without the training split (TrainOptions::splits = none) holds its
+// weights and refuses what needs the data.
 // One opened with a checkpoint's weights (TrainOptions::weights, as eval, predict and sample open
 // one) holds what loading them after the constructor gives, bit for bit, though it never draws
 // them; from a base model's file (checkpoint.init_from) the LoRA adapters the file lacks keep
@@ -11,6 +12,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <filesystem>
 #include <map>
@@ -44,6 +46,11 @@ TEST(EvaluatingTrainer, HoldsNoOptimizerStateEvaluatesAlikeAndRefusesToRun) {
   auto evaluating = open_trainer(false);
   EXPECT_GT(optimizer_state_bytes(training), 0u);
   EXPECT_EQ(optimizer_state_bytes(evaluating), 0u);
+  // A model that plans no training pass allocates no gradient.
+  const auto parameters = training.model().parameters();
+  EXPECT_TRUE(std::none_of(parameters.begin(), parameters.end(),
+                           [](const core::ModelParameter* p) { return p->grad.empty(); }));
+  for (const auto* p : evaluating.model().parameters()) EXPECT_TRUE(p->grad.empty()) << p->name;
   const auto a = training.evaluate(), b = evaluating.evaluate();
   EXPECT_EQ(a.loss, b.loss);
   EXPECT_EQ(a.accuracy, b.accuracy);

@@ -210,6 +210,9 @@ void Executor::allocate(PassRows rows, bool reserve_fp32_gradients, std::int64_t
   evaluating_ = false;
   bind_placement();  // before the ops allocate: an op with no planned output allocates its own
   for (std::size_t i = 0; i < ops_.size(); ++i) {
+    // Without a training pass no backward runs: no parameter needs a gradient (an evaluation-only
+    // session of GPT-2 small holds 0.5 GB less).
+    ops_[i]->set_parameter_gradients(rows.train > 0);
     const std::size_t own = owned_parameter_bytes(*ops_[i], false);
     allocating("the parameters, gradients and buffers of node '" + ops_[i]->name() + "' (" +
                    ops_[i]->type() + ")",

@@ -140,7 +140,7 @@ ModelParameter Layer::make_parameter(const std::string& suffix, sdk::Shape shape
   const bool narrow = weight && ops::needs_working_copy(*weight);
   if (narrow) p.working = Tensor(backend_, *weight, shape);
   if (!(p.frozen && narrow)) p.master = Tensor(backend_, DType::fp32, shape);
-  if (!p.frozen) {
+  if (!p.frozen && parameter_gradients_) {
     p.grad = Tensor(backend_, DType::fp32, shape);
     backend_->fill(p.grad.view(), 0.0f);
   }

@@ -129,7 +129,8 @@ void build_model(Trainer::State& s) {
     s.grads.push_back(p->grad.view());
   }
   // Data parallel: the optimizer sees the gradients in their buckets, or only this rank's shard.
-  s.reducer->attach(*s.model, s.params, s.grads);
+  // A session that never trains has no gradients (Layer::set_parameter_gradients) to place.
+  if (s.opt.trains) s.reducer->attach(*s.model, s.params, s.grads);
   // A session that never trains binds nothing: no optimizer state (TrainOptions::trains).
   s.c.optimizer->bind(backend, s.opt.trains ? std::span<const sdk::Parameter>(s.params)
                                             : std::span<const sdk::Parameter>());

@@ -77,7 +77,7 @@ struct SampleRange {
 struct ModelParameter {
   std::string name;  // "<layer>.weight"
   Tensor master;     // fp32; empty for a frozen parameter stored in `working`
-  Tensor grad;       // fp32; empty when frozen
+  Tensor grad;       // fp32; empty when frozen, or when the model plans no training pass
   Tensor working;    // low-precision copy; empty when the weight dtype is fp32 / tf32
   QuantizedWeight quant;  // a frozen weight stored quantized (NF4, an FP8 block format); else empty
   bool weight_decay = true;
@@ -452,6 +452,10 @@ class Layer {
     forward_inputs(xs, rows);
   }
 
+  // false: the model plans no training pass (an evaluation-only allocation), so allocate() gives
+  // the op's parameters no gradient tensor (p.grad empty, as a frozen one's); set by the executor
+  // before allocate().
+  void set_parameter_gradients(bool on) { parameter_gradients_ = on; }
   // Marks the parameter "<name>.<suffix>" frozen; before allocate() (see the contract).
   void freeze(const std::string& suffix);
   bool frozen(const std::string& suffix) const;
@@ -535,6 +539,7 @@ class Layer {
   std::int64_t quant_block_ = 0;
   std::shared_ptr<Tensor> dequant_scratch_;  // shared by the model's quantized weights
   bool training_ = true;
+  bool parameter_gradients_ = true;                     // set_parameter_gradients()
   std::int64_t step_ = 0, micro_batch_ = 0, draw_ = 0;  // the last begin_micro_batch()'s
   SampleRange samples_;
   bool epilogue_fused_ = false;  // runs a reader as its epilogue now (fuse_reader, set_fusion)

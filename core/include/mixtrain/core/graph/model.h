@@ -105,7 +105,8 @@ class Model {
   }
   // A training step of up to rows.train rows and an evaluation of up to rows.evaluation: an
   // evaluation of more rows than the step gets a forward-only placement of its own, which
-  // evaluation mode uses (Executor's contract); rows.train = 0 plans no training at all.
+  // evaluation mode uses (Executor's contract); rows.train = 0 plans no training at all, and
+  // gives the parameters no gradient tensors.
   void allocate(Executor::PassRows rows, bool reserve_fp32_gradients = false);
   // The chunked loss's block (ModelSpec::loss_chunk_rows unless set here, before allocate(); 0
   // computes the logits whole), and what allocate() decided (Executor::loss_chunking()).
