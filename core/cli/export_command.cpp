@@ -17,6 +17,7 @@
 #include "mixtrain/core/checkpoint/hf_folder.h"
 #include "mixtrain/core/checkpoint/path.h"
 #include "mixtrain/core/checkpoint/peft_adapter.h"
+#include "mixtrain/core/checkpoint/weights_read.h"
 #include "mixtrain/sdk/checkpoint_format.h"
 #include "mixtrain/sdk/dtype.h"
 #include "mixtrain/sdk/support/atomic_file_writer.h"
@@ -270,7 +271,8 @@ int export_checkpoint(const ExportArgs& args) {
   remove_abandoned_outputs(args, out);
   check_output(args, out, {"source", source});
 
-  auto state = reader->read(source);
+  // An export holds weights (and their EMA), never the optimizer's slots: they stay on disk.
+  auto state = core::read_checkpoint_weights(*reader, source);
   // The weights the run started from (a Hugging Face folder's model.safetensors, which a PEFT
   // adapter of the run names as its base) are an input too, known once the checkpoint is read.
   if (const auto from = initial_weights_of(state); !from.empty())

@@ -3,6 +3,7 @@
 // what it refuses. (That --initial writes the trainer's
 // own step-0 weights, bit for bit, is test_export_initial.cpp's.)
 #include <cstring>
+#include <fstream>
 
 #include "cli_test_support.h"
 #include "safetensors_test_support.h"
@@ -69,6 +70,37 @@ TEST_F(CliExport, TakesARunOrItsCheckpointsFolderAndWritesBesideTheRun) {
   r = run("export " + native.string() + " --format safetensors --out " + converted.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(slurp(converted) == before);
+}
+
+// Weights leave a checkpoint without its optimizer's slots (core/checkpoint/weights_read.h):
+// with the last slot's data damaged, export and eval give what they gave from the intact file,
+// and only a resume, which needs the slots, refuses it.
+TEST_F(CliExport, WeightsAreReadWithoutTheOptimizersSlots) {
+  const auto run_dir = dir_ / "run";
+  auto r = run("train " + quickstart() +
+               " --set run.steps=2 --set run.eval_every=0 --set backend.threads=1 --run-dir " +
+               run_dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto checkpoint = run_dir / "checkpoints" / "step-00000002.mxt";
+  const auto config = (run_dir / "config.toml").string();
+  r = run("export " + checkpoint.string() + " --format safetensors --out intact.safetensors", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto evaluated = run("eval " + config + " --checkpoint " + checkpoint.string());
+  ASSERT_EQ(evaluated.exit_code, 0) << evaluated.err;
+  auto bytes = slurp(checkpoint);
+  bytes[bytes.size() - 10] = static_cast<char>(bytes[bytes.size() - 10] ^ 0x5a);
+  std::ofstream(checkpoint, std::ios::binary | std::ios::trunc) << bytes;
+  r = run("export " + checkpoint.string() + " --format safetensors --out damaged.safetensors",
+          dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(slurp(dir_ / "damaged.safetensors") == slurp(dir_ / "intact.safetensors"));
+  const auto again = run("eval " + config + " --checkpoint " + checkpoint.string());
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(json::parse(again.out), json::parse(evaluated.out));
+  r = run("train --resume " + checkpoint.string() + " --set run.steps=3");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("checksum mismatch in the data of tensor 'optimizer/"), std::string::npos)
+      << r.err;
 }
 
 TEST_F(CliExport, FolderWithoutCheckpointsExits2) {

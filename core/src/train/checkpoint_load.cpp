@@ -11,7 +11,6 @@
 #include <optional>
 #include <set>
 #include <stdexcept>
-#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -22,9 +21,9 @@
 #include "mixtrain/core/checkpoint/gpt2_layout.h"
 #include "mixtrain/core/checkpoint/hf_folder.h"
 #include "mixtrain/core/checkpoint/peft_adapter.h"
+#include "mixtrain/core/checkpoint/weights_read.h"
 #include "mixtrain/core/data/data_shape.h"
 #include "mixtrain/core/graph/lora.h"
-#include "mixtrain/sdk/format_partial_read.h"
 #include "train/planned_model.h"
 #include "train/resume_terms.h"
 #include "train/trainer_state.h"
@@ -93,14 +92,6 @@ void restore_watch(Trainer::State& s, const std::map<std::string, std::string>& 
 }  // namespace
 
 // trainer_state.h
-sdk::TrainingState read_for_weights(const sdk::CheckpointFormat& format, const fs::path& path) {
-  const auto* partial = dynamic_cast<const sdk::PartialReadFacet*>(&format);
-  if (!sdk::facet_serves<sdk::PartialReadFacet>(partial, 0)) return format.read(path);
-  return partial->read_only(path,
-                            [](std::string_view name) { return !name.starts_with("optimizer/"); });
-}
-
-// trainer_state.h
 const sdk::CheckpointFormat& weights_format_for(const Components& c, const fs::path& path) {
   const auto ext = path.extension().string();
   if (c.checkpoint_format->file_extension() == ext) return *c.checkpoint_format;
@@ -164,7 +155,7 @@ CheckpointFile read_checkpoint_file(Trainer::State& s, const fs::path& path, boo
     file.st = std::move(s.shape_checkpoint->second);  // read once, for the data's shape
     s.shape_checkpoint.reset();
   } else {
-    file.st = weights_only ? read_for_weights(weights_format_for(s.c, path), path)
+    file.st = weights_only ? read_checkpoint_weights(weights_format_for(s.c, path), path)
                            : s.c.checkpoint_format->read(path);
   }
   file.gpt2 = layout == WeightLayout::gpt2;
@@ -795,8 +786,8 @@ void restore_training_state(Trainer::State& s, const CheckpointFile& file) {
 // trainer_state.h
 bool take_recorded_shape(Trainer::State& s, const fs::path& checkpoint) {
   // Kept whatever it records: the load that follows takes it rather than reading the file again.
-  s.shape_checkpoint.emplace(checkpoint,
-                             read_for_weights(weights_format_for(s.c, checkpoint), checkpoint));
+  s.shape_checkpoint.emplace(
+      checkpoint, read_checkpoint_weights(weights_format_for(s.c, checkpoint), checkpoint));
   const auto& metadata = s.shape_checkpoint->second.metadata;
   const auto it = metadata.find("data_shape");
   if (it == metadata.end()) return false;

@@ -151,11 +151,6 @@ bool take_recorded_shape(Trainer::State& s, const std::filesystem::path& checkpo
 // use the configured format, which holds the whole training state.
 const sdk::CheckpointFormat& weights_format_for(const Components& c,
                                                 const std::filesystem::path& path);
-// `path` read by `format` for a weights-only load: without the optimizer's slots
-// ("optimizer/<slot>") where the format can leave them on disk (sdk/format_partial_read.h), else
-// whole. Errors: the format's.
-sdk::TrainingState read_for_weights(const sdk::CheckpointFormat& format,
-                                    const std::filesystem::path& path);
 
 // ema = decay * ema + (1 - decay) * master, on the device, for every trainable parameter.
 void update_ema(Trainer::State& s);

@@ -1,0 +1,20 @@
+// A checkpoint file read for its weights: what a weights-only load (eval, predict, sample,
+// checkpoint.init_from) and `mixtrain export` take from a full training state.
+//
+// Contract: read_checkpoint_weights(format, path) is format.read(path) without the optimizer's
+// slots ("optimizer/<slot>"), where the format offers partial_read 1.x (sdk/format_partial_read.h)
+// and so leaves them on disk: two thirds of an AdamW run's file and of the memory its read takes;
+// a format without it reads the whole file. Metadata, weights ("param/", "buffer/", plain names)
+// and EMA ("ema/") are all kept. Errors: the format's (sdk::CheckpointError).
+#pragma once
+
+#include <filesystem>
+
+#include "mixtrain/sdk/checkpoint_format.h"
+
+namespace mixtrain::core {
+
+sdk::TrainingState read_checkpoint_weights(const sdk::CheckpointFormat& format,
+                                           const std::filesystem::path& path);
+
+}  // namespace mixtrain::core
