@@ -12,6 +12,7 @@
 
 #include "cpu_access.h"
 #include "cpu_features.h"
+#include "cpu_few_row_gemm.h"
 #include "cpu_problem_text.h"
 #include "cpu_single_thread.h"
 #include "mixtrain/sdk/support/float_formats.h"
@@ -296,6 +297,14 @@ void GemmEngine::execute(Entry& e, const Key& key, const void* a, const void* b,
   last_implementation_ = e.implementation;
 }
 
+bool GemmEngine::few_rows_route(const sdk::GemmArgs& args, std::int64_t m, std::int64_t k,
+                                bool epilogue) {
+  return m <= kFewGemmRows && k > 0 && args.a.view.dtype == DType::bf16 &&
+         args.b.view.dtype == DType::bf16 && args.compute != DType::tf32 && !args.a.transpose &&
+         args.b.transpose && args.alpha == 1.0f && args.beta == 0.0f && !args.has_activation &&
+         !epilogue && (args.c.dtype == DType::fp32 || args.c.dtype == DType::bf16);
+}
+
 void GemmEngine::run(const sdk::GemmArgs& args, const ActivateInPlace& activate) {
   run_product(args, activate, {});
 }
@@ -318,6 +327,14 @@ void GemmEngine::run_product(const sdk::GemmArgs& args, const ActivateInPlace& a
   if (args.has_activation && !activate)
     fail("gemm", "an activation epilogue was asked but this engine has no activation function",
          "report this: CpuBackend::gemm passes its activation_forward");
+  if (few_rows_route(args, m, k, bool(into_c))) {
+    few_row_gemm_bf16(static_cast<const Bf16Bits*>(av.data), static_cast<const Bf16Bits*>(bv.data),
+                      has_bias ? args.bias.as<float>() : nullptr, m, n, k, args.c.data,
+                      args.c.dtype == DType::bf16,
+                      scratch_a_.as<float>(static_cast<std::size_t>(2 * m * k)));
+    last_implementation_ = kFewRowsImplementation;
+    return;
+  }
 
   const Operands ops = prepare_operands(args, av.numel(), bv.numel());
   // z is computed in fp32: in C itself when C is fp32, else in scratch, encoded into C once at the

@@ -26,6 +26,11 @@
 //   fp32 destination's rounding, as often nearer the exact sum as further; none at k = 768), the
 //   same bits on one and two threads. GPT-2 small's linear GEMMs 327 / 324 -> 315 / 311 ms a step
 //   in two interleaved pairs (RESULTS.md, session 67).
+// - Few rows (decoding's products): bf16 A of at most kFewGemmRows rows, bf16 B stored [n, k]
+//   (transposed), alpha 1, beta 0, no activation or epilogue, C fp32 or bf16, with or without
+//   bias, run in cpu_few_row_gemm.h's kernel, which reads B at the memory's rate: its FP32 sums
+//   rounded once, whichever the bf16 path; last_implementation() says kFewRowsImplementation, and
+//   no primitive is cached.
 // - Activation epilogue (GemmArgs::has_activation): z goes to fp32 (C itself when C is fp32,
 //   scratch otherwise), pre_activation receives z rounded once, the activation runs in place on
 //   the fp32 z through `activate`, and a 16-bit C is encoded once from act(z); the three passes
@@ -69,6 +74,8 @@ namespace mixtrain::backend_cpu {
 
 class GemmEngine {
  public:
+  static constexpr const char* kFewRowsImplementation = "few_rows:bf16 (mixtrain)";
+
   explicit GemmEngine(Bf16GemmPath bf16_path = Bf16GemmPath::automatic);
   ~GemmEngine();
 
@@ -167,6 +174,9 @@ class GemmEngine {
                                  std::int64_t stride, bool tf32, bool native,
                                  ScratchBuffer& scratch);
   void check_dtypes(const sdk::GemmArgs& args) const;
+  // Whether run_product takes the few-row kernel (the contract's "Few rows").
+  static bool few_rows_route(const sdk::GemmArgs& args, std::int64_t m, std::int64_t k,
+                             bool epilogue);
   Entry& entry_for(const Key& key);
   // The batched primitive for `key`, or nullptr when oneDNN cannot run it well (remembered).
   Entry* batched_entry_for(const Key& key);
