@@ -106,11 +106,13 @@ MIXTRAIN_ISA_VARIANTS(few_rows_generic)
 #define MIXTRAIN_FEW_ROWS_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
 // GCC 12 takes the undefined pass-through operand inside its AVX-512 intrinsics for an
 // uninitialised read (GCC bug 105593, fixed in 13).
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 // lanes_total's additions, in its order, in registers: lane l + lane l + 8, then + 4, + 2, + 1.
-MIXTRAIN_FEW_ROWS_AVX512 [[gnu::always_inline]] inline float lanes_total_avx512(__m512 even,
+[[gnu::always_inline]] MIXTRAIN_FEW_ROWS_AVX512 inline float lanes_total_avx512(__m512 even,
                                                                                 __m512 odd) {
   const __m512 v = _mm512_add_ps(even, odd);
   const __m256 t8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
@@ -121,7 +123,7 @@ MIXTRAIN_FEW_ROWS_AVX512 [[gnu::always_inline]] inline float lanes_total_avx512(
 }
 
 template <int M, int R>
-MIXTRAIN_FEW_ROWS_AVX512 [[gnu::always_inline]] inline void rows_avx512(
+[[gnu::always_inline]] MIXTRAIN_FEW_ROWS_AVX512 inline void rows_avx512(
     const float* x, const float* x_split, const Bf16Bits* b, const float* bias, std::int64_t n,
     std::int64_t k, std::int64_t j, void* c, bool c_bf16) {
   const std::int64_t chunks = k / kLaneChunk;
@@ -189,7 +191,9 @@ void few_rows_avx512(const float* x, const float* x_split, const Bf16Bits* b, co
   }
 }
 
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 
 }  // namespace
 
