@@ -237,6 +237,44 @@ TEST_F(cli_device_errors, OutOfMemoryWhileAllocatingNamesTheBufferAndThePlannedP
   std::printf("%s\n", msg.c_str());  // for the log: what a user reads
 }
 
+// A session that never trains (eval, predict, sample) allocates no gradients, and its forecast
+// says so: the parameters' share is half a training model's (fp32 masters alone).
+TEST_F(cli_device_errors, AnEvaluationOnlyForecastCountsNoGradients) {
+  const auto message = [&](bool trains) {
+    auto s = rig({"data.batch_size=1024"});
+    s.device->allocation_limit = 256 << 10;
+    core::TrainOptions opt = options();
+    opt.trains = trains;
+    opt.write_outputs = false;
+    try {
+      core::Trainer trainer(s.experiment, std::move(s.components), opt);
+    } catch (const sdk::UserError& e) {
+      return e.full_message();
+    }
+    return std::string("(no error)");
+  };
+  // The parameters' figure after `phrase`, in bytes ("79.5 KiB").
+  const auto figure = [](const std::string& msg, const std::string& phrase) {
+    const auto at = msg.find(phrase);
+    if (at == std::string::npos) return -1.0;
+    std::istringstream in(msg.substr(at + phrase.size()));
+    double value = 0.0;
+    std::string unit;
+    in >> value >> unit;
+    while (!unit.empty() && (unit.back() == ',' || unit.back() == ';')) unit.pop_back();
+    const std::map<std::string, double> scale = {
+        {"bytes", 1.0}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+    return scale.count(unit) ? value * scale.at(unit) : -1.0;
+  };
+  const std::string training = message(true), evaluating = message(false);
+  const double with = figure(training, "parameters with their gradients and working copies ");
+  const double without =
+      figure(evaluating, "parameters with their working copies (nothing trains, so no gradients) ");
+  ASSERT_GT(with, 0.0) << training;
+  ASSERT_GT(without, 0.0) << evaluating;
+  EXPECT_NEAR(with / without, 2.0, 0.02) << training << "\n" << evaluating;
+}
+
 // Parameters of 2^31 × 2^31 elements: the forecast saturates at "over 16 EiB" instead of
 // wrapping around to a plausible size.
 TEST_F(cli_device_errors, AnAbsurdModelIsForecastAsAbsurdNotWrappedAround) {

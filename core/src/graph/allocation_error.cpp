@@ -33,8 +33,10 @@ sdk::BackendError allocation_error(const sdk::BackendError& cause, const std::st
       " bytes) for batches of " + std::to_string(f.max_rows) + " rows: " + cause.what() +
       "\n  the model's memory plan for these batches predicts " + memory_text(f.total()) +
       " in all (the arena of the activations and their gradients " + memory_text(f.activations) +
-      ", parameters with their gradients and working copies " + memory_text(f.parameters) +
-      ", batch and labels " + memory_text(f.input) +
+      (f.parameter_gradients ? ", parameters with their gradients and working copies "
+                             : ", parameters with their working copies (nothing trains, so no "
+                               "gradients) ") +
+      memory_text(f.parameters) + ", batch and labels " + memory_text(f.input) +
       "; optimizer state and backend scratch come on top); " + device + " held " +
       memory_text(stats.current_bytes) + " when it refused";
   std::string hint = cause.hint();

@@ -33,6 +33,7 @@ struct MemoryForecast {
   std::size_t input = 0;            // the batch and its labels
   std::size_t activations = 0;      // the step's arena: activations and their gradients
   std::size_t parameters = 0;       // FP32 masters and gradients, low-precision working copies
+  bool parameter_gradients = true;  // false: a model that plans no training pass has none
   bool activations_narrow = false;  // the activation plan already stores narrower than fp32
   std::size_t total() const {
     return saturating_add(saturating_add(input, activations), parameters);

@@ -18,10 +18,10 @@ using sdk::TensorView;
 
 namespace {
 
-// Bytes of an op's own parameters, at most: each has an fp32 master and gradient (8 bytes) and,
-// under a narrower weight dtype (when counted), a working copy; a frozen one only the copy it is
-// stored in (4 bytes at most).
-std::size_t owned_parameter_bytes(const Layer& op, bool count_working) {
+// Bytes of an op's own parameters, at most: each has an fp32 master and, when the model trains, an
+// fp32 gradient (4 bytes each) and, under a narrower weight dtype (when counted), a working copy;
+// a frozen one only the copy it is stored in (4 bytes at most).
+std::size_t owned_parameter_bytes(const Layer& op, bool count_working, bool trains) {
   const DType weight = op.precision().weight;
   const std::size_t working =
       count_working && weight != DType::fp32 ? sdk::dtype_size(ops::storage_of(weight)) : 0;
@@ -31,14 +31,16 @@ std::size_t owned_parameter_bytes(const Layer& op, bool count_working) {
   for (const auto& p : op.traits().parameters) {
     std::size_t numel = 1;
     for (std::int64_t d : p.shape) numel = saturating_mul(numel, static_cast<std::size_t>(d));
-    total = saturating_add(total, saturating_mul(numel, op.frozen(p.suffix) ? 4 : 8 + working));
+    const std::size_t each = op.frozen(p.suffix) ? 4 : (trains ? 8 : 4) + working;
+    total = saturating_add(total, saturating_mul(numel, each));
   }
   return total;
 }
 
-// What the plans predict for batches of max_rows rows, arenas given.
+// What the plans predict for batches of max_rows rows, arenas given (parameter gradients only for
+// a model that trains).
 MemoryForecast forecast_memory(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows,
-                               std::size_t activations) {
+                               std::size_t activations, bool trains) {
   const InputSpec& in = plan.input();
   MemoryForecast forecast;
   forecast.max_rows = max_rows;
@@ -49,8 +51,10 @@ MemoryForecast forecast_memory(const GraphPlan& plan, const Ops& ops, std::int64
   forecast.input = saturating_add(bytes(max_rows, plan.input_features(), sdk::dtype_size(in.dtype)),
                                   bytes(max_rows, in.labels_per_sample, 4));
   forecast.activations = activations;
+  forecast.parameter_gradients = trains;
   for (const auto& op : ops)
-    forecast.parameters = saturating_add(forecast.parameters, owned_parameter_bytes(*op, true));
+    forecast.parameters =
+        saturating_add(forecast.parameters, owned_parameter_bytes(*op, true, trains));
   return forecast;
 }
 
@@ -143,8 +147,8 @@ void Executor::allocate(PassRows rows, bool reserve_fp32_gradients, std::int64_t
   fp32_reserved_ = reserve_fp32_gradients && rows.train > 0;
   const std::size_t arena_bytes =
       std::max(step_plan_.arena.arena_bytes, eval_plan_.arena.arena_bytes);
-  const MemoryForecast forecast =
-      forecast_memory(plan_, ops_, max_rows, arena_bytes + deferred_plan_.plan.arena_bytes);
+  const MemoryForecast forecast = forecast_memory(
+      plan_, ops_, max_rows, arena_bytes + deferred_plan_.plan.arena_bytes, rows.train > 0);
   // Allocates through `make`; a BackendError (out of memory, most often) is reported with the
   // buffer, its bytes and the forecast.
   auto allocating = [&](const std::string& what, std::size_t bytes, auto&& make) {
@@ -213,7 +217,7 @@ void Executor::allocate(PassRows rows, bool reserve_fp32_gradients, std::int64_t
     // Without a training pass no backward runs: no parameter needs a gradient (an evaluation-only
     // session of GPT-2 small holds 0.5 GB less).
     ops_[i]->set_parameter_gradients(rows.train > 0);
-    const std::size_t own = owned_parameter_bytes(*ops_[i], false);
+    const std::size_t own = owned_parameter_bytes(*ops_[i], false, rows.train > 0);
     allocating("the parameters, gradients and buffers of node '" + ops_[i]->name() + "' (" +
                    ops_[i]->type() + ")",
                own, [&] { ops_[i]->allocate(backend_, max_rows * plan_.node(i).rows_per_sample); });
