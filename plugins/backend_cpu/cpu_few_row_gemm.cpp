@@ -33,6 +33,18 @@ constexpr std::int64_t kTaskRows = 64;
   return acc[0];
 }
 
+// One sum's last steps, both kernels': the products [from, k) of the rows x and w (the tail after
+// the whole chunks) join their lanes in order, then the lanes add up (lanes_total).
+[[gnu::always_inline]] inline float finish_sum(float* even, float* odd, const float* x,
+                                               const Bf16Bits* w, std::int64_t from,
+                                               std::int64_t k) {
+  for (std::int64_t p = from; p < k; ++p) {
+    float& lane = (p % 2 == 0 ? even : odd)[(p % kLaneChunk) / 2];
+    lane = lane + x[p] * float_from_bf16(w[p]);
+  }
+  return lanes_total(even, odd);
+}
+
 [[gnu::always_inline]] inline void store(void* c, bool c_bf16, std::int64_t at, float v) {
   if (c_bf16)
     static_cast<Bf16Bits*>(c)[at] = bf16_from_float(v);
@@ -59,17 +71,9 @@ template <int M, int R>
         }
       }
     }
-  for (std::int64_t p = whole; p < k; ++p)  // the tail's products join their lanes
-    for (int r = 0; r < R; ++r) {
-      const float w = float_from_bf16(b[(j + r) * k + p]);
-      for (int mm = 0; mm < M; ++mm) {
-        float& sum = (p % 2 == 0 ? even : odd)[mm][r][(p % kLaneChunk) / 2];
-        sum = sum + x[mm * k + p] * w;
-      }
-    }
   for (int mm = 0; mm < M; ++mm)
     for (int r = 0; r < R; ++r) {
-      const float sum = lanes_total(even[mm][r], odd[mm][r]);
+      const float sum = finish_sum(even[mm][r], odd[mm][r], x + mm * k, b + (j + r) * k, whole, k);
       store(c, c_bf16, mm * n + j + r, bias != nullptr ? sum + bias[j + r] : sum);
     }
 }
@@ -156,12 +160,7 @@ template <int M, int R>
         alignas(64) float e[kHalf], o[kHalf];
         _mm512_store_ps(e, even[mm][r]);
         _mm512_store_ps(o, odd[mm][r]);
-        for (std::int64_t p = chunks * kLaneChunk; p < k; ++p) {  // as the definition
-          const float w = float_from_bf16(b[(j + r) * k + p]);
-          float& lane = (p % 2 == 0 ? e : o)[(p % kLaneChunk) / 2];
-          lane = lane + x[mm * k + p] * w;
-        }
-        sum = lanes_total(e, o);
+        sum = finish_sum(e, o, x + mm * k, b + (j + r) * k, chunks * kLaneChunk, k);
       } else {
         sum = lanes_total_avx512(even[mm][r], odd[mm][r]);
       }
@@ -199,12 +198,13 @@ void few_rows_avx512(const float* x, const float* x_split, const Bf16Bits* b, co
 
 void few_row_gemm_bf16(const Bf16Bits* a, const Bf16Bits* b, const float* bias, std::int64_t m,
                        std::int64_t n, std::int64_t k, void* c, bool c_bf16, float* a_fp32) {
-  // A decoded twice: as it is ([m, k], for the generic kernel and the tail) and split by chunk
-  // (the AVX-512 kernel's operand).
+  // A decoded as it is ([m, k], the generic kernel's operand and the tail's) and, for the AVX-512
+  // kernel, split by chunk too.
+  const bool avx512 = best_isa() == Isa::v4;
   float* x = a_fp32;
   float* x_split = a_fp32 + m * k;
-  const std::int64_t chunks = k / kLaneChunk;
   for (std::int64_t i = 0; i < m * k; ++i) x[i] = float_from_bf16(a[i]);
+  const std::int64_t chunks = avx512 ? k / kLaneChunk : 0;
   for (std::int64_t mm = 0; mm < m; ++mm)
     for (std::int64_t q = 0; q < chunks; ++q)
       for (int l = 0; l < kHalf; ++l) {
@@ -212,7 +212,6 @@ void few_row_gemm_bf16(const Bf16Bits* a, const Bf16Bits* b, const float* bias, 
         x_split[(mm * chunks + q) * kLaneChunk + l] = xc[2 * l];
         x_split[(mm * chunks + q) * kLaneChunk + kHalf + l] = xc[2 * l + 1];
       }
-  const bool avx512 = best_isa() == Isa::v4;
   const std::int64_t tasks = (n + kTaskRows - 1) / kTaskRows;
 #pragma omp parallel for schedule(static) if (parallel_worth(n * k))
   for (std::int64_t t = 0; t < tasks; ++t) {
