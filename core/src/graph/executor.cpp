@@ -117,6 +117,7 @@ void Executor::allocate(PassRows rows, bool reserve_fp32_gradients, std::int64_t
                            " evaluation rows; one pass needs a row at least");
   const std::int64_t max_rows = std::max(rows.train, rows.evaluation);
   max_rows_ = max_rows;
+  const bool trains = rows.train > 0;  // a training step is planned
   const InputSpec& in = plan_.input();
   for (auto& op : ops_) {  // what the plans below depend on
     op->choose_kernels(*backend_);
@@ -137,18 +138,17 @@ void Executor::allocate(PassRows rows, bool reserve_fp32_gradients, std::int64_t
   // The plans first (pure), so a refused allocation can be reported against the whole of them.
   // An evaluation of more rows than the step gets a forward-only plan of its own in the same
   // arena: the arena is the larger of the two, not a step at the evaluation's rows.
-  step_plan_ = rows.train > 0 ? plan_step_memory(plan_, ops_, rows.train, reserve_fp32_gradients)
-                              : StepMemoryPlan{};
+  step_plan_ =
+      trains ? plan_step_memory(plan_, ops_, rows.train, reserve_fp32_gradients) : StepMemoryPlan{};
   eval_plan_ = rows.evaluation > rows.train ? plan_forward_memory(plan_, ops_, rows.evaluation)
                                             : ForwardMemoryPlan{};
   // The outputs written only unfused: the non-finite replay's, a training step's.
-  deferred_plan_ =
-      rows.train > 0 ? plan_deferred_outputs(plan_, ops_, rows.train) : DeferredOutputPlan{};
-  fp32_reserved_ = reserve_fp32_gradients && rows.train > 0;
+  deferred_plan_ = trains ? plan_deferred_outputs(plan_, ops_, rows.train) : DeferredOutputPlan{};
+  fp32_reserved_ = reserve_fp32_gradients && trains;
   const std::size_t arena_bytes =
       std::max(step_plan_.arena.arena_bytes, eval_plan_.arena.arena_bytes);
-  const MemoryForecast forecast = forecast_memory(
-      plan_, ops_, max_rows, arena_bytes + deferred_plan_.plan.arena_bytes, rows.train > 0);
+  const MemoryForecast forecast =
+      forecast_memory(plan_, ops_, max_rows, arena_bytes + deferred_plan_.plan.arena_bytes, trains);
   // Allocates through `make`; a BackendError (out of memory, most often) is reported with the
   // buffer, its bytes and the forecast.
   auto allocating = [&](const std::string& what, std::size_t bytes, auto&& make) {
@@ -189,7 +189,7 @@ void Executor::allocate(PassRows rows, bool reserve_fp32_gradients, std::int64_t
     unfused_evaluation.emplace_back(
         eval_plan_.deferred[d], base + eval_plan_.arena.offset[eval_plan_.activation_buffers + d]);
   step_ =
-      rows.train > 0
+      trains
           ? place(rows.train, step_plan_.arena, step_plan_.activation_buffers, unfused_step,
                   {step_plan_.lives, step_plan_.forward_workspace, &step_plan_.backward_workspace})
           : Placement{};
@@ -216,8 +216,8 @@ void Executor::allocate(PassRows rows, bool reserve_fp32_gradients, std::int64_t
   for (std::size_t i = 0; i < ops_.size(); ++i) {
     // Without a training pass no backward runs: no parameter needs a gradient (an evaluation-only
     // session of GPT-2 small holds 0.5 GB less).
-    ops_[i]->set_parameter_gradients(rows.train > 0);
-    const std::size_t own = owned_parameter_bytes(*ops_[i], false, rows.train > 0);
+    ops_[i]->set_parameter_gradients(trains);
+    const std::size_t own = owned_parameter_bytes(*ops_[i], false, trains);
     allocating("the parameters, gradients and buffers of node '" + ops_[i]->name() + "' (" +
                    ops_[i]->type() + ")",
                own, [&] { ops_[i]->allocate(backend_, max_rows * plan_.node(i).rows_per_sample); });
