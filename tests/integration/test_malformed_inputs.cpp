@@ -830,16 +830,18 @@ std::vector<Case> native_cases() {
   });
   // A byte of the first tensor's data (a weight, which eval reads); a byte near the end (the
   // optimizer's last slot, which only a resume reads: eval leaves the slots on disk).
-  add_edit(
-      "TensorDataFlipped", [](json&) {}, CkptCommand::eval);
-  cs.back().make = [](Base& base, const fs::path& dir) {
-    auto f = read_native(base.checkpoint());
-    const auto at = f.header["tensors"][0]["offset"].get<std::size_t>() + 1;
-    f.data[at] = static_cast<char>(f.data[at] ^ 0x5a);
-    const auto file = dir / "bad.mxt";
-    spit(file, encode_native(f.header.dump(), f.data));
-    return Invocation{checkpoint_command(CkptCommand::eval, file, dir)};
-  };
+  add_bytes(
+      "TensorDataFlipped",
+      [](const std::string& b) {
+        auto s = b;
+        const auto pre = ckpt::decode_preamble(reinterpret_cast<const std::byte*>(b.data()));
+        const auto header = json::parse(b.substr(ckpt::kPreambleSize, pre.header_length));
+        const auto at = ckpt::data_section_offset(pre.header_length) +
+                        header["tensors"][0]["offset"].get<std::size_t>() + 1;
+        s[at] = static_cast<char>(s[at] ^ 0x5a);
+        return s;
+      },
+      CkptCommand::eval);
   add_bytes("OptimizerDataFlipped", [](const std::string& b) {
     auto s = b;
     s[s.size() - 10] = static_cast<char>(s[s.size() - 10] ^ 0x5a);
