@@ -92,6 +92,10 @@ class LinearLayer final : public Layer {
   // Asks the backend for gemm_gradient (the backward epilogues) in this layer's dtypes.
   void choose_kernels(sdk::DeviceBackend& backend) override;
   bool can_accumulate_input_gradient(std::size_t k) const override;
+  // dgrad's C in FP32 with beta = 0: what can_accumulate_input_gradient allows with beta = 1.
+  bool writes_first_input_gradient_in_fp32(std::size_t k) const override {
+    return can_accumulate_input_gradient(k);
+  }
   // Block-scaled GEMMs (block_quantizer.h): no fused epilogue change, the three GEMMs become
   // gemm_block_scaled on operands quantized per pass.
   bool set_block_scaling(const sdk::BlockScalingFacet* facet) override;

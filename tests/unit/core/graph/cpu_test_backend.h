@@ -48,8 +48,9 @@ class GeluFeatureBackend : public ForwardingBackend {
 };
 
 // The shared CPU backend with a call observer (sdk/backend_call_observer.h) counting the facet
-// calls by op name while `counting` is set; a facet in `stand_ins` (by name, not owned) is found
-// in place of the CPU backend's. Its gelu epilogues are fused on every CPU (GeluFeatureBackend).
+// calls by op name while `counting` is set, and the core's casts as "cast"; a facet in
+// `stand_ins` (by name, not owned) is found in place of the CPU backend's. Its gelu epilogues are
+// fused on every CPU (GeluFeatureBackend).
 class CallCountingBackend final : public GeluFeatureBackend, public sdk::CallObserverFacet {
  public:
   CallCountingBackend() : GeluFeatureBackend(false) {}
@@ -62,6 +63,10 @@ class CallCountingBackend final : public GeluFeatureBackend, public sdk::CallObs
   void begin_facet_call() noexcept override {}
   void end_facet_call(std::string_view op) noexcept override {
     if (counting) ++calls[std::string(op)];
+  }
+  void cast(sdk::TensorView src, sdk::TensorView dst, const sdk::CastArgs& args = {}) override {
+    if (counting) ++calls["cast"];
+    GeluFeatureBackend::cast(src, dst, args);
   }
   // The calls of `op` counted so far.
   int count(std::string_view op) const {

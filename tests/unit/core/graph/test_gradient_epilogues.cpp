@@ -326,6 +326,13 @@ TEST(GradientEpilogues, Bf16ContributionsAddedInFp32TrackTheRoundedOnes) {
   }
   EXPECT_EQ(fused.values[0], unfused.values[0]) << "the same forward";
   EXPECT_LT(std::sqrt(num / den), 1e-2);
+  // l2's, the first, is written by its own GEMM in FP32 too: no bf16 copy apart, no cast.
+  auto count = [](const Observed& o, const char* op) {
+    const auto it = o.calls.find(op);
+    return it == o.calls.end() ? 0 : it->second;
+  };
+  EXPECT_EQ(count(unfused, "cast") - count(fused, "cast"), 1)
+      << "fused " << count(fused, "cast") << ", unfused " << count(unfused, "cast");
 }
 
 }  // namespace

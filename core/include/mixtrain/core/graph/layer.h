@@ -311,6 +311,12 @@ class Layer {
   virtual bool can_accumulate_input_gradient_in(std::size_t /*k*/, sdk::DType /*dtype*/) const {
     return false;
   }
+  // The first contribution to an FP32 sum, written by the op in FP32 (a GEMM's C in FP32, beta 0)
+  // rather than in its activation_grad dtype, then cast: the executor hands it the sum itself as
+  // that dx (accumulate_input_gradient(k) false), never in a backward with a visitor. The sum
+  // then holds every contribution unrounded, the first as the later ones that the op adds
+  // itself. The memory plan still reserves the contribution's buffer apart (the replay's).
+  virtual bool writes_first_input_gradient_in_fp32(std::size_t /*k*/) const { return false; }
   bool accumulate_input_gradient(std::size_t k) const {
     return k < accumulate_dx_.size() && accumulate_dx_[k];
   }

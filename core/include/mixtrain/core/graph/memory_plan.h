@@ -179,7 +179,10 @@ struct StepMemoryPlan {
 // its only contribution, or the first of several when it comes in the buffer's dtype. Otherwise
 // it is written apart, then cast (the first) or added (the rest) into the sum (an FP32 sum by
 // axpy, a 16-bit one by the residual facet's add in place); the executor and the plan decide it
-// here, alike.
+// here, alike. The executor may still hand the op the sum itself where the op writes or adds its
+// contribution there in its own pass (layer.h: can_accumulate_input_gradient,
+// writes_first_input_gradient_in_fp32); the plan keeps the buffer apart for the backward with a
+// visitor (the non-finite replay), which writes every such contribution apart.
 constexpr bool contribution_goes_straight(int reads, int written_before, sdk::DType contribution,
                                           sdk::DType buffer) {
   return reads == 1 || (written_before == 0 && contribution == buffer);
