@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "graph/ops/op_support.h"
@@ -313,14 +314,18 @@ GradientLives gradient_lives(const GraphPlan& plan, const Ops& ops, std::int64_t
   // it alone, in the same dtype: the input's gradient is then written by the op's readers, and
   // the op copies nothing. The input's life starts when the output's ends (at the op's backward),
   // so the two lives become one buffer living from the first to the last. Visited from the last
-  // op back, so a chain of adds shares one buffer.
+  // op back, so a chain of adds shares one buffer. It lends it to more inputs where each one's
+  // backward, and the first's, leave it as it is (backward_keeps_output_gradient: LoRA's base
+  // linear and its B adapter), so neither sees the other's writes.
   std::vector<std::size_t> shares(n);
   for (std::size_t r = 0; r < n; ++r) shares[r] = r;
   auto elements = [&](std::size_t r) {
     return plan.node(r).rows_per_sample * plan.node(r).shape.back();
   };
+  auto keeps = [&](std::size_t r) { return ops[r]->traits().backward_keeps_output_gradient; };
   for (std::size_t p = n; p-- > 0;) {
     if (ops[p]->is_view() || !ops[p]->passes_gradient_through() || slots[p].reads == 0) continue;
+    std::optional<std::size_t> first_lent;
     for (TensorId t : plan.node(p).inputs) {
       const TensorId root = plan.root(t);
       if (!plan.needs_grad(root)) continue;
@@ -328,8 +333,9 @@ GradientLives gradient_lives(const GraphPlan& plan, const Ops& ops, std::int64_t
       if (slots[r].reads != 1 || slots[r].dtype != slots[p].dtype || shares[r] != r ||
           elements(r) != elements(p))
         continue;
+      if (first_lent && !(keeps(*first_lent) && keeps(r))) continue;
       shares[r] = shares[p];
-      break;
+      if (!first_lent) first_lent = r;
     }
   }
   // The same lives twice: in each gradient's dtype, and all in FP32 (the underflow pass).

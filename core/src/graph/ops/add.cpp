@@ -5,6 +5,7 @@
 
 #include "graph/ops/batchnorm2d.h"
 #include "graph/ops/layernorm.h"
+#include "graph/ops/linear.h"
 #include "graph/ops/op_registry.h"
 #include "graph/ops/op_support.h"
 
@@ -28,6 +29,15 @@ bool AddLayer::take_relu() {
 }
 
 bool AddLayer::fuse_input(std::size_t k, Layer& input) {
+  if (auto* linear = dynamic_cast<LinearLayer*>(&input)) {
+    if (inputs_ != 2 || relu_ || bn_ != nullptr || k > 1 || linears_[k] != nullptr) return false;
+    linears_[k] = linear;
+    if (!sum_of_linears()) return true;
+    // Unfused (the replay), the first writes into y and the add adds the second in place.
+    linears_[0]->defer_into_reader(true);
+    linears_[1]->defer_into_reader(false);
+    return true;
+  }
   auto* bn = dynamic_cast<BatchNorm2dLayer*>(&input);
   if (bn_ != nullptr || inputs_ != 2 || bn == nullptr || !bn->defer_into_reader()) return false;
   bn_ = bn;
@@ -37,10 +47,22 @@ bool AddLayer::fuse_input(std::size_t k, Layer& input) {
 
 bool AddLayer::fuse_one_reader(Layer& reader) {
   auto* ln = dynamic_cast<LayerNormLayer*>(&reader);
-  if (ln_ != nullptr || bn_ != nullptr || relu_ || inputs_ != 2 || ln == nullptr) return false;
+  if (ln_ != nullptr || bn_ != nullptr || relu_ || inputs_ != 2 || ln == nullptr ||
+      sum_of_linears())
+    return false;
   ln->defer_into_input();
   ln_ = ln;
   return true;
+}
+
+void AddLayer::choose_kernels(sdk::DeviceBackend&) {
+  if (!sum_of_linears()) return;
+  const DType y = ops::storage_of(precision_.activation);
+  bool allowed = !relu_ && ln_ == nullptr;
+  for (const LinearLayer* linear : linears_)
+    allowed = allowed && linear->can_run_in_reader() &&
+              ops::storage_of(linear->precision().activation) == y;
+  for (LinearLayer* linear : linears_) linear->allow_run_in_reader(allowed);
 }
 
 std::vector<BackendNeed> AddLayer::backend_needs(DType input) const {
@@ -69,6 +91,12 @@ void AddLayer::backward(TensorView x, TensorView dy, TensorView dx, std::int64_t
 void AddLayer::forward_inputs(std::span<const TensorView> xs, std::int64_t rows) {
   // x is [rows, features] per input.
   const TensorView y = output(rows);
+  if (sum_of_linears() && linears_[0]->runs_in_reader()) {
+    // y = x0·W0ᵀ + b0, then y += x1·W1ᵀ + b1: the sum of linears (fuse_input).
+    linears_[0]->forward_into(y, 0.0f);
+    linears_[1]->forward_into(y, 1.0f);
+    return;
+  }
   if (ln_ != nullptr && ln_->forward_with_sum(xs[0], xs[1], y, rows)) return;
   std::vector<TensorView> read;
   if (bn_ != nullptr && bn_->fused()) {
@@ -127,8 +155,13 @@ bool AddLayer::backward_in_one_pass(TensorView dy, TensorView y, std::span<const
   if (residual == nullptr || residual->version() < sdk::FacetVersion{1, 1}) return false;
   std::vector<TensorView> write;
   for (const TensorView& dx : dxs) {
-    // Without the relu an input whose gradient is dy's memory is already written.
-    const bool done = !relu_ && dx.data == dy.data && dx.dtype == dy.dtype;
+    // Without the relu an input whose gradient is dy's memory is already written; with it, two
+    // inputs lent that memory are masked in it once.
+    const bool aliased = dx.data == dy.data && dx.dtype == dy.dtype;
+    const bool again = aliased && std::any_of(write.begin(), write.end(), [&](const TensorView& w) {
+                         return w.data == dx.data;
+                       });
+    const bool done = (!relu_ && aliased) || again;
     if (dx.empty() || done) {
       write.emplace_back();
       continue;

@@ -22,8 +22,16 @@ namespace mixtrain::core {
 // Add + layer norm: a two-input add without relu takes in one layer norm among its readers
 // (fuse_one_reader); while that pair is fused the forward is the layer norm's forward_with_sum,
 // which writes this op's output as well, and nothing else changes.
+// A sum of linears (LoRA's base plus its B adapter): a two-input add without relu whose inputs
+// are both linears that it alone reads takes them in (fuse_input), unless a layer norm reading
+// it would be taken in instead. Where both allow it and write y's dtype (choose_kernels), the
+// forward runs their GEMMs into y, the first writing it and the second adding to it (beta 1):
+// neither output exists, and no pass of the add runs. In 16-bit the sum is then rounded twice
+// (the first GEMM's output, then the sum) where the unfused ops round three times. Their
+// gradients are dy itself, from the one buffer the memory plan lends both (memory_plan.h).
 class BatchNorm2dLayer;
 class LayerNormLayer;
+class LinearLayer;
 
 class AddLayer final : public Layer {
  public:
@@ -32,6 +40,8 @@ class AddLayer final : public Layer {
   bool take_relu() override;
   bool fuse_input(std::size_t k, Layer& input) override;
   bool fuse_one_reader(Layer& reader) override;
+  // The sum of linears' verdict, given to both (after their own choose_kernels).
+  void choose_kernels(sdk::DeviceBackend& backend) override;
   bool relu() const { return relu_; }
   void forward(sdk::TensorView x, std::int64_t rows) override;
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
@@ -54,6 +64,8 @@ class AddLayer final : public Layer {
   BatchNorm2dLayer* bn_ = nullptr;  // a batch norm input it runs in its pass (fuse_input)
   std::size_t bn_input_ = 0;        // which input bn_ is
   LayerNormLayer* ln_ = nullptr;    // a layer norm reading it that it runs in its pass
+  LinearLayer* linears_[2] = {nullptr, nullptr};  // the sum of linears' inputs, by position
+  bool sum_of_linears() const { return linears_[0] != nullptr && linears_[1] != nullptr; }
   int one_pass_ = -1;  // whether the backend has add for these dtypes (asked at the first call)
   Tensor sum_;         // fp32 [max_rows, features] when y is not fp32 and the backend has no add
 };

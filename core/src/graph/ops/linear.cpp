@@ -41,6 +41,7 @@ LinearLayer::LinearLayer(std::string name, std::int64_t in, std::int64_t out, bo
   traits_.gemms = {{kGemm, {kRoles[0], kRoles[1], kRoles[2]}}};
   traits_.forward_flops_per_row = 2 * in_ * out_ + (bias_ ? out_ : 0);
   traits_.reads_input_as_gemm_operand = true;
+  traits_.backward_keeps_output_gradient = true;  // dy is read as GEMM operands, or cast apart
   if (tie_weight_.empty())
     traits_.parameters.push_back({"weight", {out_, in_}});
   else
@@ -202,10 +203,15 @@ void LinearLayer::update_fusion() {
     fused_->traits_.output_written_by_input = epilogue_fused_;
   }
   // A fused relu's backward reads the activation's output, so z is never needed.
-  traits_.output_deferred = epilogue_fused_ && fused_->activation() == sdk::Activation::relu;
+  const bool relu_epilogue = epilogue_fused_ && fused_->activation() == sdk::Activation::relu;
+  // Run by the add that reads it (the sum of linears): no output of its own while fused.
+  in_reader_ = into_reader_ && reader_allows_ && fusion_on_;
+  traits_.output_deferred = relu_epilogue || in_reader_;
+  traits_.forward_in_reader = in_reader_;
   // Unfused (the replay), z goes into the relu's output and the relu rectifies it in place; its
-  // backward's mask [relu(z) > 0] is [z > 0].
-  traits_.output_in_reader = traits_.output_deferred;
+  // backward's mask [relu(z) > 0] is [z > 0]. The first linear of a sum goes into the add's
+  // output, which the add then adds the other into.
+  traits_.output_in_reader = relu_epilogue || (in_reader_ && home_in_reader_);
   // The gelu whose gradient this dgrad writes where the gelu's output gradient lies asks the plan
   // for one buffer for both (activation.h).
   if (grad_input_ != nullptr)
@@ -226,6 +232,29 @@ bool LinearLayer::set_block_scaling(const sdk::BlockScalingFacet* facet) {
   blocks_.set_facet(facet);
   traits_.varies_per_step = blocks_.varies_per_step();
   return true;
+}
+
+void LinearLayer::defer_into_reader(bool home) {
+  into_reader_ = true;
+  home_in_reader_ = home;
+  update_fusion();
+}
+
+bool LinearLayer::can_run_in_reader() const {
+  return !scaler_.active() && !blocks_.active() && fused_ == nullptr && loss_chunk_rows() == 0;
+}
+
+void LinearLayer::allow_run_in_reader(bool allowed) {
+  reader_allows_ = allowed;
+  update_fusion();
+}
+
+void LinearLayer::forward_into(TensorView y, float beta) {
+  // y[rows, out] (+)= x[rows, in] · Wᵀ (+ b), x as forward() kept it.
+  sdk::GemmArgs g = forward_args(reader_x_);
+  g.c = y;
+  g.beta = beta;
+  facets().call(sdk::GemmOp::gemm)->gemm(g);
 }
 
 void LinearLayer::set_fusion(bool on) {
@@ -301,6 +330,10 @@ sdk::GemmArgs LinearLayer::forward_args(TensorView x) {
 }
 
 void LinearLayer::forward(TensorView x, std::int64_t rows) {
+  if (in_reader_) {
+    reader_x_ = x;  // the add that reads this output runs the GEMM (forward_into)
+    return;
+  }
   if (blocks_.active()) return forward_block_scaled(x, rows);
   sdk::GemmArgs g = forward_args(x);
   if (fused()) {

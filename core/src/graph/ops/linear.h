@@ -35,6 +35,12 @@
 // - An input read by other ops as well (LoRA's A and its base read one x): the dgrad adds its
 //   contribution into the FP32 sum as the GEMM's beta = 1 (layer.h), when fusion is on and the
 //   operands are 16/32-bit.
+// - A sum of linears (AddLayer::fuse_input, add.h): an add that alone reads this linear and a
+//   second one may run both GEMMs into its own output, this one's writing it (beta 0) and the
+//   other's adding to it (beta 1): LoRA's base output plus its B adapter's, with no output of
+//   either in memory and no pass of the add. While it does (runs_in_reader), forward() keeps x
+//   and the add calls forward_into at its own step; the output is deferred and, unfused (the
+//   replay), written as usual, the first of the two (`home`) into the add's output.
 // - Weight tying: with tie_weight = "<node>.<param>" the linear owns no weight; it reads and
 //   accumulates into that parameter (an [out, in] matrix, e.g. a token embedding [vocab, C] for
 //   an LM head with in = C, out = vocab). When the owner's working copy is not in this layer's
@@ -91,6 +97,17 @@ class LinearLayer final : public Layer {
   void set_fusion(bool on) override;
   // Asks the backend for gemm_gradient (the backward epilogues) in this layer's dtypes.
   void choose_kernels(sdk::DeviceBackend& backend) override;
+  // The sum of linears (the contract above). defer_into_reader(home): the add takes this linear
+  // in, before choose_kernels. can_run_in_reader: what this linear allows (16/32-bit operands, no
+  // FP8 or block scaling, no epilogue, not the chunked loss's logits), asked by the add's
+  // choose_kernels, which then gives its verdict (allow_run_in_reader). runs_in_reader: now
+  // (fusion on). forward_into: the GEMM of the x forward() kept into y (the add's output rows),
+  // with beta.
+  void defer_into_reader(bool home);
+  bool can_run_in_reader() const;
+  void allow_run_in_reader(bool allowed);
+  bool runs_in_reader() const { return in_reader_; }
+  void forward_into(sdk::TensorView y, float beta);
   bool can_accumulate_input_gradient(std::size_t k) const override;
   // dgrad's C in FP32 with beta = 0: what can_accumulate_input_gradient allows with beta = 1.
   bool writes_first_input_gradient_in_fp32(std::size_t k) const override {
@@ -147,6 +164,11 @@ class LinearLayer final : public Layer {
   std::uint64_t run_seed_ = 0;  // init_parameters()'s: keys stochastic rounding
   ActivationLayer* fused_ = nullptr;
   bool fusion_on_ = true;
+  // The sum of linears: taken in by an add (into_reader_, home_in_reader_), allowed by its
+  // choose_kernels (reader_allows_), and so now (in_reader_, with fusion on); reader_x_ is the
+  // input forward() kept for forward_into.
+  bool into_reader_ = false, home_in_reader_ = false, reader_allows_ = false, in_reader_ = false;
+  sdk::TensorView reader_x_;
   // The backend runs this layer's (bf16) GEMMs faster without a gelu epilogue, forward or
   // backward (sdk::kFeatureGemmBf16GeluUnfused; choose_kernels): a gelu reader, or the gelu input
   // whose gradient the dgrad would compute, then runs as its own op.

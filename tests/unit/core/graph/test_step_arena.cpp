@@ -22,6 +22,7 @@
 #include "config/model_presets.h"
 #include "cpu_test_backend.h"
 #include "mixtrain/core/graph/diagnostics.h"
+#include "mixtrain/core/graph/lora.h"
 #include "mixtrain/core/graph/model.h"
 #include "tiny_gpt.h"
 
@@ -69,9 +70,20 @@ std::unique_ptr<Model> resnet(ResNetBlock block, bool fuse, DType dtype, bool re
 
 constexpr std::int64_t kTokens = 6, kVocab = 13, kBatch = 3;
 
+// `lora`: adapters (r = 2) beside every linear of each block, whose sums run as sums of linears
+// (add.h) when fused.
 std::unique_ptr<Model> gpt(bool fuse, DType dtype, std::int64_t loss_block, bool reserve = false,
-                           bool flash = true, Rows rows = {kBatch, kBatch}) {
+                           bool flash = true, Rows rows = {kBatch, kBatch}, bool lora = false) {
   ModelSpec spec = test_support::tiny_gpt_spec(2, 2, 8, kVocab, flash);
+  if (lora) {
+    LoraSpec adapters;
+    adapters.r = 2;
+    adapters.alpha = 4.0;
+    for (const char* glob :
+         {"h.*.attn.c_attn", "h.*.attn.c_proj", "h.*.mlp.c_fc", "h.*.mlp.c_proj"})
+      adapters.targets.push_back({glob, {}, "model.lora.targets"});
+    apply_lora(spec, adapters);
+  }
   spec.fuse_epilogues = fuse;
   spec.loss_chunk_rows = loss_block;
   const std::int64_t batch = std::max(rows.train, rows.evaluation);
@@ -126,6 +138,9 @@ std::vector<Family> families() {
       // Unfused attention keeps P (and then dS) as a GEMM operand of its own dtype.
       f.push_back({"gpt, unfused attention, " + tag,
                    [=](bool r, Rows n) { return gpt(fuse, d, 0, r, /*flash=*/false, n); }, kBatch});
+      f.push_back({"gpt with LoRA adapters, " + tag,
+                   [=](bool r, Rows n) { return gpt(fuse, d, 0, r, true, n, /*lora=*/true); },
+                   kBatch});
     }
   // The batch norm before each add reads fp32 where the add reads bf16: unfused every pass.
   f.push_back({"basic resnet, fp32 norms before bf16 adds",
@@ -154,6 +169,7 @@ std::vector<float> step(Model& m, std::int64_t rows, bool poison, bool underflow
   out.push_back(m.loss(rows, 1.0f, true).loss);
   m.backward(rows);
   for (auto* t : m.parameters()) {
+    if (t->grad.empty()) continue;  // frozen (LoRA's base)
     const auto g = read(t->grad.view());
     out.insert(out.end(), g.begin(), g.end());
   }

@@ -48,10 +48,11 @@ inline std::unique_ptr<Model> tiny_gpt_model(const ModelSpec& spec, std::int64_t
   m->allocate(Executor::PassRows{train_rows.value_or(batch), batch}, reserve_fp32);
   m->init_parameters(5);
   for (auto* param : m->parameters()) {
-    auto v = read(param->master.view());
+    // Every kind of parameter: a master, or a frozen one's one copy in its dtype (LoRA's base).
+    auto v = parameter_to_host_fp32(backend, *param);
     const auto moves = random_vector(v.size(), 17, -noise, noise);
     for (std::size_t i = 0; i < v.size(); ++i) v[i] += moves[i];
-    write(param->master.view(), v);
+    set_parameter_from_fp32(backend, *param, v.data());
   }
   m->refresh_working_copies();
   return m;

@@ -169,6 +169,10 @@ struct OpTraits {
   // give one input whose only reader is this op the memory of the output's gradient (same dtype),
   // and backward_inputs finds that dx at dy's address, already written.
   bool passes_gradient_through = false;
+  // Its backward reads its output's gradient and never writes it (a linear: dy is a GEMM
+  // operand), so a pass-through op may lend its output gradient's memory to it and to a second
+  // such input at once (memory_plan.h).
+  bool backward_keeps_output_gradient = false;
   // allocate() leaves the output unallocated (a view; a linear whose fused relu writes for it);
   // materialise_output() makes it later.
   bool output_deferred = false;
