@@ -9,9 +9,13 @@
 //   the high nibble), absmax nf4_block_count(n, block) fp32 values; the caller checked both.
 // - How: per block, its 16 possible values (each the reference's fp32 product) are rounded into
 //   out's dtype once, as a table, and each element is a lookup by its code; no division or
-//   conversion per element. OpenMP over runs of whole blocks, so the result does not depend on the
-//   thread count. On GPT-2 small's QLoRA step (c_fc, 2.36 M elements into bf16) the per-element
-//   reference path took 4.8 ms a decode (bench/RESULTS.md, session 74).
+//   conversion per element. A whole 16-bit block of a multiple of 32 elements (QLoRA's 64) is
+//   looked up 32 elements at a time, its table's low and high bytes read by pshufb (SSSE3, on
+//   any x86-64-v3 CPU; not under limit_isa(baseline)); other blocks one element at a time. The
+//   same lookups either way, so the same bits. OpenMP over runs of whole blocks, so the result
+//   does not depend on the thread count. GPT-2 small's c_fc (2.36 M elements into bf16): the
+//   per-element reference path took 4.8 ms a decode (session 74), the element lookups 1.4-1.5,
+//   the byte tables 0.53-0.61 (bench/RESULTS.md, session 76).
 #pragma once
 
 #include <cstdint>
