@@ -6,7 +6,7 @@
 //   code and its block's scales alone, so the output has the same bits for any thread count.
 // - Block-scaled: code × block scale × tensor scale in double, exact (at most 4 + 24 + 24
 //   significant bits), rounded once to fp32, as the reference computes it, then rounded once
-//   (RNE) into out's dtype by commit_row.
+//   (RNE) into out's dtype (cpu_block_scaled_decode.h).
 
 #include <algorithm>
 #include <array>
@@ -15,6 +15,7 @@
 
 #include "cpu_access.h"
 #include "cpu_block_scaled.h"
+#include "cpu_block_scaled_decode.h"
 #include "cpu_context.h"
 #include "cpu_nf4_decode.h"
 #include "mixtrain/sdk/backend_quantized_weight.h"
@@ -110,24 +111,9 @@ class CpuQuantizedWeight final : public sdk::QuantizedWeightFacet {
                                                             : sdk::decode_e8m0(code);
       }
     }
-    const std::array<float, 256> values = block_element_values(w.layout.element);
-    const auto* codes = w.codes.as<const std::uint8_t>();
-    const std::int64_t block_rows = w.layout.block_rows, block_cols = w.layout.block_cols;
-#pragma omp parallel for schedule(static) if (parallel_worth(rows * cols))
-    for (std::int64_t r = 0; r < rows; ++r) {
-      std::vector<float> buf;
-      float* y = row_target(out, r, cols, buf);
-      const float* row_scales = scale.data() + (r / block_rows) * grid.cols;
-      for (std::int64_t c = 0; c < cols; ++c) {
-        const std::int64_t i = r * cols + c;
-        const std::uint8_t code =
-            packed ? static_cast<std::uint8_t>((codes[i / 2] >> (4 * (i % 2))) & 0xF) : codes[i];
-        y[c] = static_cast<float>(static_cast<double>(values[code]) *
-                                  static_cast<double>(row_scales[c / block_cols]) *
-                                  static_cast<double>(tensor_scale));
-      }
-      commit_row(out, r, cols, y);
-    }
+    decode_block_scaled(w.codes.as<const std::uint8_t>(), packed,
+                        block_element_values(w.layout.element), scale.data(), grid.cols,
+                        w.layout.block_rows, w.layout.block_cols, tensor_scale, out);
   }
 
  private:

@@ -1,0 +1,35 @@
+// Block-scaled weights decoded on the CPU (the quantized_weight facet's dequantize_block_scaled:
+// a frozen base stored as train.frozen_format = "fp8-block" or "mxfp8", decoded before every GEMM
+// that reads it).
+//
+// Contract
+// - decode_block_scaled: out [rows, cols] (fp32 / bf16 / fp16 storage) receives element (r, c) =
+//   values[code] · scales[r / block_rows][c / block_cols] · tensor_scale, in double (exact),
+//   rounded once to fp32, then once (RNE) into out's dtype: bit for bit
+//   sdk/support/block_scaling.h's dequantize_block_scaled and that rounding. codes: one byte an
+//   element, row-major, or with `packed` two (element i in the low nibble of byte i / 2 when i is
+//   even, the high one when odd, E2M1's order); values: the element format's 256 decoded codes
+//   (block_element_values); scales: [rows / block_rows rounded up, grid_cols] fp32, each block's
+//   decode scale. The caller checked every size.
+// - How: a row's run of block_cols elements shares one scale, so scale · tensor_scale is formed
+//   once in double; each element's value times it is the reference's two products in another
+//   order, and the same double: both are exact (a code has at most 4 significant bits, each
+//   scale 24, 52 in all, far inside double's range). The element loop is compiled per ISA
+//   (cpu_isa.h: the lookups as gathers, the products 8 or 4 to a register) and picked by cpuid;
+//   the bits are the same on every variant. OpenMP over rows: any thread count, the same bits.
+//   GPT-2 small's fp8-block and mxfp8 bases: bench/RESULTS.md, session 76.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "mixtrain/sdk/tensor_view.h"
+
+namespace mixtrain::backend_cpu {
+
+void decode_block_scaled(const std::uint8_t* codes, bool packed,
+                         const std::array<float, 256>& values, const float* scales,
+                         std::int64_t grid_cols, std::int64_t block_rows, std::int64_t block_cols,
+                         float tensor_scale, const sdk::TensorView& out);
+
+}  // namespace mixtrain::backend_cpu

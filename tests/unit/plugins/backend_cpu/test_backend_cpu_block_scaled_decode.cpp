@@ -1,0 +1,94 @@
+// The block-scaled weight decode (cpu_block_scaled_decode.h) on every ISA variant and thread
+// count: each element the SDK reference's value rounded once into fp32, bf16 and fp16, bit for
+// bit, for every weight layout a frozen base may be stored in (FP8 blocks of 128 × 128, MX blocks
+// of 32 along either dimension, E2M1 packed two to a byte with NVFP4's tensor scale), on a shape
+// large enough to run in parallel and one whose blocks and rows end part-way.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend_test_util.h"
+#include "cpu_block_scaled.h"
+#include "cpu_block_scaled_decode.h"
+#include "isa_variants.h"
+#include "mixtrain/sdk/support/block_scaling.h"
+#include "mixtrain/sdk/support/float_formats.h"
+
+namespace mixtrain::backend_cpu::testing {
+namespace {
+
+// The reference's fp32 values in `dtype`'s bits (fp32: the values' own), one rounding.
+std::vector<std::uint32_t> reference_bits(const std::vector<float>& values, DType dtype) {
+  std::vector<std::uint32_t> bits(values.size());
+  if (dtype == DType::fp32) {
+    std::memcpy(bits.data(), values.data(), values.size() * 4);
+    return bits;
+  }
+  std::vector<std::uint16_t> narrow(values.size());
+  sdk::convert(std::span<const float>(values), std::span<std::uint16_t>(narrow), dtype,
+               sdk::EncodeOptions{});
+  for (std::size_t i = 0; i < narrow.size(); ++i) bits[i] = narrow[i];
+  return bits;
+}
+
+std::vector<std::uint32_t> output_bits(const std::vector<std::uint8_t>& raw, DType dtype) {
+  std::vector<std::uint32_t> bits(raw.size() / sdk::dtype_size(dtype));
+  for (std::size_t i = 0; i < bits.size(); ++i) {
+    if (dtype == DType::fp32) {
+      std::memcpy(&bits[i], raw.data() + 4 * i, 4);
+    } else {
+      std::uint16_t h;
+      std::memcpy(&h, raw.data() + 2 * i, 2);
+      bits[i] = h;
+    }
+  }
+  return bits;
+}
+
+TEST(backend_cpu_block_scaled_decode, EveryIsaAndThreadCountGivesTheReferenceRoundedOnce) {
+  const std::vector<sdk::BlockScaledLayout> layouts = {
+      sdk::fp8_block_weight_layout(),
+      sdk::fp8_block_weight_layout(sdk::BlockElement::e4m3, true),
+      sdk::mx_layout(sdk::ReductionAxis::cols, sdk::BlockElement::e4m3),
+      sdk::mx_layout(sdk::ReductionAxis::rows, sdk::BlockElement::e5m2),
+      sdk::mx_layout(sdk::ReductionAxis::cols, sdk::BlockElement::e2m1),
+      sdk::nvfp4_weight_layout()};
+  for (const auto& layout : layouts)
+    for (const Shape shape : {Shape{300, 130}, Shape{7, 37}}) {
+      const std::int64_t rows = shape[0], cols = shape[1];
+      std::vector<float> x = random_values(static_cast<std::size_t>(rows * cols), 77, -3.0f, 3.0f);
+      x[40] = 900.0f;  // an outlier: the other elements of its block round to small codes
+      sdk::BlockScaledTensor q = sdk::quantize_block_scaled(x, rows, cols, layout);
+      // A tensor scale one ulp above 1: its products with the block scales need more than fp32's
+      // 24 bits, so a decode that rounded scale · tensor scale first would round twice.
+      if (layout.tensor_scale) q.tensor_scale = std::nextafter(1.0f, 2.0f);
+      const std::vector<float> want = sdk::dequantize_block_scaled(q);
+      const sdk::BlockExtent grid = sdk::block_grid(layout, rows, cols);
+      std::vector<float> scales;
+      for (std::int64_t br = 0; br < grid.rows; ++br)
+        for (std::int64_t bc = 0; bc < grid.cols; ++bc)
+          scales.push_back(sdk::block_scale_value(q, br, bc));
+      const bool packed = layout.element == sdk::BlockElement::e2m1;
+      const std::vector<std::uint8_t> codes = packed ? sdk::pack_e2m1(q.codes) : q.codes;
+      for (const DType dtype : {DType::fp32, DType::bf16, DType::fp16}) {
+        const std::vector<std::uint32_t> expected = reference_bits(want, dtype);
+        for (const auto& [threads, isa] : thread_and_isa_runs()) {
+          const IsaScope scope(isa);
+          CpuBackend be(threads);  // the OpenMP team the decode runs on
+          std::vector<std::uint8_t> raw(want.size() * sdk::dtype_size(dtype), 0xee);
+          decode_block_scaled(codes.data(), packed, block_element_values(layout.element),
+                              scales.data(), grid.cols, layout.block_rows, layout.block_cols,
+                              q.tensor_scale, {raw.data(), dtype, shape});
+          EXPECT_EQ(output_bits(raw, dtype), expected)
+              << sdk::describe(layout) << " " << shape.to_string() << " " << sdk::dtype_name(dtype)
+              << ", " << isa_name(isa) << ", " << threads << " thread(s)";
+        }
+      }
+    }
+}
+
+}  // namespace
+}  // namespace mixtrain::backend_cpu::testing
