@@ -2,6 +2,8 @@
 // its tensors.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -115,6 +117,34 @@ inline FiniteDifference finite_difference(Model& m, ModelParameter& p, std::int6
     r.max_ref = std::max(r.max_ref, std::abs(fd));
   }
   return r;
+}
+
+// Every parameter's gradient that backward wrote, in parameters() order (frozen ones have none).
+inline std::vector<float> all_gradients(Model& m) {
+  std::vector<float> all;
+  for (auto* p : m.parameters()) {
+    if (p->grad.empty()) continue;
+    const auto g = read(p->grad.view());
+    all.insert(all.end(), g.begin(), g.end());
+  }
+  return all;
+}
+
+// The gradients backward wrote for the parameters named, each against central differences of
+// the loss on the batch already fed: within tol · max(1, the largest difference), and not all ~0.
+inline void expect_finite_differences(Model& m, std::int64_t rows,
+                                      const std::vector<std::string>& names, float eps,
+                                      double tol) {
+  int checked = 0;
+  for (auto* p : m.parameters()) {
+    if (std::find(names.begin(), names.end(), p->name) == names.end()) continue;
+    SCOPED_TRACE(p->name);
+    const auto fd = finite_difference(m, *p, rows, read(p->grad.view()), eps);
+    EXPECT_GT(fd.max_ref, 1e-4) << "a gradient that is all ~0 checks nothing";
+    EXPECT_LT(fd.max_err, tol * std::max(1.0, fd.max_ref));
+    ++checked;
+  }
+  EXPECT_EQ(checked, static_cast<int>(names.size())) << "a name that is no parameter";
 }
 
 // A model node written in code: `op("linear", "fc1", {{"out", 6}})`.

@@ -89,15 +89,6 @@ void feed(Trained& r, int step) {
   r.backend->copy_from_host(r.model->labels(kRows), y.data());
 }
 
-std::vector<float> gradients(Model& m) {
-  std::vector<float> all;
-  for (auto* p : m.parameters()) {
-    const auto g = test_support::read(p->grad.view());
-    all.insert(all.end(), g.begin(), g.end());
-  }
-  return all;
-}
-
 // The stack on a backend with or without the op, allocated and initialised from seed 3; in bf16,
 // the precision-sensitive ops stay FP32 as the planner pins them (the layer norms write fp32 from
 // a bf16 stream).
@@ -135,7 +126,7 @@ Trained train(bool fuse, bool offer_add, bool bf16) {
     r.values.push_back(r.model->loss(kRows, 1.0f, true).loss);
     r.model->backward(kRows);
   }
-  const auto g = gradients(*r.model);
+  const auto g = test_support::all_gradients(*r.model);
   r.values.insert(r.values.end(), g.begin(), g.end());
   return r;
 }
@@ -190,17 +181,17 @@ TEST(AddLayerNorm, TheNonfiniteReplayRunsThePairApartAndTheNextStepFusedAgain) {
   m.forward(kRows);
   const float loss = m.loss(kRows, 1.0f, true).loss;
   m.backward(kRows);
-  const std::vector<float> step = gradients(m);
+  const std::vector<float> step = test_support::all_gradients(m);
   r.backend->calls.clear();
   EXPECT_EQ(locate_first_nonfinite(m, kRows, 1.0f).where, "");
   EXPECT_EQ(r.backend->count("layernorm_add_forward"), 0) << "the replay runs every op alone";
   EXPECT_EQ(r.backend->count("layernorm_forward"), 3);
-  EXPECT_EQ(gradients(m), step);
+  EXPECT_EQ(test_support::all_gradients(m), step);
   r.backend->calls.clear();
   m.forward(kRows);
   EXPECT_EQ(m.loss(kRows, 1.0f, true).loss, loss);
   m.backward(kRows);
-  EXPECT_EQ(gradients(m), step);
+  EXPECT_EQ(test_support::all_gradients(m), step);
   EXPECT_EQ(r.backend->count("layernorm_add_forward"), 2) << "fused again after the replay";
 }
 
@@ -212,16 +203,8 @@ TEST(AddLayerNorm, GradientsThroughTheFusedPassMatchFiniteDifferences) {
   m.forward(kRows);
   m.loss(kRows, 1.0f, true);
   m.backward(kRows);
-  for (auto* p : m.parameters()) {
-    if (p->name != "mix.weight" && p->name != "ln2.weight" && p->name != "ln_f.bias" &&
-        p->name != "embed.bias")
-      continue;
-    SCOPED_TRACE(p->name);
-    const auto analytic = test_support::read(p->grad.view());
-    const auto fd = test_support::finite_difference(m, *p, kRows, analytic, 1e-2f);
-    EXPECT_GT(fd.max_ref, 1e-4) << "a gradient that is all ~0 checks nothing";
-    EXPECT_LT(fd.max_err, 2e-3 * std::max(1.0, fd.max_ref));
-  }
+  test_support::expect_finite_differences(
+      m, kRows, {"mix.weight", "ln2.weight", "ln_f.bias", "embed.bias"}, 1e-2f, 2e-3);
 }
 
 }  // namespace

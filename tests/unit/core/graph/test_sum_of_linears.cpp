@@ -60,15 +60,6 @@ void feed(Trained& r, int step) {
   r.backend->copy_from_host(r.model->labels(kRows), y.data());
 }
 
-std::vector<float> gradients(Model& m) {
-  std::vector<float> all;
-  for (auto* p : m.parameters()) {
-    const auto g = test_support::read(p->grad.view());
-    all.insert(all.end(), g.begin(), g.end());
-  }
-  return all;
-}
-
 // B starts away from zero (LoRA's starts at 0, where its GEMM adds nothing to see).
 Trained built(const ModelSpec& spec, bool bf16) {
   Trained r;
@@ -105,7 +96,7 @@ Trained train(const ModelSpec& spec, bool bf16 = false) {
     r.model->backward(kRows);
     if (step == 0) r.backward_calls = r.backend->calls;
   }
-  const auto g = gradients(*r.model);
+  const auto g = test_support::all_gradients(*r.model);
   r.values.insert(r.values.end(), g.begin(), g.end());
   return r;
 }
@@ -187,16 +178,16 @@ TEST(SumOfLinears, TheNonfiniteReplayRunsTheLinearsApartAndTheNextStepFusedAgain
   m.forward(kRows);
   const float loss = m.loss(kRows, 1.0f, true).loss;
   m.backward(kRows);
-  const std::vector<float> step = gradients(m);
+  const std::vector<float> step = test_support::all_gradients(m);
   r.backend->calls.clear();
   EXPECT_EQ(locate_first_nonfinite(m, kRows, 1.0f).where, "");
   EXPECT_EQ(r.backend->count("add"), 1) << "the replay runs every op alone";
-  EXPECT_EQ(gradients(m), step);
+  EXPECT_EQ(test_support::all_gradients(m), step);
   r.backend->calls.clear();
   m.forward(kRows);
   EXPECT_EQ(m.loss(kRows, 1.0f, true).loss, loss);
   m.backward(kRows);
-  EXPECT_EQ(gradients(m), step);
+  EXPECT_EQ(test_support::all_gradients(m), step);
   EXPECT_EQ(r.backend->count("add"), 0) << "fused again after the replay";
 }
 
@@ -225,16 +216,8 @@ TEST(SumOfLinears, GradientsThroughTheFusedSumMatchFiniteDifferences) {
   m.forward(kRows);
   m.loss(kRows, 1.0f, true);
   m.backward(kRows);
-  for (auto* p : m.parameters()) {
-    if (p->name != "base.weight" && p->name != "a.weight" && p->name != "b.weight" &&
-        p->name != "embed.bias")
-      continue;
-    SCOPED_TRACE(p->name);
-    const auto analytic = test_support::read(p->grad.view());
-    const auto fd = test_support::finite_difference(m, *p, kRows, analytic, 1e-2f);
-    EXPECT_GT(fd.max_ref, 1e-4) << "a gradient that is all ~0 checks nothing";
-    EXPECT_LT(fd.max_err, 2e-3 * std::max(1.0, fd.max_ref));
-  }
+  test_support::expect_finite_differences(
+      m, kRows, {"base.weight", "a.weight", "b.weight", "embed.bias"}, 1e-2f, 2e-3);
 }
 
 }  // namespace
