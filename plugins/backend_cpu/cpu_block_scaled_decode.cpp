@@ -13,7 +13,10 @@ namespace {
 
 // y [cols] = row r's elements, the first at element index `first` of the codes: per run of
 // block_cols elements (one scale), value · (scale · tensor_scale) in double, rounded to fp32.
-template <bool kPacked>
+// Without a tensor scale (every frozen base's layout) the product has one factor besides the
+// value, and fp32's own multiply rounds it once, as the exact double product rounded to fp32
+// does: the same bits at twice the lanes.
+template <bool kPacked, bool kTensorScale>
 [[gnu::always_inline]] inline void decode_row(const std::uint8_t* codes, std::int64_t first,
                                               std::int64_t cols, const float* values,
                                               const float* row_scales, std::int64_t block_cols,
@@ -21,12 +24,16 @@ template <bool kPacked>
   for (std::int64_t c0 = 0, b = 0; c0 < cols; c0 += block_cols, ++b) {
     const std::int64_t c1 = std::min(cols, c0 + block_cols);
     const double s = static_cast<double>(row_scales[b]) * tensor_scale;
+    const float s1 = row_scales[b];
 #pragma omp simd
     for (std::int64_t c = c0; c < c1; ++c) {
       const std::int64_t i = first + c;
       const unsigned code =
           kPacked ? (codes[i >> 1] >> (4 * (i & 1))) & 0xFu : static_cast<unsigned>(codes[i]);
-      y[c] = static_cast<float>(static_cast<double>(values[code]) * s);
+      if constexpr (kTensorScale)
+        y[c] = static_cast<float>(static_cast<double>(values[code]) * s);
+      else
+        y[c] = values[code] * s1;
     }
   }
 }
@@ -36,10 +43,15 @@ template <bool kPacked>
                                                   const float* values, const float* row_scales,
                                                   std::int64_t block_cols, double tensor_scale,
                                                   float* y) {
-  if (packed)
-    decode_row<true>(codes, first, cols, values, row_scales, block_cols, tensor_scale, y);
+  const bool scaled = tensor_scale != 1.0;
+  if (packed && scaled)
+    decode_row<true, true>(codes, first, cols, values, row_scales, block_cols, tensor_scale, y);
+  else if (packed)
+    decode_row<true, false>(codes, first, cols, values, row_scales, block_cols, tensor_scale, y);
+  else if (scaled)
+    decode_row<false, true>(codes, first, cols, values, row_scales, block_cols, tensor_scale, y);
   else
-    decode_row<false>(codes, first, cols, values, row_scales, block_cols, tensor_scale, y);
+    decode_row<false, false>(codes, first, cols, values, row_scales, block_cols, tensor_scale, y);
 }
 
 MIXTRAIN_ISA_VARIANTS(decode_one_row)

@@ -14,10 +14,12 @@
 // - How: a row's run of block_cols elements shares one scale, so scale · tensor_scale is formed
 //   once in double; each element's value times it is the reference's two products in another
 //   order, and the same double: both are exact (a code has at most 4 significant bits, each
-//   scale 24, 52 in all, far inside double's range). The element loop is compiled per ISA
-//   (cpu_isa.h: the lookups as gathers, the products 8 or 4 to a register) and picked by cpuid;
-//   the bits are the same on every variant. OpenMP over rows: any thread count, the same bits.
-//   GPT-2 small's fp8-block and mxfp8 bases: bench/RESULTS.md, session 76.
+//   scale 24, 52 in all, far inside double's range). With a tensor scale of 1 (every frozen
+//   base's layout) the one product is fp32's own multiply, which rounds it once as the exact
+//   double rounded to fp32 does. The element loop is compiled per ISA (cpu_isa.h: the lookups as
+//   gathers) and picked by cpuid; the bits are the same on every variant. OpenMP over rows: any
+//   thread count, the same bits. GPT-2 small's fp8-block and mxfp8 bases: bench/RESULTS.md,
+//   session 76.
 #pragma once
 
 #include <array>
