@@ -29,6 +29,7 @@ namespace mixtrain::core {
 // neither output exists, and no pass of the add runs. In 16-bit the sum is then rounded twice
 // (the first GEMM's output, then the sum) where the unfused ops round three times. Their
 // gradients are dy itself, from the one buffer the memory plan lends both (memory_plan.h).
+// train --profile files each GEMM under its linear's node, as if it had run at its own step.
 class BatchNorm2dLayer;
 class LayerNormLayer;
 class LinearLayer;

@@ -12,6 +12,7 @@
 #include "mixtrain/sdk/backend_quantized_weight.h"
 #include "mixtrain/sdk/support/backend_features.h"
 #include "mixtrain/sdk/support/float_formats.h"
+#include "profiling/profile_scope.h"
 
 namespace mixtrain::core {
 
@@ -250,6 +251,8 @@ void LinearLayer::allow_run_in_reader(bool allowed) {
 }
 
 void LinearLayer::forward_into(TensorView y, float beta) {
+  // Run inside the add's pass, counted as this node's (train --profile).
+  const ProfileScope scope(type().c_str(), name().c_str());
   // y[rows, out] (+)= x[rows, in] · Wᵀ (+ b), x as forward() kept it.
   sdk::GemmArgs g = forward_args(reader_x_);
   g.c = y;

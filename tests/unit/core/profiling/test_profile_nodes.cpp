@@ -139,5 +139,31 @@ TEST(ProfileNodes, AScopeInsideANodeKeepsItAndOneOutsideHasNone) {
   EXPECT_EQ(ProfileScope::node(), nullptr) << "the scopes closed";
 }
 
+TEST(ProfileNodes, ASumOfLinearsFilesEachGemmUnderItsLinear) {
+  // The add runs both linears' GEMMs in its pass (add.h); the table still names the linears.
+  auto profiler = make_profiling_backend(cpu());
+  ModelSpec spec;
+  spec.graph = true;
+  spec.layers = {op("linear", "base", {{"out", 6}}, {"input"}),
+                 op("linear", "a", {{"out", 2}, {"bias", false}}, {"input"}),
+                 op("linear", "b", {{"out", 6}, {"bias", false}}, {"a"}),
+                 op("add", "sum", {}, {"base", "b"}), op("linear", "head", {{"out", 3}}, {"sum"})};
+  Model m(profiler, spec, 5, 3);
+  const std::int64_t batch = 4;
+  m.allocate(batch);
+  feed(m, batch, 5);
+  profiler->reset();
+  m.forward(batch);
+  const auto nodes = profiler->node_entries();
+  for (const char* linear : {"base", "b"}) {
+    const auto* gemm = find(nodes, linear, "gemm");
+    ASSERT_NE(gemm, nullptr) << linear;
+    EXPECT_EQ(gemm->entry.scope, "linear");
+    EXPECT_EQ(gemm->entry.calls, 1) << linear;
+  }
+  EXPECT_EQ(find(nodes, "sum", "gemm"), nullptr);
+  EXPECT_EQ(find(nodes, "sum", "add"), nullptr) << "the add ran no pass of its own";
+}
+
 }  // namespace
 }  // namespace mixtrain::core
