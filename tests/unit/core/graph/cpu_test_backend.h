@@ -14,6 +14,7 @@
 
 #include "cpu_backend.h"
 #include "forwarding_backend.h"
+#include "mixtrain/core/graph/diagnostics.h"
 #include "mixtrain/core/graph/model.h"
 #include "mixtrain/sdk/backend_call_observer.h"
 #include "mixtrain/sdk/support/backend_features.h"
@@ -145,6 +146,33 @@ inline void expect_finite_differences(Model& m, std::int64_t rows,
     ++checked;
   }
   EXPECT_EQ(checked, static_cast<int>(names.size())) << "a name that is no parameter";
+}
+
+// A fused model's step, then the non-finite replay (which runs every fused pair apart), then the
+// step again, from the batch already fed: the replay finds every tensor finite and leaves the
+// gradients as the step wrote them, and the step after it gives the first one's loss and
+// gradients. Returns the facet calls `backend` (the model's, counting) saw in the replay and in
+// the step after it.
+struct ReplayCalls {
+  std::map<std::string, int> replay, step_after;
+};
+inline ReplayCalls replay_between_steps(Model& m, std::int64_t rows, CallCountingBackend& backend) {
+  m.forward(rows);
+  const float loss = m.loss(rows, 1.0f, true).loss;
+  m.backward(rows);
+  const std::vector<float> step = all_gradients(m);
+  ReplayCalls calls;
+  backend.calls.clear();
+  EXPECT_EQ(locate_first_nonfinite(m, rows, 1.0f).where, "");
+  calls.replay = backend.calls;
+  EXPECT_EQ(all_gradients(m), step) << "the replay moved a gradient";
+  backend.calls.clear();
+  m.forward(rows);
+  EXPECT_EQ(m.loss(rows, 1.0f, true).loss, loss) << "the step after the replay";
+  m.backward(rows);
+  calls.step_after = backend.calls;
+  EXPECT_EQ(all_gradients(m), step) << "the step after the replay";
+  return calls;
 }
 
 // A model node written in code: `op("linear", "fc1", {{"out", 6}})`.

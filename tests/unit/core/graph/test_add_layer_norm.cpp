@@ -178,21 +178,10 @@ TEST(AddLayerNorm, TheNonfiniteReplayRunsThePairApartAndTheNextStepFusedAgain) {
   Trained r = fused_fp32_model();
   Model& m = *r.model;
   feed(r, 0);
-  m.forward(kRows);
-  const float loss = m.loss(kRows, 1.0f, true).loss;
-  m.backward(kRows);
-  const std::vector<float> step = test_support::all_gradients(m);
-  r.backend->calls.clear();
-  EXPECT_EQ(locate_first_nonfinite(m, kRows, 1.0f).where, "");
-  EXPECT_EQ(r.backend->count("layernorm_add_forward"), 0) << "the replay runs every op alone";
-  EXPECT_EQ(r.backend->count("layernorm_forward"), 3);
-  EXPECT_EQ(test_support::all_gradients(m), step);
-  r.backend->calls.clear();
-  m.forward(kRows);
-  EXPECT_EQ(m.loss(kRows, 1.0f, true).loss, loss);
-  m.backward(kRows);
-  EXPECT_EQ(test_support::all_gradients(m), step);
-  EXPECT_EQ(r.backend->count("layernorm_add_forward"), 2) << "fused again after the replay";
+  auto calls = test_support::replay_between_steps(m, kRows, *r.backend);
+  EXPECT_EQ(calls.replay["layernorm_add_forward"], 0) << "the replay runs every op alone";
+  EXPECT_EQ(calls.replay["layernorm_forward"], 3);
+  EXPECT_EQ(calls.step_after["layernorm_add_forward"], 2) << "fused again after the replay";
 }
 
 TEST(AddLayerNorm, GradientsThroughTheFusedPassMatchFiniteDifferences) {
