@@ -64,13 +64,16 @@ void decode_block_scaled(const std::uint8_t* codes, bool packed,
                          float tensor_scale, const sdk::TensorView& out) {
   const std::int64_t rows = out.shape[0], cols = out.shape[1];
   const double ts = tensor_scale;
-#pragma omp parallel for schedule(static) if (parallel_worth(rows * cols))
-  for (std::int64_t r = 0; r < rows; ++r) {
-    std::vector<float> buf;
-    float* y = row_target(out, r, cols, buf);
-    decode_one_row_best(codes, packed, r * cols, cols, values.data(),
-                        scales + (r / block_rows) * grid_cols, block_cols, ts, y);
-    commit_row(out, r, cols, y);
+#pragma omp parallel if (parallel_worth(rows * cols))
+  {
+    std::vector<float> buf;  // a 16-bit row in fp32, one per thread for all its rows
+#pragma omp for schedule(static)
+    for (std::int64_t r = 0; r < rows; ++r) {
+      float* y = row_target(out, r, cols, buf);
+      decode_one_row_best(codes, packed, r * cols, cols, values.data(),
+                          scales + (r / block_rows) * grid_cols, block_cols, ts, y);
+      commit_row(out, r, cols, y);
+    }
   }
 }
 
