@@ -206,13 +206,13 @@ void LinearLayer::update_fusion() {
   // A fused relu's backward reads the activation's output, so z is never needed.
   const bool relu_epilogue = epilogue_fused_ && fused_->activation() == sdk::Activation::relu;
   // Run by the add that reads it (the sum of linears): no output of its own while fused.
-  in_reader_ = into_reader_ && reader_allows_ && fusion_on_;
-  traits_.output_deferred = relu_epilogue || in_reader_;
-  traits_.forward_in_reader = in_reader_;
+  const bool in_reader = runs_in_reader();
+  traits_.output_deferred = relu_epilogue || in_reader;
+  traits_.forward_in_reader = in_reader;
   // Unfused (the replay), z goes into the relu's output and the relu rectifies it in place; its
   // backward's mask [relu(z) > 0] is [z > 0]. The first linear of a sum goes into the add's
   // output, which the add then adds the other into.
-  traits_.output_in_reader = relu_epilogue || (in_reader_ && home_in_reader_);
+  traits_.output_in_reader = relu_epilogue || (in_reader && home_in_reader_);
   // The gelu whose gradient this dgrad writes where the gelu's output gradient lies asks the plan
   // for one buffer for both (activation.h).
   if (grad_input_ != nullptr)
@@ -333,7 +333,7 @@ sdk::GemmArgs LinearLayer::forward_args(TensorView x) {
 }
 
 void LinearLayer::forward(TensorView x, std::int64_t rows) {
-  if (in_reader_) {
+  if (runs_in_reader()) {
     reader_x_ = x;  // the add that reads this output runs the GEMM (forward_into)
     return;
   }

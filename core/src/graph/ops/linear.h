@@ -106,7 +106,7 @@ class LinearLayer final : public Layer {
   void defer_into_reader(bool home);
   bool can_run_in_reader() const;
   void allow_run_in_reader(bool allowed);
-  bool runs_in_reader() const { return in_reader_; }
+  bool runs_in_reader() const { return into_reader_ && reader_allows_ && fusion_on_; }
   void forward_into(sdk::TensorView y, float beta);
   bool can_accumulate_input_gradient(std::size_t k) const override;
   // dgrad's C in FP32 with beta = 0: what can_accumulate_input_gradient allows with beta = 1.
@@ -164,10 +164,9 @@ class LinearLayer final : public Layer {
   std::uint64_t run_seed_ = 0;  // init_parameters()'s: keys stochastic rounding
   ActivationLayer* fused_ = nullptr;
   bool fusion_on_ = true;
-  // The sum of linears: taken in by an add (into_reader_, home_in_reader_), allowed by its
-  // choose_kernels (reader_allows_), and so now (in_reader_, with fusion on); reader_x_ is the
-  // input forward() kept for forward_into.
-  bool into_reader_ = false, home_in_reader_ = false, reader_allows_ = false, in_reader_ = false;
+  // The sum of linears: taken in by an add (into_reader_, home_in_reader_) and allowed by its
+  // choose_kernels (reader_allows_); reader_x_ is the input forward() kept for forward_into.
+  bool into_reader_ = false, home_in_reader_ = false, reader_allows_ = false;
   sdk::TensorView reader_x_;
   // The backend runs this layer's (bf16) GEMMs faster without a gelu epilogue, forward or
   // backward (sdk::kFeatureGemmBf16GeluUnfused; choose_kernels): a gelu reader, or the gelu input
