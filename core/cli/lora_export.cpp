@@ -13,6 +13,7 @@
 #include "exported_weights.h"
 #include "mixtrain/core/checkpoint/peft_adapter.h"
 #include "mixtrain/core/config/config.h"
+#include "mixtrain/core/config/host_schemas.h"
 #include "mixtrain/core/graph/freezing.h"
 #include "mixtrain/sdk/error.h"
 
@@ -70,7 +71,7 @@ LoraSettings settings_of(const sdk::TrainingState& state, const std::filesystem:
   if (s.r < 1 || s.alpha <= 0)
     throw sdk::UserError(source.string() + "'s config has no [model.lora]: no adapters to export",
                          hint);
-  for (const auto& o : config.table_options("model"))
+  for (const auto& o : config.table_options("model", core::model_list_keys()))
     if (o.key == "preset" && std::holds_alternative<std::string>(o.value))
       s.gpt = std::get<std::string>(o.value) == "gpt";
   for (const auto& o : config.table_options("checkpoint"))

@@ -150,7 +150,7 @@ HfGpt2Model hf_gpt2_model(const std::map<std::string, std::string>& metadata,
   }
   const auto config = Config::from_string(it->second, origin + "'s config");
   std::string preset;
-  for (const auto& o : config.table_options("model"))
+  for (const auto& o : config.table_options("model", model_list_keys()))
     if (o.key == "preset" && std::holds_alternative<std::string>(o.value))
       preset = std::get<std::string>(o.value);
   if (preset != "gpt")

@@ -547,6 +547,11 @@ bool is_path_list_option(DataSource source, const std::string& key) {
   return source == DataSource::text && (key == "path" || key == "eval");
 }
 
+const std::vector<std::string>& model_list_keys() {
+  static const std::vector<std::string> keys = {"layers", "nodes", "blocks", "recompute"};
+  return keys;
+}
+
 sdk::OptionSchema model_schema() {
   return {OptionSpec::string("loss", "softmax_cross_entropy", "training loss")
               .one_of({"softmax_cross_entropy"}),
@@ -570,6 +575,12 @@ sdk::OptionSchema model_schema() {
                               "epilogue (a gelu after bf16 GEMMs apart where the backend runs "
                               "them faster so: the CPU on AMX), and each batch norm read only by "
                               "an add inside the add (one rounding, one pass less)"),
+          OptionSpec::string("recompute", "",
+                             "op types whose outputs are not kept for the backward but computed "
+                             "again from their inputs just before the first backward that reads "
+                             "them, e.g. [\"gelu\", \"layernorm\"] (llm.c's -r 2): less "
+                             "activation memory for an element-wise pass more each; a list, "
+                             "of ops the op table marks recomputable"),
           OptionSpec::boolean("fp32_gradient_sums", true,
                               "a tensor read by several ops (a residual block's input) sums its "
                               "gradient in FP32; false sums it in its readers' gradient dtype "

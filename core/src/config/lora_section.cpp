@@ -34,7 +34,7 @@ std::string joined(const std::set<std::string>& names) {
 // Whether the model's nodes are GPT2LMHeadModel's modules (PEFT names them under "transformer.").
 bool gpt_modules(const Config& config, const Experiment& e) {
   if (e.from_pretrained.enabled()) return true;
-  for (const auto& o : config.table_options("model"))
+  for (const auto& o : config.table_options("model", model_list_keys()))
     if (o.key == "preset" && std::holds_alternative<std::string>(o.value))
       return std::get<std::string>(o.value) == "gpt";
   return false;

@@ -19,8 +19,14 @@ namespace {
 // unset there: their effective values depend on the class count and the backend
 // (graph/model_spec.h), and a resumed run or an evaluation reading the resolved config on another
 // backend must decide them as a run there would.
-ResolvedSection model_section_of(const sdk::Options& model) {
+ResolvedSection model_section_of(const sdk::Options& model, const ModelSpec& spec) {
   ResolvedSection m = section_of("model", {}, model);
+  // recompute is a list, read beside the schema: written as the op types it resolved to.
+  std::erase_if(m.values, [](const auto& kv) { return kv.first == "recompute"; });
+  std::string types = "[";
+  for (std::size_t i = 0; i < spec.recompute.size(); ++i)
+    types += (i ? ", " : "") + sdk::option_value_to_string(spec.recompute[i]);
+  m.raw_values.emplace_back("recompute", types + "]");
   const auto leave_unset = [&](const std::string& key, std::string note) {
     if (model.was_set(key)) return;
     std::erase_if(m.values, [&](const auto& v) { return v.first == key; });
@@ -38,6 +44,37 @@ ResolvedSection model_section_of(const sdk::Options& model) {
 }
 
 const std::vector<std::string> kArrayKeys = {"inputs", "shape"};
+
+// [model] recompute: op types whose outputs the backward computes again (ModelSpec::recompute),
+// each one the op table marks recomputable.
+void read_recompute(const Config& config, ModelSpec& model) {
+  const std::string key = "model.recompute";
+  const auto types = config.string_array(key);
+  const bool array = config.is_array(key);
+  model.recompute_where = config.location(key);
+  std::string recomputable;
+  for (const std::string& t : op_types())
+    if (find_op(t)->recomputable) recomputable += (recomputable.empty() ? "" : ", ") + t;
+  for (std::size_t i = 0; i < types.size(); ++i) {
+    const auto where =
+        array ? config.location(key + "." + std::to_string(i)) : model.recompute_where;
+    const std::string entry = array ? key + "[" + std::to_string(i) + "]" : key;
+    const OpDefinition* op = find_op(types[i]);
+    if (op == nullptr)
+      throw sdk::ConfigError(
+          where, entry, "'" + types[i] + "' is no op type",
+          "name op types whose outputs the backward may compute again: " + recomputable);
+    if (!op->recomputable)
+      throw sdk::ConfigError(where, entry,
+                             "a " + types[i] +
+                                 "'s output cannot be computed again for the backward (not "
+                                 "cheap, not the same bits twice, or its backward reads it)",
+                             "recompute only " + recomputable + ", or remove '" + types[i] + "'");
+    if (std::find(model.recompute.begin(), model.recompute.end(), types[i]) ==
+        model.recompute.end())
+      model.recompute.push_back(types[i]);
+  }
+}
 
 // One entry of a node list (the model's or a block's), before blocks are expanded.
 struct RawNode {
@@ -411,7 +448,7 @@ void read_gpt_preset(const Config& config, Experiment& e, const sdk::Options& mo
   const auto o = sdk::Options::resolve("model.gpt", gpt_preset_schema(), raw, where, {});
   e.model.layers = gpt_preset(gpt_preset_of(o, where, e));
   e.model.graph = true;
-  e.core_sections.push_back(model_section_of(model));
+  e.core_sections.push_back(model_section_of(model, e.model));
   e.core_sections.push_back(section_of("model.gpt", {}, o));
 }
 
@@ -522,7 +559,7 @@ void read_pretrained_gpt(const Config& config, Experiment& e, const sdk::Options
   e.from_pretrained = {folder, pretrained.weights_file, at};
   for (const auto& note : pretrained.config.notes) e.config_warnings.push_back(note);
 
-  ResolvedSection m = model_section_of(model);
+  ResolvedSection m = model_section_of(model, e.model);
   show_resolved(m, "preset", "gpt");
   show_resolved(m, "from_pretrained", "");
   m.comments.push_back("from_pretrained = " + sdk::option_value_to_string(folder.string()) + " (" +
@@ -579,7 +616,7 @@ void read_resnet_preset(const Config& config, Experiment& e, const sdk::Options&
                            "give one width per stage: " + example);
   e.model.layers = resnet_preset(p);
   e.model.graph = true;
-  e.core_sections.push_back(model_section_of(model));
+  e.core_sections.push_back(model_section_of(model, e.model));
   ResolvedSection s = section_of("model.resnet", {}, o);
   s.raw_values.emplace_back("blocks", toml_list(p.blocks));
   s.raw_values.emplace_back("widths", toml_list(p.widths));
@@ -660,8 +697,9 @@ void read_model_config(const Config& config, Experiment& e) {
 
   // layers is read as an array of tables; an empty one (layers = []) is no table array to TOML,
   // so it is skipped here and reported below as a model without layers.
-  auto raw = config.table_options("model", {"layers", "nodes", "blocks"});
+  auto raw = config.table_options("model", model_list_keys());
   e.model.where = config.location("model");
+  read_recompute(config, e.model);
   auto model = sdk::Options::resolve("model", model_schema(), raw, e.model.where, {});
   e.model.loss = model.get_string("loss");
   e.model.fuse_epilogues = model.get_bool("fuse_epilogues");
@@ -706,7 +744,7 @@ void read_model_config(const Config& config, Experiment& e) {
                            "add layers = [ { type = \"linear\", out = 64 }, { type = \"relu\" }, "
                            "{ type = \"linear\", out = 10 } ]");
   }
-  e.core_sections.push_back(model_section_of(model));
+  e.core_sections.push_back(model_section_of(model, e.model));
 
   const bool uses_blocks = name_entries(config, nodes, graph_form);
   ModelExpansion expansion(blocks);

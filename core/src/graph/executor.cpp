@@ -188,11 +188,10 @@ void Executor::allocate(PassRows rows, bool reserve_fp32_gradients, std::int64_t
   for (std::size_t d = 0; d < eval_plan_.deferred.size(); ++d)
     unfused_evaluation.emplace_back(
         eval_plan_.deferred[d], base + eval_plan_.arena.offset[eval_plan_.activation_buffers + d]);
-  step_ =
-      trains
-          ? place(rows.train, step_plan_.arena, step_plan_.activation_buffers, unfused_step,
-                  {step_plan_.lives, step_plan_.forward_workspace, &step_plan_.backward_workspace})
-          : Placement{};
+  step_ = trains ? place(rows.train, step_plan_.arena, step_plan_.activation_buffers, unfused_step,
+                         {step_plan_.lives, step_plan_.forward_workspace,
+                          &step_plan_.backward_workspace, &step_plan_.recompute_buffer})
+                 : Placement{};
   evaluation_ =
       rows.evaluation > rows.train
           ? place(rows.evaluation, eval_plan_.arena, eval_plan_.activation_buffers,
@@ -277,6 +276,11 @@ Executor::Placement Executor::place(std::int64_t rows, const LivenessPlan& arena
   if (workspaces.backward != nullptr)
     for (std::size_t i = 0; i < ops_.size() && i < workspaces.backward->size(); ++i)
       p.backward_workspace[i] = workspace((*workspaces.backward)[i]);
+  p.recompute.assign(ops_.size(), nullptr);
+  if (workspaces.recompute != nullptr)
+    for (std::size_t i = 0; i < ops_.size() && i < workspaces.recompute->size(); ++i)
+      if (const std::size_t k = (*workspaces.recompute)[i]; k != kNoBuffer)
+        p.recompute[i] = base + arena_plan.offset[k];
   if (chunking_.rows > 0) {
     // The blocks are the activations' last two buffers (memory_plan.h).
     const ChunkedLogits c = chunked_logits(plan_, ops_, rows);
@@ -573,6 +577,30 @@ LossValues Executor::read_loss() {
   return v;
 }
 
+void Executor::recompute_for(std::size_t reader, Extent e, const GradientBuffers& buffers) {
+  std::vector<TensorView> xs;
+  for (const RecomputedOutput& r : step_plan_.recomputed) {
+    if (r.first_reader != reader) continue;
+    std::byte* at = nullptr;
+    if (buffers.all_fp32) {
+      const PlacedWorkspace& w = step_plan_.gradients.fp32_recompute[r.node];
+      at = buffers.base + w.offset;
+    } else {
+      at = step_.recompute[r.node];
+    }
+    Layer& op = *ops_[r.node];
+    op.use_output_storage(at);
+    gather_inputs(r.node, e, xs);
+    ProfileScope scope("recompute", op.name().c_str());
+    op.forward_inputs(xs, plan_.rows(TensorId::node(r.node), e));
+  }
+}
+
+void Executor::unbind_recomputed() {
+  for (const RecomputedOutput& r : step_plan_.recomputed)
+    ops_[r.node]->use_output_storage(step_.output[r.node]);
+}
+
 void Executor::start_gradients() {
   for (auto& l : ops_)
     for (auto& p : l->parameters()) p.grad_started = false;
@@ -594,6 +622,11 @@ void Executor::backward(Extent e, const GradientBuffers& buffers, bool last_micr
   std::vector<Pending> pending;
   std::vector<bool> accumulate;  // per input: its op adds into the FP32 sum (layer.h)
   const int n = static_cast<int>(ops_.size());
+  // The recomputed outputs' ops write where the forward reads them again, however this ends.
+  struct Unbind {
+    Executor& executor;
+    ~Unbind() { executor.unbind_recomputed(); }
+  } const unbind{*this};
   for (std::size_t i = ops_.size(); i-- > 0;) {
     if (!buffers.all_fp32) poison_through(2 * n - static_cast<int>(i) - 1);
     const PlannedNode& node = plan_.node(i);
@@ -614,6 +647,7 @@ void Executor::backward(Extent e, const GradientBuffers& buffers, bool last_micr
       if (visit && !visit(i, dxs)) return;
       continue;
     }
+    recompute_for(i, e, buffers);
     const TensorView dy = gradient(TensorId::node(i), e, buffers);
     xs.clear();
     dxs.clear();

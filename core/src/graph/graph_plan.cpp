@@ -405,7 +405,9 @@ void fuse_epilogues(const ModelSpec& spec, const GraphTopology& topo,
                     std::vector<std::unique_ptr<Layer>>& ops) {
   for (std::size_t pos = 0; pos < ops.size(); ++pos) {
     const auto& readers = topo.consumers[topo.order[pos]];
-    if (readers.size() == 1) ops[pos]->fuse_reader(*ops[topo.position[readers[0]]]);
+    // A recomputed output runs its own kernel (Layer::set_recomputes_output).
+    if (readers.size() == 1 && !ops[topo.position[readers[0]]]->recomputes_output())
+      ops[pos]->fuse_reader(*ops[topo.position[readers[0]]]);
   }
   for (std::size_t pos = 0; pos < ops.size(); ++pos)
     for (std::size_t k = 0; k < nodes[pos].inputs.size(); ++k) {
@@ -466,6 +468,14 @@ GraphPlan GraphPlan::build(const ModelSpec& spec, std::int64_t input_features, s
   plan.ties_ = resolve_ties(list, topo, graph, ops);
   const std::vector<std::string> frozen = apply_freezing(spec.freeze, ops);
   propagate_gradient_needs(plan.nodes_, plan.ties_, frozen, ops);
+  for (const std::string& type : spec.recompute)
+    if (const OpDefinition* d = find_op(type); d == nullptr || !d->recomputable)
+      throw sdk::ConfigError(spec.recompute_where, "model.recompute",
+                             "'" + type + "' is no op whose output can be computed again",
+                             "name op types the op table marks recomputable (gelu, layernorm)");
+  for (auto& op : ops)
+    op->set_recomputes_output(std::find(spec.recompute.begin(), spec.recompute.end(), op->type()) !=
+                              spec.recompute.end());
   fuse_epilogues(spec, topo, plan.nodes_, ops);
   plan.readers_.assign(plan.nodes_.size(), {});
   for (std::size_t q = 0; q < plan.nodes_.size(); ++q)

@@ -28,11 +28,47 @@ DType activation_dtype(const GraphPlan& plan, const Ops& ops, TensorId t) {
                          : storage_of(ops[root.position()]->precision().activation);
 }
 
+std::vector<RecomputedOutput> plan_recomputation(const GraphPlan& plan, const Ops& ops) {
+  const std::size_t n = ops.size();
+  // Per root: the readers whose backward reads it, the highest position first.
+  std::vector<std::vector<std::size_t>> backward_readers(n);
+  for (std::size_t q = n; q-- > 0;) {
+    const Layer& reader = *ops[q];
+    // The chunked logits node's backward runs inside the loss, where its input is a forward read.
+    if (reader.is_view() || !reader.backward_reads_inputs() || !plan.node(q).needs_grad ||
+        reader.loss_chunk_rows() > 0)
+      continue;
+    for (TensorId t : plan.node(q).inputs) {
+      const TensorId root = plan.root(t);
+      if (!root.is_node()) continue;
+      auto& r = backward_readers[root.position()];
+      if (r.empty() || r.back() != q) r.push_back(q);
+    }
+  }
+  std::vector<RecomputedOutput> out;
+  for (std::size_t i = 0; i < n; ++i) {
+    const Layer& op = *ops[i];
+    if (!op.recomputes_output() || backward_readers[i].empty() || op.is_view() ||
+        op.backward_reads_output() || op.traits().output_deferred || op.traits().forward_in_reader)
+      continue;
+    // Its inputs must be kept: a recomputed input is gone by then.
+    bool inputs_kept = true;
+    for (TensorId t : plan.node(i).inputs) {
+      const TensorId root = plan.root(t);
+      if (root.is_node() && ops[root.position()]->recomputes_output()) inputs_kept = false;
+    }
+    if (inputs_kept) out.push_back({i, backward_readers[i].front(), backward_readers[i].back()});
+  }
+  return out;
+}
+
 namespace {
 
 // Per node: the last step that reads its output (a forward read, the backward of a reader that
 // keeps its inputs, its own backward when that reads it, the loss for the logits). A pass
-// without a backward (`forward_only`: an evaluation) reads no output past the loss.
+// without a backward (`forward_only`: an evaluation) reads no output past the loss. A recomputed
+// output (plan_recomputation) is read by no backward: its recomputation, at its first backward
+// reader's step, reads the node's inputs instead.
 std::vector<int> last_reads(const GraphPlan& plan, const Ops& ops, bool forward_only) {
   const int n = static_cast<int>(ops.size());
   std::vector<int> last(ops.size());
@@ -42,6 +78,17 @@ std::vector<int> last_reads(const GraphPlan& plan, const Ops& ops, bool forward_
   const TensorId logits_root = plan.root(plan.logits());
   if (logits_root.is_node())
     last[logits_root.position()] = std::max(last[logits_root.position()], n);
+  std::vector<bool> recomputed(ops.size(), false);
+  if (!forward_only)
+    for (const RecomputedOutput& r : plan_recomputation(plan, ops)) {
+      recomputed[r.node] = true;
+      for (TensorId t : plan.node(r.node).inputs) {
+        const TensorId root = plan.root(t);
+        if (root.is_node())
+          last[root.position()] =
+              std::max(last[root.position()], 2 * n - static_cast<int>(r.first_reader));
+      }
+    }
   for (int q = 0; q < n; ++q) {
     const auto& reader = *ops[static_cast<std::size_t>(q)];
     // The step at which q's forward reads its inputs: its own, its reader's when that runs it
@@ -56,7 +103,8 @@ std::vector<int> last_reads(const GraphPlan& plan, const Ops& ops, bool forward_
       if (root.is_batch()) continue;
       auto& l = last[root.position()];
       l = std::max(l, read_at);
-      if (!forward_only && !reader.is_view() && reader.backward_reads_inputs())
+      if (!forward_only && !reader.is_view() && reader.backward_reads_inputs() &&
+          !recomputed[root.position()])
         l = std::max(l, 2 * n - q);
     }
   }
@@ -130,6 +178,12 @@ LivenessPlan plan_activations(const GraphPlan& plan, const Ops& ops, std::int64_
 }
 
 namespace {
+
+// The bytes of node i's recomputed output: its planned output's.
+std::size_t recomputed_bytes(const GraphPlan& plan, const Ops& ops, std::size_t i,
+                             std::int64_t max_rows) {
+  return ops[i]->planned_output_bytes(max_rows * plan.node(i).rows_per_sample);
+}
 
 // Node i's backward workspace (0: none): for the planned pass, where each input's gradient comes
 // in `slots`; for the all-FP32 pass, every input gradient in FP32 and none summed by the op.
@@ -450,7 +504,20 @@ GradientPlan place_gradients(const GraphPlan& plan, const Ops& ops, std::int64_t
       const int at = n - static_cast<int>(i);
       g.fp32.push_back({ops[i]->name() + " workspace (all-fp32 backward)", bytes, at, at});
     }
+  // Its recomputed outputs, each from its first reader's backward step of it to its last's.
+  const std::vector<RecomputedOutput> recomputed = plan_recomputation(plan, ops);
+  std::vector<std::size_t> recompute_life;
+  for (const RecomputedOutput& r : recomputed) {
+    recompute_life.push_back(g.fp32.size());
+    g.fp32.push_back({ops[r.node]->name() + " (recomputed, all-fp32 backward)",
+                      recomputed_bytes(plan, ops, r.node, max_rows),
+                      n - static_cast<int>(r.first_reader), n - static_cast<int>(r.last_reader)});
+  }
   out.fp32 = plan_liveness(g.fp32);
+  out.fp32_recompute.assign(ops.size(), {});
+  for (std::size_t k = 0; k < recomputed.size(); ++k)
+    out.fp32_recompute[recomputed[k].node] = {out.fp32.offset[recompute_life[k]],
+                                              g.fp32[recompute_life[k]].bytes};
   out.fp32_workspace.assign(ops.size(), {});
   for (std::size_t i = 0; i < ops.size(); ++i)
     if (workspace_life[i] != kNoBuffer)
@@ -495,6 +562,14 @@ StepMemoryPlan plan_step_memory(const GraphPlan& plan, const Ops& ops, std::int6
       [n](std::size_t i) { return 2 * n - static_cast<int>(i); }, out.lives, out.contribution);
   append_workspaces(plan, ops, max_rows, out.lives, out.forward_workspace, &out.backward_workspace,
                     &out.gradients.slots);
+  out.recomputed = plan_recomputation(plan, ops);
+  out.recompute_buffer.assign(ops.size(), kNoBuffer);
+  for (const RecomputedOutput& r : out.recomputed) {
+    out.recompute_buffer[r.node] = out.lives.size();
+    out.lives.push_back(
+        {ops[r.node]->name() + " (recomputed)", recomputed_bytes(plan, ops, r.node, max_rows),
+         2 * n - static_cast<int>(r.first_reader), 2 * n - static_cast<int>(r.last_reader)});
+  }
   if (with_fp32_gradients) {
     // The all-FP32 pass runs after the forward's last op and before the step's own loss: live
     // at that op's step, beside every activation the backward or the loss reads, and free for

@@ -84,6 +84,8 @@ OpDefinition gelu_op() {
   op.type = "gelu";
   op.keeps_layout = true;
   op.summary = "gelu(x), tanh approximation, element-wise";
+  // Its backward reads its input (relu's, fused, reads its output: not recomputable).
+  op.recomputable = true;
   op.build = build_activation<sdk::Activation::gelu>;
   return op;
 }

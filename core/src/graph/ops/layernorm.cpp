@@ -153,6 +153,8 @@ OpDefinition layernorm_op() {
   op.type = "layernorm";
   op.summary = "normalise the last dimension, then scale and shift (FP32 statistics)";
   op.has_parameters = true;
+  // Its backward reads its input and the statistics; a second forward writes the same ones.
+  op.recomputable = true;
   op.schema = [] {
     return sdk::OptionSchema{
         sdk::OptionSpec::number("eps", 1e-5, "added to the variance").greater_than(0.0)};

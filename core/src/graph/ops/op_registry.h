@@ -74,6 +74,12 @@ struct OpDefinition {
   // Other ops reject a channels-last input at plan time, and see the batch of an image data
   // source flattened to [C·H·W] (a linear on MNIST), where these see it as [C, H, W].
   bool reads_images = false;
+  // Its output may be computed again from its inputs for the backward instead of being kept
+  // (model.recompute): cheap beside the GEMMs around it, the same bits on every run, no state
+  // that a second forward would move, and a backward that reads its inputs, not its output, so
+  // that they are alive when a reader's backward needs the output again, and no step workspace
+  // (memory_plan.h).
+  bool recomputable = false;
   sdk::OptionSchema (*schema)() = nullptr;  // nullptr: no options
   BuiltOp (*build)(const OpNode& node) = nullptr;
 };

@@ -56,6 +56,9 @@ bool is_path_list_option(DataSource source, const std::string& key);
 sdk::OptionSchema schedule_schema();         // host keys in [optimizer]
 sdk::OptionSchema checkpoint_core_schema();  // host keys in [checkpoint]
 sdk::OptionSchema model_schema();            // [model] scalar keys
+// [model]'s keys that hold lists (the nodes, the blocks, recompute), read beside its schema: a
+// reader of its scalars (Config::table_options) skips them.
+const std::vector<std::string>& model_list_keys();
 sdk::OptionSchema gpt_preset_schema();       // [model.gpt] (preset = "gpt")
 sdk::OptionSchema resnet_preset_schema();    // [model.resnet] (preset = "resnet")
 // The ops of the op table (core/src/graph/ops/op_registry.cpp). A node's `inputs` and a reshape's

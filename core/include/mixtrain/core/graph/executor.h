@@ -62,6 +62,11 @@
 //   after its backward with
 //   its input gradients as written. The gradient-ready hook runs for each trainable parameter
 //   whose gradient is final after that node — only when last_micro_batch (a frozen one has none).
+//   A recomputed output (model.recompute, memory_plan.h's plan_recomputation) is computed again,
+//   by its op's forward into its recomputation buffer (the step arena's, or the all-FP32 pass's
+//   in that pass's arena), just before the backward of its first reader; its op's output is
+//   bound there until the backward ends, however it ends, and then back where the forward writes
+//   it.
 // - start_gradients() makes every parameter's next contribution overwrite (a new optimizer step).
 #pragma once
 
@@ -209,6 +214,8 @@ class Executor {
   struct Placement {
     std::int64_t rows = 0;
     std::vector<std::byte*> output, unfused;
+    // Each recomputed output's buffer for the backward (null: none; the evaluation's has none).
+    std::vector<std::byte*> recompute;
     // Each node's step workspaces (empty: none); the evaluation's placement has no backward.
     std::vector<sdk::TensorView> forward_workspace, backward_workspace;
     std::int64_t block_rows = 0;
@@ -220,7 +227,13 @@ class Executor {
     const std::vector<BufferLife>& lives;
     const std::vector<std::size_t>& forward;
     const std::vector<std::size_t>* backward;
+    const std::vector<std::size_t>* recompute = nullptr;  // the recomputed outputs' buffers
   };
+  // Before node `reader`'s backward into `buffers`: the outputs first read there recomputed
+  // (StepMemoryPlan::recomputed), each op's output bound to its buffer.
+  void recompute_for(std::size_t reader, Extent e, const GradientBuffers& buffers);
+  // Every recomputed op's output bound back to the placement's (where the forward writes it).
+  void unbind_recomputed();
   Placement place(std::int64_t rows, const LivenessPlan& arena_plan, std::size_t activation_buffers,
                   const std::vector<std::pair<std::size_t, std::byte*>>& unfused,
                   const PlannedWorkspaces& workspaces) const;

@@ -385,6 +385,12 @@ class Layer {
   virtual void set_fusion(bool /*on*/) {}
   bool fused() const { return epilogue_fused_; }
   virtual bool take_relu() { return false; }
+  // model.recompute (GraphPlan::build, before the rewrites above): the output is not kept for the
+  // backward; the executor runs this op's forward again, into a buffer of its own, just before
+  // the first backward that reads the output (memory_plan.h). No reader takes such an op as its
+  // epilogue, so the forward and the recomputation run the same kernel, bit for bit.
+  void set_recomputes_output(bool on) { recomputes_output_ = on; }
+  bool recomputes_output() const { return recomputes_output_; }
 
   // Called by the executor before its memory plans, with the backend the op will run on and its
   // precision plan set: an op whose kernels (and so what its backward keeps) depend on what the
@@ -553,6 +559,7 @@ class Layer {
   std::int64_t step_ = 0, micro_batch_ = 0, draw_ = 0;  // the last begin_micro_batch()'s
   SampleRange samples_;
   bool epilogue_fused_ = false;  // runs a reader as its epilogue now (fuse_reader, set_fusion)
+  bool recomputes_output_ = false;  // set_recomputes_output()
   bool collect_stats_ = false;
   std::vector<ScaledOperandStats> stats_;
 

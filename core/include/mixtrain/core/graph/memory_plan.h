@@ -35,7 +35,8 @@
 //   need no gradient buffer, its input gradients are written at the loss step, and the activation
 //   plan ends with two buffers live at the loss step only: one block of logits and one of their
 //   gradient, in that order.
-// - The step (plan_step_memory) places both in one arena. Its lives must be the reads the ops
+// - The step (plan_step_memory) places both in one arena, with the recomputed outputs' buffers. Its
+// lives must be the reads the ops
 //   make: a backward that read an activation past its declared last read would read a gradient
 //   written over it. Executor::set_poison_dead_buffers fills every buffer whose life ended with
 //   NaN, so such a read shows (tests/unit/core/graph/test_step_arena.cpp).
@@ -46,6 +47,15 @@
 //   by its reader or by the chunked loss) gets none for that pass. The all-FP32 pass's backward
 //   workspaces are planned in that pass's own arena (GradientPlan::fp32_workspace), each at its
 //   backward step there: that pass runs while the step's activations are live.
+// - Recomputation (model.recompute, Layer::recomputes_output): an output that some reader's
+//   backward reads (a reader that runs a backward of its own, not the chunked logits node) is not
+//   kept for it. Its life ends at its last forward read; the executor runs the op's forward again
+//   just before the first of those backwards (the reader latest in the forward), into a buffer of
+//   its own that lives from that step to the last of them. The op's inputs, which its own
+//   backward reads anyway, are read at that step. The all-FP32 pass recomputes too, into its own
+//   arena (GradientPlan::fp32_recompute), since it runs while every activation is live. Not
+//   recomputed (kept): a view, a deferred output, an op whose backward reads its output, one whose
+//   forward its reader runs, and one whose input is itself a recomputed output.
 // - Pure functions of the plan and the ops' precision; they allocate nothing. The ops' workspace
 //   answers may ask the backend (which may build a plan for a shape, not allocate).
 #pragma once
@@ -81,6 +91,17 @@ struct ChunkedLogits {
   std::int64_t rows = 0;
 };
 ChunkedLogits chunked_logits(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows);
+
+// An output computed again for the backward (the contract's recomputation): node `node`'s, run
+// just before the backward of first_reader and kept until the backward of last_reader (positions;
+// first_reader >= last_reader).
+struct RecomputedOutput {
+  std::size_t node = 0;
+  std::size_t first_reader = 0;
+  std::size_t last_reader = 0;
+};
+// Every such output, in forward order.
+std::vector<RecomputedOutput> plan_recomputation(const GraphPlan& plan, const Ops& ops);
 
 // `as_dtype` sizes every output in that dtype instead of its planned one.
 LivenessPlan plan_activations(const GraphPlan& plan, const Ops& ops, std::int64_t max_rows,
@@ -138,6 +159,9 @@ struct GradientPlan {
   // Each node's backward workspace in the all-FP32 pass (Layer::WorkspaceAsk::fp32_gradients),
   // in that pass's arena, live at the node's backward step of it.
   std::vector<PlacedWorkspace> fp32_workspace;
+  // Each recomputed output's buffer in the all-FP32 pass (plan_recomputation), in its arena, live
+  // from its first reader's backward step of it to its last's; offset kNoBuffer for the others.
+  std::vector<PlacedWorkspace> fp32_recompute;
   // The all-FP32 pass's contributions written apart (Executor::backward), in its arena:
   // fp32_contribution[i][k] is the byte offset of node i's input k, kNoBuffer where it goes
   // straight into the gradient (an empty list: none of node i's inputs).
@@ -157,7 +181,8 @@ GradientPlan plan_gradients(const GraphPlan& plan, const Ops& ops, std::int64_t 
 struct StepMemoryPlan {
   // The buffers, in arena.offset's order: plan_activations' (chunked-loss blocks last), then
   // plan_gradients' planned ones, in the step schedule, then the contributions written apart,
-  // then the step workspaces, then the all-FP32 gradients when asked for.
+  // then the step workspaces, then the recomputed outputs, then the all-FP32 gradients when asked
+  // for.
   std::vector<BufferLife> lives;
   LivenessPlan arena;
   std::size_t activation_buffers = 0;  // lives[0, activation_buffers): the activations
@@ -173,6 +198,11 @@ struct StepMemoryPlan {
   // Node i's step workspaces, indices into `lives`: forward_workspace[i] live at step i,
   // backward_workspace[i] at step 2n - i; kNoBuffer where it has none.
   std::vector<std::size_t> forward_workspace, backward_workspace;
+  // The recomputed outputs (plan_recomputation), and recompute_buffer[i], node i's buffer for its
+  // recomputation (an index into `lives`, live from 2n - first_reader to 2n - last_reader);
+  // kNoBuffer for a node not recomputed.
+  std::vector<RecomputedOutput> recomputed;
+  std::vector<std::size_t> recompute_buffer;
 };
 
 // Whether a backward writes a gradient contribution straight into the tensor's gradient buffer:

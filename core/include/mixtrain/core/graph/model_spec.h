@@ -90,6 +90,13 @@ struct ModelSpec {
   // 50304 (34-56 against 26-32 ms), and the padded dW's copy cost 22 ms a step: the step was
   // slower, with 232 MB more peak (bench/RESULTS.md, session 71).
   std::optional<std::int64_t> loss_pad_classes;
+  // [model] recompute: the op types (OpDefinition::recomputable: gelu, layernorm) whose outputs
+  // are not kept for the backward but computed again from their inputs just before the first
+  // backward that reads them (llm.c's -r, Megatron's selective recomputation): GPT-2's gelu and
+  // layer norm outputs, a sixth of what its blocks keep, for a few element-wise passes more
+  // (graph/memory_plan.h). Empty: every output is kept.
+  std::vector<std::string> recompute;
+  sdk::SourceLocation recompute_where;
   // [train] trainable / frozen (graph/freezing.h): the plan resolves them, since which nodes need
   // a gradient follows from what trains.
   FreezeSpec freeze;
