@@ -72,9 +72,12 @@ constexpr std::int64_t kTokens = 6, kVocab = 13, kBatch = 3;
 
 // `lora`: adapters (r = 2) beside every linear of each block, whose sums run as sums of linears
 // (add.h) when fused.
+// `recompute`: the gelu and layer norm outputs computed again for the backward (model.recompute).
 std::unique_ptr<Model> gpt(bool fuse, DType dtype, std::int64_t loss_block, bool reserve = false,
-                           bool flash = true, Rows rows = {kBatch, kBatch}, bool lora = false) {
+                           bool flash = true, Rows rows = {kBatch, kBatch}, bool lora = false,
+                           bool recompute = false) {
   ModelSpec spec = test_support::tiny_gpt_spec(2, 2, 8, kVocab, flash);
+  if (recompute) spec.recompute = {"gelu", "layernorm"};
   if (lora) {
     LoraSpec adapters;
     adapters.r = 2;
@@ -140,6 +143,16 @@ std::vector<Family> families() {
                    [=](bool r, Rows n) { return gpt(fuse, d, 0, r, /*flash=*/false, n); }, kBatch});
       f.push_back({"gpt with LoRA adapters, " + tag,
                    [=](bool r, Rows n) { return gpt(fuse, d, 0, r, true, n, /*lora=*/true); },
+                   kBatch});
+      f.push_back({"gpt recomputing its gelu and layer norm outputs, " + tag,
+                   [=](bool r, Rows n) {
+                     return gpt(fuse, d, 0, r, true, n, /*lora=*/false, /*recompute=*/true);
+                   },
+                   kBatch});
+      f.push_back({"gpt with LoRA adapters, recomputing, loss in blocks of 5 rows, " + tag,
+                   [=](bool r, Rows n) {
+                     return gpt(fuse, d, 5, r, true, n, /*lora=*/true, /*recompute=*/true);
+                   },
                    kBatch});
     }
   // The batch norm before each add reads fp32 where the add reads bf16: unfused every pass.
