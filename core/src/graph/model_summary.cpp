@@ -5,6 +5,7 @@
 #include <map>
 
 #include "graph/ops/op_support.h"
+#include "mixtrain/core/graph/memory_plan.h"
 
 namespace mixtrain::core {
 
@@ -75,6 +76,17 @@ ModelSummary summarize_model(const Model& model, std::int64_t batch_rows,
   s.batch_rows = batch_rows;
   s.micro_batches = micro_batches;
   const auto& layers = model.layers();
+  std::vector<bool> recomputed(layers.size(), false);
+  for (const RecomputedOutput& r : plan_recomputation(model.plan(), layers)) {
+    recomputed[r.node] = true;
+    const Layer& l = *layers[r.node];
+    s.recomputed.push_back(l.name());
+    if (std::find(s.recomputed_types.begin(), s.recomputed_types.end(), l.type()) ==
+        s.recomputed_types.end())
+      s.recomputed_types.push_back(l.type());
+    s.recomputed_bytes +=
+        l.planned_output_bytes(batch_rows * model.plan().node(r.node).rows_per_sample);
+  }
   // Whether each parameter trains, by name: a tied one (an lm_head reading wte) is its owner's.
   std::map<std::string, bool> trains_by_name;
   for (const auto& l : layers)
@@ -137,7 +149,7 @@ ModelSummary summarize_model(const Model& model, std::int64_t batch_rows,
       }
       backward = weights ? (trains ? f : 0) + (input_grad ? f : 0) : (input_grad ? 2 * f : 0);
     }
-    s.training_flops_per_sample += f + backward;
+    s.training_flops_per_sample += f + backward + (recomputed[i] ? f : 0);
     s.nodes.push_back(std::move(n));
   }
   s.training_flops_per_step = s.training_flops_per_sample * batch_rows * micro_batches;
@@ -196,6 +208,17 @@ std::string render_model_summary(const ModelSummary& s) {
                 bytes_text(s.activation_bytes_unplanned).c_str(),
                 bytes_text(s.parameter_bytes).c_str());
   out += line;
+  if (!s.recomputed.empty()) {
+    std::string types;
+    for (const auto& t : s.recomputed_types) types += (types.empty() ? "" : ", ") + t;
+    std::snprintf(line, sizeof line,
+                  "# recomputed for the backward (model.recompute): %zu %s outputs, %s at batch "
+                  "%lld not kept past their forward reads; each is computed again just before "
+                  "the first backward that reads it\n",
+                  s.recomputed.size(), types.c_str(), bytes_text(s.recomputed_bytes).c_str(),
+                  static_cast<long long>(s.batch_rows));
+    out += line;
+  }
   if (!s.frozen.names.empty()) {
     out += share_lines("trainable", s.trainable,
                        "of FP32 masters, gradients and working copies, plus the optimizer's state");

@@ -865,6 +865,33 @@ TEST(sdk_Experiment, LossPadClassesIsReadAndRangeChecked) {
   }
 }
 
+// model.recompute: a list of op types the op table marks recomputable, carried through the
+// resolved config (duplicates once); an op type that cannot be recomputed, one that does not
+// exist and a value that is no list of strings are refused at the entry's key and place.
+TEST(sdk_Experiment, RecomputeTakesRecomputableOpTypesAndNamesTheEntryItRefuses) {
+  EXPECT_TRUE(parse(kFull).model.recompute.empty());
+  EXPECT_TRUE(parse(resolved_toml_of(parse(kFull))).model.recompute.empty());
+  const auto set = parse(kFull, {R"(model.recompute=["gelu", "layernorm", "gelu"])"});
+  const std::vector<std::string> both = {"gelu", "layernorm"};
+  EXPECT_EQ(set.model.recompute, both);
+  EXPECT_EQ(parse(resolved_toml_of(set)).model.recompute, both);
+  EXPECT_EQ(parse(kFull, {R"(model.recompute="gelu")"}).model.recompute,
+            std::vector<std::string>{"gelu"});
+  struct Bad {
+    std::string value, key, says;
+  };
+  for (const Bad& bad : {Bad{R"(["gelu", "linear"])", "'model.recompute[1]'", "linear"},
+                         Bad{R"(["relu"])", "'model.recompute[0]'", "relu"},
+                         Bad{R"(["gleu"])", "'model.recompute[0]'", "'gleu' is no op type"},
+                         Bad{"3", "'model.recompute'", "array of strings"}}) {
+    const auto e = error_of<sdk::ConfigError>(kFull, {"model.recompute=" + bad.value});
+    ASSERT_TRUE(e.has_value()) << bad.value;
+    EXPECT_TRUE(contains(e->full_message(), bad.key)) << e->full_message();
+    EXPECT_TRUE(contains(e->full_message(), bad.says)) << e->full_message();
+    EXPECT_TRUE(contains(e->full_message(), "--set model.recompute=")) << e->full_message();
+  }
+}
+
 // run.step_graphs unset means "where the backend records them": left unset in the resolved config,
 // so a resume on another backend decides again; a value set, false too, is carried through it.
 TEST(sdk_Experiment, AnUnsetStepGraphsStaysUnsetInTheResolvedConfig) {

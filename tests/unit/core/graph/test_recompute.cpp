@@ -22,6 +22,7 @@
 #include "mixtrain/core/graph/diagnostics.h"
 #include "mixtrain/core/graph/memory_plan.h"
 #include "mixtrain/core/graph/model.h"
+#include "mixtrain/core/graph/model_summary.h"
 #include "mixtrain/sdk/error.h"
 #include "tiny_gpt.h"
 
@@ -135,6 +136,29 @@ TEST(Recompute, TheOutputsLiveThroughTheirForwardReadsAndTheArenaShrinks) {
   }
   EXPECT_LT(plan.arena.arena_bytes, before.arena.arena_bytes);
   EXPECT_LT(plan.arena.peak_live_bytes, before.arena.peak_live_bytes);
+}
+
+TEST(Recompute, TheSummarySaysWhatIsRecomputedAndCountsItsFlops) {
+  const auto kept = model(spec(true, {}), DType::bf16);
+  const auto recomputed = model(spec(true, kBoth), DType::bf16);
+  const ModelSummary a = summarize_model(*kept, kBatch), b = summarize_model(*recomputed, kBatch);
+  EXPECT_TRUE(a.recomputed.empty());
+  ASSERT_EQ(b.recomputed.size(), 7u);
+  std::size_t bytes = 0;
+  std::int64_t flops = 0;
+  for (const auto& l : recomputed->layers())
+    if (l->type() == "gelu" || l->type() == "layernorm") {
+      bytes += l->planned_output_bytes(kBatch * kTokens);
+      flops += l->forward_flops_per_row() * kTokens;
+    }
+  EXPECT_EQ(b.recomputed_bytes, bytes);
+  EXPECT_EQ(b.training_flops_per_sample - a.training_flops_per_sample, flops);
+  EXPECT_LT(b.activation_bytes, a.activation_bytes);
+  const std::string text = render_model_summary(b);
+  EXPECT_NE(text.find("recomputed for the backward (model.recompute): 7 layernorm, gelu outputs"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(render_model_summary(a).find("recomputed"), std::string::npos);
 }
 
 TEST(Recompute, AnOutputOnlyTheChunkedLossReadsIsKeptAsItIs) {

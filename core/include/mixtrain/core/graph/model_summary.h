@@ -51,6 +51,11 @@ struct ModelSummary {
   std::size_t activation_bytes_fp32 = 0;       // the same plan with every output in fp32
   std::size_t activation_bytes_unplanned = 0;  // every stored output, no reuse
   std::size_t parameter_bytes = 0;             // masters + gradients (fp32) + working copies
+  // The outputs computed again for the backward (model.recompute; graph/memory_plan.h), their op
+  // types in table order, and their bytes at batch_rows: what the step no longer keeps past its
+  // forward reads (their recomputation's FLOPs are in training_flops_per_sample).
+  std::vector<std::string> recomputed, recomputed_types;
+  std::size_t recomputed_bytes = 0;
   // What trains and what is frozen: parameter tensors by name, elements, and their bytes as
   // parameter_bytes counts them.
   struct Share {
