@@ -65,16 +65,23 @@ std::vector<RecomputedOutput> plan_recomputation(const GraphPlan& plan, const Op
 namespace {
 
 // Per node: the last step that reads its output (a forward read, the backward of a reader that
-// keeps its inputs, its own backward when that reads it, the loss for the logits). A pass
+// keeps its inputs, its own backward when that reads it, the loss for the logits; a backward only
+// where the node needs a gradient, since the executor runs no other). A pass
 // without a backward (`forward_only`: an evaluation) reads no output past the loss. A recomputed
 // output (plan_recomputation) is read by no backward: its recomputation, at its first backward
 // reader's step, reads the node's inputs instead.
 std::vector<int> last_reads(const GraphPlan& plan, const Ops& ops, bool forward_only) {
   const int n = static_cast<int>(ops.size());
   std::vector<int> last(ops.size());
+  // A node that needs no gradient runs no backward (a frozen prefix of the model): it reads
+  // nothing then.
+  const auto runs_backward = [&](int p) {
+    return !forward_only && plan.node(static_cast<std::size_t>(p)).needs_grad;
+  };
   for (int p = 0; p < n; ++p)
     last[static_cast<std::size_t>(p)] =
-        !forward_only && ops[static_cast<std::size_t>(p)]->backward_reads_output() ? 2 * n - p : p;
+        runs_backward(p) && ops[static_cast<std::size_t>(p)]->backward_reads_output() ? 2 * n - p
+                                                                                      : p;
   const TensorId logits_root = plan.root(plan.logits());
   if (logits_root.is_node())
     last[logits_root.position()] = std::max(last[logits_root.position()], n);
@@ -103,7 +110,7 @@ std::vector<int> last_reads(const GraphPlan& plan, const Ops& ops, bool forward_
       if (root.is_batch()) continue;
       auto& l = last[root.position()];
       l = std::max(l, read_at);
-      if (!forward_only && !reader.is_view() && reader.backward_reads_inputs() &&
+      if (runs_backward(q) && !reader.is_view() && reader.backward_reads_inputs() &&
           !recomputed[root.position()])
         l = std::max(l, 2 * n - q);
     }

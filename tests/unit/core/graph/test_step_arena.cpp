@@ -73,11 +73,14 @@ constexpr std::int64_t kTokens = 6, kVocab = 13, kBatch = 3;
 // `lora`: adapters (r = 2) beside every linear of each block, whose sums run as sums of linears
 // (add.h) when fused.
 // `recompute`: the gelu and layer norm outputs computed again for the backward (model.recompute).
+// `frozen`: train.frozen's patterns.
 std::unique_ptr<Model> gpt(bool fuse, DType dtype, std::int64_t loss_block, bool reserve = false,
                            bool flash = true, Rows rows = {kBatch, kBatch}, bool lora = false,
-                           bool recompute = false) {
+                           bool recompute = false, const std::vector<std::string>& frozen = {}) {
   ModelSpec spec = test_support::tiny_gpt_spec(2, 2, 8, kVocab, flash);
   if (recompute) spec.recompute = {"gelu", "layernorm"};
+  for (const std::string& p : frozen)
+    spec.freeze.frozen.push_back({p, {"train.toml", 1, 1}, "train.frozen"});
   if (lora) {
     LoraSpec adapters;
     adapters.r = 2;
@@ -102,6 +105,8 @@ std::unique_ptr<Model> gpt(bool fuse, DType dtype, std::int64_t loss_block, bool
   cpu()->copy_from_host(m->labels(batch), labels.data());
   return m;
 }
+
+const std::vector<std::string> kFrozenPrefix = {"wte.*", "wpe.*", "h.0.*"};
 
 // Fan-out (one tensor read by three ops, add(h, h)), a reshape and a flatten: gradients summed
 // in FP32 from several readers, some written apart and added.
@@ -149,6 +154,12 @@ std::vector<Family> families() {
                      return gpt(fuse, d, 0, r, true, n, /*lora=*/false, /*recompute=*/true);
                    },
                    kBatch});
+      // The embeddings (and so the tied LM head) and the first block frozen: no backward runs
+      // there, so nothing is kept for one.
+      f.push_back(
+          {"gpt, its embeddings and first block frozen, " + tag,
+           [=](bool r, Rows n) { return gpt(fuse, d, 0, r, true, n, false, false, kFrozenPrefix); },
+           kBatch});
       f.push_back({"gpt with LoRA adapters, recomputing, loss in blocks of 5 rows, " + tag,
                    [=](bool r, Rows n) {
                      return gpt(fuse, d, 5, r, true, n, /*lora=*/true, /*recompute=*/true);
@@ -259,6 +270,24 @@ TEST(StepArena, PoisonedBuffersReadAsNaNSoAnUnlistedReadShows) {
   bool nan = false;
   for (auto* t : m->parameters()) nan = nan || !all_finite(read(t->grad.view()));
   EXPECT_TRUE(nan);
+}
+
+TEST(StepArena, AFrozenPrefixKeepsNothingForTheBackwardItDoesNotRun) {
+  const auto trained = gpt(true, DType::bf16, 0);
+  const auto frozen =
+      gpt(true, DType::bf16, 0, false, true, {kBatch, kBatch}, false, false, kFrozenPrefix);
+  const auto lives = [](const Model& m) { return plan_step_memory(m.plan(), m.layers(), kBatch); };
+  const StepMemoryPlan a = lives(*trained), b = lives(*frozen);
+  const int n = static_cast<int>(frozen->layers().size());
+  int prefix = 0;
+  // The block's output is h.1's input, which h.1.ln_1's backward reads.
+  for (std::size_t k = 0; k < b.activation_buffers; ++k) {
+    if (!b.lives[k].name.starts_with("h.0.") || b.lives[k].name == "h.0.residual_2") continue;
+    ++prefix;
+    EXPECT_LT(b.lives[k].last_step, n) << b.lives[k].name << " kept for a backward";
+  }
+  EXPECT_GT(prefix, 4);
+  EXPECT_LT(b.arena.peak_live_bytes, a.arena.peak_live_bytes);
 }
 
 TEST(StepArena, GradientsTakeTheBytesOfActivationsTheBackwardIsDoneWith) {

@@ -6,7 +6,9 @@
 // - Schedule: the forward of the node at position p is step p, the loss step n, its backward
 //   step 2n - p. An output lives from its forward to its last read (a forward read, the backward
 //   of a reader that keeps its inputs, its own backward when that reads it, the loss for the
-//   logits). Views and deferred outputs take no activation bytes.
+//   logits). A node that needs no gradient runs no backward, so it reads nothing there: a frozen
+//   prefix's activations live through their forward reads only. Views and deferred outputs take
+//   no activation bytes.
 // - Gradients: one buffer per root tensor that needs one, written first at the backward of its
 //   last reader and read last at its producer's backward. A tensor read once gets its reader's
 //   activation_grad dtype; one read several times keeps an FP32 gradient, or, with
