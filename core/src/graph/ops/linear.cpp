@@ -165,6 +165,11 @@ void LinearLayer::choose_kernels(sdk::DeviceBackend& backend) {
                       name_ +
                       "' and the FP8 linears like it): their backward runs the bias gradients and "
                       "gelu's gradient as passes of their own before the cast");
+  // x is read by wgrad alone (FP8 and block-scaled: its copies from the forward), so a frozen
+  // weight of its own (LoRA's base, train.frozen) keeps nothing of it for the backward: the memory
+  // plan ends x's life at its forward reads unless another op's backward reads it. A tied weight
+  // is another op's parameter, bound after the plans: x is kept.
+  traits_.backward_reads_inputs = !(traits_.shared_parameters.empty() && frozen("weight"));
   update_fusion();
 }
 

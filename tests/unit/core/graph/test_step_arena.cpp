@@ -70,31 +70,41 @@ std::unique_ptr<Model> resnet(ResNetBlock block, bool fuse, DType dtype, bool re
 
 constexpr std::int64_t kTokens = 6, kVocab = 13, kBatch = 3;
 
-// `lora`: adapters (r = 2) beside every linear of each block, whose sums run as sums of linears
-// (add.h) when fused.
-// `recompute`: the gelu and layer norm outputs computed again for the backward (model.recompute).
-// `frozen`: train.frozen's patterns.
-std::unique_ptr<Model> gpt(bool fuse, DType dtype, std::int64_t loss_block, bool reserve = false,
-                           bool flash = true, Rows rows = {kBatch, kBatch}, bool lora = false,
-                           bool recompute = false, const std::vector<std::string>& frozen = {}) {
-  ModelSpec spec = test_support::tiny_gpt_spec(2, 2, 8, kVocab, flash);
-  if (recompute) spec.recompute = {"gelu", "layernorm"};
-  for (const std::string& p : frozen)
+// The tiny GPT as a family varies it.
+struct GptOptions {
+  bool fuse = true;
+  DType dtype = DType::fp32;
+  std::int64_t loss_block = 0;  // model.loss_chunk_rows
+  bool flash = true;
+  // LoRA adapters (r = 2) beside these linears of each block, whose sums run as sums of linears
+  // (add.h) when fused; the others frozen with the base.
+  std::vector<std::string> lora = {};
+  bool recompute = false;                // the gelu and layer norm outputs (model.recompute)
+  std::vector<std::string> frozen = {};  // train.frozen's patterns
+};
+
+const std::vector<std::string> kEveryLinear = {"h.*.attn.c_attn", "h.*.attn.c_proj", "h.*.mlp.c_fc",
+                                               "h.*.mlp.c_proj"};
+
+std::unique_ptr<Model> gpt(const GptOptions& o, bool reserve = false,
+                           Rows rows = {kBatch, kBatch}) {
+  ModelSpec spec = test_support::tiny_gpt_spec(2, 2, 8, kVocab, o.flash);
+  if (o.recompute) spec.recompute = {"gelu", "layernorm"};
+  for (const std::string& p : o.frozen)
     spec.freeze.frozen.push_back({p, {"train.toml", 1, 1}, "train.frozen"});
-  if (lora) {
+  if (!o.lora.empty()) {
     LoraSpec adapters;
     adapters.r = 2;
     adapters.alpha = 4.0;
-    for (const char* glob :
-         {"h.*.attn.c_attn", "h.*.attn.c_proj", "h.*.mlp.c_fc", "h.*.mlp.c_proj"})
+    for (const std::string& glob : o.lora)
       adapters.targets.push_back({glob, {}, "model.lora.targets"});
     apply_lora(spec, adapters);
   }
-  spec.fuse_epilogues = fuse;
-  spec.loss_chunk_rows = loss_block;
+  spec.fuse_epilogues = o.fuse;
+  spec.loss_chunk_rows = o.loss_block;
   const std::int64_t batch = std::max(rows.train, rows.evaluation);
   auto m = test_support::tiny_gpt_model(spec, kTokens, kVocab, batch, 0.3f,
-                                        uniform_precision(dtype), reserve, rows.train);
+                                        uniform_precision(o.dtype), reserve, rows.train);
   std::vector<std::int32_t> ids(static_cast<std::size_t>(batch * kTokens)), labels(ids.size());
   const auto r = random_vector(2 * ids.size(), 9, 0.0f, static_cast<float>(kVocab) - 0.01f);
   for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -139,32 +149,25 @@ std::vector<Family> families() {
       f.push_back({"bottleneck resnet, " + tag,
                    [=](bool r, Rows n) { return resnet(ResNetBlock::bottleneck, fuse, d, r, n); },
                    4});
-      f.push_back(
-          {"gpt, " + tag, [=](bool r, Rows n) { return gpt(fuse, d, 0, r, true, n); }, kBatch});
-      f.push_back({"gpt, loss in blocks of 5 rows, " + tag,
-                   [=](bool r, Rows n) { return gpt(fuse, d, 5, r, true, n); }, kBatch});
+      const auto family = [&](const std::string& name, GptOptions o) {
+        o.fuse = fuse;
+        o.dtype = d;
+        f.push_back({name + ", " + tag, [=](bool r, Rows n) { return gpt(o, r, n); }, kBatch});
+      };
+      family("gpt", {});
+      family("gpt, loss in blocks of 5 rows", {.loss_block = 5});
       // Unfused attention keeps P (and then dS) as a GEMM operand of its own dtype.
-      f.push_back({"gpt, unfused attention, " + tag,
-                   [=](bool r, Rows n) { return gpt(fuse, d, 0, r, /*flash=*/false, n); }, kBatch});
-      f.push_back({"gpt with LoRA adapters, " + tag,
-                   [=](bool r, Rows n) { return gpt(fuse, d, 0, r, true, n, /*lora=*/true); },
-                   kBatch});
-      f.push_back({"gpt recomputing its gelu and layer norm outputs, " + tag,
-                   [=](bool r, Rows n) {
-                     return gpt(fuse, d, 0, r, true, n, /*lora=*/false, /*recompute=*/true);
-                   },
-                   kBatch});
+      family("gpt, unfused attention", {.flash = false});
+      family("gpt with LoRA adapters", {.lora = kEveryLinear});
+      // PEFT's default for GPT-2: the MLP's linears frozen without adapters, their inputs not
+      // kept for a backward that does not read them.
+      family("gpt with LoRA on c_attn alone", {.lora = {"h.*.attn.c_attn"}});
+      family("gpt recomputing its gelu and layer norm outputs", {.recompute = true});
       // The embeddings (and so the tied LM head) and the first block frozen: no backward runs
       // there, so nothing is kept for one.
-      f.push_back(
-          {"gpt, its embeddings and first block frozen, " + tag,
-           [=](bool r, Rows n) { return gpt(fuse, d, 0, r, true, n, false, false, kFrozenPrefix); },
-           kBatch});
-      f.push_back({"gpt with LoRA adapters, recomputing, loss in blocks of 5 rows, " + tag,
-                   [=](bool r, Rows n) {
-                     return gpt(fuse, d, 5, r, true, n, /*lora=*/true, /*recompute=*/true);
-                   },
-                   kBatch});
+      family("gpt, its embeddings and first block frozen", {.frozen = kFrozenPrefix});
+      family("gpt with LoRA adapters, recomputing, loss in blocks of 5 rows",
+             {.loss_block = 5, .lora = kEveryLinear, .recompute = true});
     }
   // The batch norm before each add reads fp32 where the add reads bf16: unfused every pass.
   f.push_back({"basic resnet, fp32 norms before bf16 adds",
@@ -273,9 +276,8 @@ TEST(StepArena, PoisonedBuffersReadAsNaNSoAnUnlistedReadShows) {
 }
 
 TEST(StepArena, AFrozenPrefixKeepsNothingForTheBackwardItDoesNotRun) {
-  const auto trained = gpt(true, DType::bf16, 0);
-  const auto frozen =
-      gpt(true, DType::bf16, 0, false, true, {kBatch, kBatch}, false, false, kFrozenPrefix);
+  const auto trained = gpt({.dtype = DType::bf16});
+  const auto frozen = gpt({.dtype = DType::bf16, .frozen = kFrozenPrefix});
   const auto lives = [](const Model& m) { return plan_step_memory(m.plan(), m.layers(), kBatch); };
   const StepMemoryPlan a = lives(*trained), b = lives(*frozen);
   const int n = static_cast<int>(frozen->layers().size());
@@ -288,6 +290,29 @@ TEST(StepArena, AFrozenPrefixKeepsNothingForTheBackwardItDoesNotRun) {
   }
   EXPECT_GT(prefix, 4);
   EXPECT_LT(b.arena.peak_live_bytes, a.arena.peak_live_bytes);
+}
+
+TEST(StepArena, AFrozenLinearKeepsNoInputForItsBackward) {
+  // A frozen weight has no wgrad, the one GEMM that reads x. With LoRA on c_attn alone (PEFT's
+  // default for GPT-2), the MLP's linears are frozen without adapters: ln_2's and the gelu's
+  // outputs are read by no backward. With adapters there too, lora_A's wgrad reads them.
+  const auto last_step = [](const Model& m, const std::string& name) {
+    const StepMemoryPlan p = plan_step_memory(m.plan(), m.layers(), kBatch);
+    for (std::size_t k = 0; k < p.activation_buffers; ++k)
+      if (p.lives[k].name == name) return p.lives[k].last_step;
+    ADD_FAILURE() << name << " is no planned activation";
+    return -1;
+  };
+  const auto attention_only = gpt({.dtype = DType::bf16, .lora = {"h.*.attn.c_attn"}});
+  const auto every_linear = gpt({.dtype = DType::bf16, .lora = kEveryLinear});
+  const int n = static_cast<int>(attention_only->layers().size());
+  for (const char* name : {"h.0.ln_2", "h.0.mlp.gelu", "h.1.ln_2", "h.1.mlp.gelu"}) {
+    SCOPED_TRACE(name);
+    EXPECT_LT(last_step(*attention_only, name), n);
+    EXPECT_GT(last_step(*every_linear, name), static_cast<int>(every_linear->layers().size()));
+  }
+  // c_attn's input, which its adapter's wgrad reads, is kept either way.
+  EXPECT_GT(last_step(*attention_only, "h.0.ln_1"), n);
 }
 
 TEST(StepArena, GradientsTakeTheBytesOfActivationsTheBackwardIsDoneWith) {
@@ -305,7 +330,7 @@ TEST(StepArena, GradientsTakeTheBytesOfActivationsTheBackwardIsDoneWith) {
     // Never below what one step has live at once.
     EXPECT_GE(p.arena.arena_bytes, p.arena.peak_live_bytes);
     EXPECT_EQ(p.lives.size(), p.arena.offset.size());
-    const auto g = gpt(fuse, DType::fp32, 0);
+    const auto g = gpt({.fuse = fuse});
     const StepMemoryPlan& q = g->executor().step_plan();
     EXPECT_LT(q.arena.arena_bytes, q.activations.arena_bytes + q.gradients.planned.arena_bytes);
   }
