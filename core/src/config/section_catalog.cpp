@@ -102,7 +102,7 @@ void add_data_sections(std::vector<ConfigSection>& out) {
 
 void add_model_sections(std::vector<ConfigSection>& out) {
   auto model = plain("model", "the network: a preset, or layers/nodes/blocks of the op table",
-                     section_keys(model_schema()));
+                     section_keys(model_schema(), {{"recompute", "string"}}));
   model.keys.push_back({"layers", "table list", "[]", "",
                         "a chain of layers, each an inline table { type = \"linear\", ... } "
                         "(mixtrain describe layer.TYPE)"});
