@@ -30,9 +30,9 @@ DType activation_dtype(const GraphPlan& plan, const Ops& ops, TensorId t) {
 
 std::vector<RecomputedOutput> plan_recomputation(const GraphPlan& plan, const Ops& ops) {
   const std::size_t n = ops.size();
-  // Per root: the readers whose backward reads it, the highest position first.
+  // Per root: the readers whose backward reads it.
   std::vector<std::vector<std::size_t>> backward_readers(n);
-  for (std::size_t q = n; q-- > 0;) {
+  for (std::size_t q = 0; q < n; ++q) {
     const Layer& reader = *ops[q];
     // The chunked logits node's backward runs inside the loss, where its input is a forward read.
     if (reader.is_view() || !reader.backward_reads_inputs() || !plan.node(q).needs_grad ||
@@ -45,20 +45,34 @@ std::vector<RecomputedOutput> plan_recomputation(const GraphPlan& plan, const Op
       if (r.empty() || r.back() != q) r.push_back(q);
     }
   }
-  std::vector<RecomputedOutput> out;
-  for (std::size_t i = 0; i < n; ++i) {
+  // From the last node back, so that a recomputed reader's step is known when its inputs are
+  // planned: node i is recomputed at the backward of `at[i]`, the latest of its backward readers,
+  // of itself when its backward reads its output, and of the steps its recomputed readers are
+  // recomputed at; its buffer lives until the earliest of those.
+  constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  std::vector<std::size_t> at(n, kNone), until(n, kNone);
+  const auto candidate = [&](std::size_t i) {
     const Layer& op = *ops[i];
-    if (!op.recomputes_output() || backward_readers[i].empty() || op.is_view() ||
-        op.backward_reads_output() || op.traits().output_deferred || op.traits().forward_in_reader)
-      continue;
-    // Its inputs must be kept: a recomputed input is gone by then.
-    bool inputs_kept = true;
-    for (TensorId t : plan.node(i).inputs) {
-      const TensorId root = plan.root(t);
-      if (root.is_node() && ops[root.position()]->recomputes_output()) inputs_kept = false;
+    return op.recomputes_output() && !op.is_view() && !op.traits().output_deferred &&
+           !op.traits().forward_in_reader && op.forward_writes_only_its_output() &&
+           op.planned_output_bytes(1) > 0;
+  };
+  for (std::size_t i = n; i-- > 0;) {
+    if (!candidate(i)) continue;
+    std::vector<std::size_t> needs = backward_readers[i];
+    if (ops[i]->backward_reads_output() && plan.node(i).needs_grad) needs.push_back(i);
+    for (std::size_t j = i + 1; j < n; ++j) {
+      if (at[j] == kNone) continue;
+      for (TensorId t : plan.node(j).inputs)
+        if (plan.root(t) == TensorId::node(i)) needs.push_back(at[j]);
     }
-    if (inputs_kept) out.push_back({i, backward_readers[i].front(), backward_readers[i].back()});
+    if (needs.empty()) continue;  // read by no backward: it dies at its last forward read anyway
+    at[i] = *std::max_element(needs.begin(), needs.end());
+    until[i] = *std::min_element(needs.begin(), needs.end());
   }
+  std::vector<RecomputedOutput> out;
+  for (std::size_t i = 0; i < n; ++i)
+    if (at[i] != kNone) out.push_back({i, at[i], until[i]});
   return out;
 }
 
@@ -78,23 +92,25 @@ std::vector<int> last_reads(const GraphPlan& plan, const Ops& ops, bool forward_
   const auto runs_backward = [&](int p) {
     return !forward_only && plan.node(static_cast<std::size_t>(p)).needs_grad;
   };
-  for (int p = 0; p < n; ++p)
-    last[static_cast<std::size_t>(p)] =
-        runs_backward(p) && ops[static_cast<std::size_t>(p)]->backward_reads_output() ? 2 * n - p
-                                                                                      : p;
+  std::vector<bool> recomputed(ops.size(), false);
+  const std::vector<RecomputedOutput> again =
+      forward_only ? std::vector<RecomputedOutput>{} : plan_recomputation(plan, ops);
+  for (const RecomputedOutput& r : again) recomputed[r.node] = true;
+  for (int p = 0; p < n; ++p) {
+    const auto i = static_cast<std::size_t>(p);
+    last[i] = runs_backward(p) && ops[i]->backward_reads_output() && !recomputed[i] ? 2 * n - p : p;
+  }
   const TensorId logits_root = plan.root(plan.logits());
   if (logits_root.is_node())
     last[logits_root.position()] = std::max(last[logits_root.position()], n);
-  std::vector<bool> recomputed(ops.size(), false);
-  if (!forward_only)
-    for (const RecomputedOutput& r : plan_recomputation(plan, ops)) {
-      recomputed[r.node] = true;
-      for (TensorId t : plan.node(r.node).inputs) {
-        const TensorId root = plan.root(t);
-        if (root.is_node())
-          last[root.position()] =
-              std::max(last[root.position()], 2 * n - static_cast<int>(r.first_reader));
-      }
+  // A recomputation reads the node's inputs at its step: a kept one lives until then (a
+  // recomputed one is in its recomputation buffer, which lives until then).
+  for (const RecomputedOutput& r : again)
+    for (TensorId t : plan.node(r.node).inputs) {
+      const TensorId root = plan.root(t);
+      if (root.is_node() && !recomputed[root.position()])
+        last[root.position()] =
+            std::max(last[root.position()], 2 * n - static_cast<int>(r.first_reader));
     }
   for (int q = 0; q < n; ++q) {
     const auto& reader = *ops[static_cast<std::size_t>(q)];

@@ -360,6 +360,8 @@ OpDefinition attention_op() {
   OpDefinition op;
   op.type = "attention";
   op.summary = "causal multi-head self-attention of a fused qkv [T, 3C] (FP32 softmax)";
+  // Flash: the row log-sum-exp written again with the same values; unfused: P.
+  op.recomputable = true;
   op.schema = [] {
     return sdk::OptionSchema{
         sdk::OptionSpec::required("heads", sdk::OptionType::integer, "attention heads")

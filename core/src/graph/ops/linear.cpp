@@ -676,6 +676,9 @@ OpDefinition linear_op() {
   op.type = "linear";
   op.summary = "y = x Wᵀ + b on the last dimension";
   op.has_parameters = true;
+  // Its FP8 or block-scaled copies of x are made again with the same scales, its amax recorded
+  // again (a maximum: the same); a linear running its gelu as the GEMM's epilogue is kept.
+  op.recomputable = true;
   op.schema = [] {
     return sdk::OptionSchema{
         sdk::OptionSpec::required("out", sdk::OptionType::integer, "output features")

@@ -107,6 +107,8 @@ class LinearLayer final : public Layer {
   bool can_run_in_reader() const;
   void allow_run_in_reader(bool allowed);
   bool runs_in_reader() const { return into_reader_ && reader_allows_ && fusion_on_; }
+  // Not while it runs its activation as the GEMM's epilogue.
+  bool forward_writes_only_its_output() const override { return !fused(); }
   void forward_into(sdk::TensorView y, float beta);
   bool can_accumulate_input_gradient(std::size_t k) const override;
   // dgrad's C in FP32 with beta = 0: what can_accumulate_input_gradient allows with beta = 1.

@@ -75,10 +75,11 @@ struct OpDefinition {
   // source flattened to [C·H·W] (a linear on MNIST), where these see it as [C, H, W].
   bool reads_images = false;
   // Its output may be computed again from its inputs for the backward instead of being kept
-  // (model.recompute): cheap beside the GEMMs around it, the same bits on every run, no state
-  // that a second forward would move, and a backward that reads its inputs, not its output, so
-  // that they are alive when a reader's backward needs the output again, and no step workspace
-  // (memory_plan.h).
+  // (model.recompute, memory_plan.h): its forward gives the same bits on every run, moves no
+  // state a second run would move again (a batch norm's running statistics) and needs no step
+  // workspace. What it keeps for its own backward (a layer norm's statistics, attention's
+  // log-sum-exp, FP8 copies) it writes again with the same values. Where it runs another op in
+  // its pass (a linear's gelu epilogue) it is kept instead.
   bool recomputable = false;
   sdk::OptionSchema (*schema)() = nullptr;  // nullptr: no options
   BuiltOp (*build)(const OpNode& node) = nullptr;

@@ -880,7 +880,7 @@ TEST(sdk_Experiment, RecomputeTakesRecomputableOpTypesAndNamesTheEntryItRefuses)
   struct Bad {
     std::string value, key, says;
   };
-  for (const Bad& bad : {Bad{R"(["gelu", "linear"])", "'model.recompute[1]'", "linear"},
+  for (const Bad& bad : {Bad{R"(["gelu", "add"])", "'model.recompute[1]'", "add"},
                          Bad{R"(["relu"])", "'model.recompute[0]'", "relu"},
                          Bad{R"(["gleu"])", "'model.recompute[0]'", "'gleu' is no op type"},
                          Bad{"3", "'model.recompute'", "array of strings"}}) {

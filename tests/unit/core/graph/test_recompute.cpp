@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -76,19 +77,24 @@ std::set<std::string> recomputed_names(const Model& m) {
 }
 
 const std::vector<std::string> kBoth = {"gelu", "layernorm"};
+// Every op of a block but its residual adds (Hugging Face's gradient checkpointing keeps the
+// blocks' inputs): each block is computed again, a chain at a time, from its residual stream.
+const std::vector<std::string> kBlocks = {"layernorm", "linear", "attention", "gelu"};
 
 TEST(Recompute, TrainsTheBitsOfTheKeptOutputsWhereBothRunTheSameKernels) {
-  for (const DType dtype : {DType::fp32, DType::bf16}) {
-    SCOPED_TRACE(sdk::dtype_name(dtype));
-    const auto kept = model(spec(false, {}), dtype);
-    const auto recomputed = model(spec(false, kBoth), dtype);
-    ASSERT_FALSE(recomputed_names(*recomputed).empty());
-    const std::vector<float> a = step(*kept), b = step(*recomputed);
-    EXPECT_EQ(a, b);
-    // A second step from the same weights: the forward wrote back where the recomputation moved
-    // the outputs.
-    EXPECT_EQ(step(*recomputed), b);
-  }
+  for (const auto& types : {kBoth, kBlocks})
+    for (const DType dtype : {DType::fp32, DType::bf16}) {
+      SCOPED_TRACE(std::string(sdk::dtype_name(dtype)) + ", " + std::to_string(types.size()) +
+                   " types");
+      const auto kept = model(spec(false, {}), dtype);
+      const auto recomputed = model(spec(false, types), dtype);
+      ASSERT_FALSE(recomputed_names(*recomputed).empty());
+      const std::vector<float> a = step(*kept), b = step(*recomputed);
+      EXPECT_EQ(a, b);
+      // A second step from the same weights: the forward wrote back where the recomputation moved
+      // the outputs.
+      EXPECT_EQ(step(*recomputed), b);
+    }
 }
 
 TEST(Recompute, ARecomputedGeluRunsApartFromTheGemmWithinFp32Rounding) {
@@ -136,6 +142,48 @@ TEST(Recompute, TheOutputsLiveThroughTheirForwardReadsAndTheArenaShrinks) {
   }
   EXPECT_LT(plan.arena.arena_bytes, before.arena.arena_bytes);
   EXPECT_LT(plan.arena.peak_live_bytes, before.arena.peak_live_bytes);
+}
+
+TEST(Recompute, ABlockIsRecomputedAsOneChainFromItsResidualStream) {
+  const auto m = model(spec(true, kBlocks), DType::bf16);
+  const Ops& ops = m->layers();
+  std::map<std::string, RecomputedOutput> by_name;
+  for (const RecomputedOutput& r : plan_recomputation(m->plan(), ops))
+    by_name[ops[r.node]->name()] = r;
+  const auto position = [&](const std::string& name) {
+    for (std::size_t i = 0; i < ops.size(); ++i)
+      if (ops[i]->name() == name) return i;
+    ADD_FAILURE() << name;
+    return std::size_t{0};
+  };
+  for (const std::string b : {"h.0.", "h.1."}) {
+    SCOPED_TRACE(b);
+    // The projections' outputs feed only the residual adds, which read no input in their
+    // backward: they are kept by no one, recomputed by no one.
+    EXPECT_EQ(by_name.count(b + "attn.c_proj"), 0u);
+    EXPECT_EQ(by_name.count(b + "mlp.c_proj"), 0u);
+    // Attention's half: all three at the output projection's backward, the first to need one
+    // (it reads attention's output); attention's own backward reads its output and its qkv.
+    for (const char* node : {"ln_1", "attn.c_attn", "attn"}) {
+      ASSERT_EQ(by_name.count(b + node), 1u) << node;
+      EXPECT_EQ(by_name[b + node].first_reader, position(b + "attn.c_proj")) << node;
+    }
+    EXPECT_EQ(by_name[b + "attn"].last_reader, position(b + "attn"));
+    EXPECT_EQ(by_name[b + "attn.c_attn"].last_reader, position(b + "attn"));
+    EXPECT_EQ(by_name[b + "ln_1"].last_reader, position(b + "attn.c_attn"));
+    // The MLP's half at its output projection's.
+    for (const char* node : {"ln_2", "mlp.c_fc", "mlp.gelu"}) {
+      ASSERT_EQ(by_name.count(b + node), 1u) << node;
+      EXPECT_EQ(by_name[b + node].first_reader, position(b + "mlp.c_proj")) << node;
+    }
+  }
+  const auto kept = model(spec(true, {}), DType::bf16);
+  const auto both = model(spec(true, kBoth), DType::bf16);
+  const auto peak = [](const Model& x) {
+    return plan_step_memory(x.plan(), x.layers(), kBatch).arena.peak_live_bytes;
+  };
+  EXPECT_LT(peak(*m), peak(*both));
+  EXPECT_LT(peak(*both), peak(*kept));
 }
 
 TEST(Recompute, TheSummarySaysWhatIsRecomputedAndCountsItsFlops) {
@@ -264,10 +312,17 @@ TEST(Recompute, GradientsThroughRecomputedOutputsMatchFiniteDifferences) {
       *m, kBatch,
       {"h.1.mlp.c_proj.weight", "h.0.attn.c_attn.weight", "h.1.ln_2.weight", "ln_f.bias"}, 1e-2f,
       2e-3);
+  const auto blocks = model(spec(true, kBlocks), DType::fp32);
+  blocks->forward(kBatch);
+  blocks->loss(kBatch, 1.0f, true);
+  blocks->backward(kBatch);
+  test_support::expect_finite_differences(
+      *blocks, kBatch, {"h.0.mlp.c_fc.weight", "h.1.attn.c_attn.bias", "h.0.ln_1.weight"}, 1e-2f,
+      2e-3);
 }
 
 TEST(Recompute, AnOpThatCannotBeRecomputedIsRefusedNamingTheKey) {
-  for (const char* type : {"linear", "relu", "no_such_op"}) {
+  for (const char* type : {"add", "relu", "batchnorm2d", "no_such_op"}) {
     SCOPED_TRACE(type);
     ModelSpec s = spec(true, {"gelu", type});
     s.recompute_where = {"model.toml", 7, 13};

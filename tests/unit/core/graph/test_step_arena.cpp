@@ -79,7 +79,7 @@ struct GptOptions {
   // LoRA adapters (r = 2) beside these linears of each block, whose sums run as sums of linears
   // (add.h) when fused; the others frozen with the base.
   std::vector<std::string> lora = {};
-  bool recompute = false;                // the gelu and layer norm outputs (model.recompute)
+  std::vector<std::string> recompute = {};  // model.recompute's op types
   std::vector<std::string> frozen = {};  // train.frozen's patterns
 };
 
@@ -89,7 +89,7 @@ const std::vector<std::string> kEveryLinear = {"h.*.attn.c_attn", "h.*.attn.c_pr
 std::unique_ptr<Model> gpt(const GptOptions& o, bool reserve = false,
                            Rows rows = {kBatch, kBatch}) {
   ModelSpec spec = test_support::tiny_gpt_spec(2, 2, 8, kVocab, o.flash);
-  if (o.recompute) spec.recompute = {"gelu", "layernorm"};
+  spec.recompute = o.recompute;
   for (const std::string& p : o.frozen)
     spec.freeze.frozen.push_back({p, {"train.toml", 1, 1}, "train.frozen"});
   if (!o.lora.empty()) {
@@ -162,12 +162,19 @@ std::vector<Family> families() {
       // PEFT's default for GPT-2: the MLP's linears frozen without adapters, their inputs not
       // kept for a backward that does not read them.
       family("gpt with LoRA on c_attn alone", {.lora = {"h.*.attn.c_attn"}});
-      family("gpt recomputing its gelu and layer norm outputs", {.recompute = true});
+      family("gpt recomputing its gelu and layer norm outputs",
+             {.recompute = {"gelu", "layernorm"}});
+      family("gpt recomputing its blocks from their residual stream",
+             {.recompute = {"layernorm", "linear", "attention", "gelu"}});
+      family("gpt recomputing its blocks, unfused attention",
+             {.flash = false, .recompute = {"layernorm", "linear", "attention", "gelu"}});
       // The embeddings (and so the tied LM head) and the first block frozen: no backward runs
       // there, so nothing is kept for one.
       family("gpt, its embeddings and first block frozen", {.frozen = kFrozenPrefix});
-      family("gpt with LoRA adapters, recomputing, loss in blocks of 5 rows",
-             {.loss_block = 5, .lora = kEveryLinear, .recompute = true});
+      family("gpt with LoRA adapters, recomputing its blocks, loss in blocks of 5 rows",
+             {.loss_block = 5,
+              .lora = kEveryLinear,
+              .recompute = {"layernorm", "linear", "attention", "gelu"}});
     }
   // The batch norm before each add reads fp32 where the add reads bf16: unfused every pass.
   f.push_back({"basic resnet, fp32 norms before bf16 adds",

@@ -391,6 +391,9 @@ class Layer {
   // epilogue, so the forward and the recomputation run the same kernel, bit for bit.
   void set_recomputes_output(bool on) { recomputes_output_ = on; }
   bool recomputes_output() const { return recomputes_output_; }
+  // Whether this op's forward, run again, writes its own output alone (not one it runs as its
+  // epilogue: a linear's gelu): the memory plan recomputes no other.
+  virtual bool forward_writes_only_its_output() const { return true; }
 
   // Called by the executor before its memory plans, with the backend the op will run on and its
   // precision plan set: an op whose kernels (and so what its backward keeps) depend on what the

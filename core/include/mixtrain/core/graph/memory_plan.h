@@ -49,15 +49,17 @@
 //   by its reader or by the chunked loss) gets none for that pass. The all-FP32 pass's backward
 //   workspaces are planned in that pass's own arena (GradientPlan::fp32_workspace), each at its
 //   backward step there: that pass runs while the step's activations are live.
-// - Recomputation (model.recompute, Layer::recomputes_output): an output that some reader's
-//   backward reads (a reader that runs a backward of its own, not the chunked logits node) is not
-//   kept for it. Its life ends at its last forward read; the executor runs the op's forward again
-//   just before the first of those backwards (the reader latest in the forward), into a buffer of
-//   its own that lives from that step to the last of them. The op's inputs, which its own
-//   backward reads anyway, are read at that step. The all-FP32 pass recomputes too, into its own
-//   arena (GradientPlan::fp32_recompute), since it runs while every activation is live. Not
-//   recomputed (kept): a view, a deferred output, an op whose backward reads its output, one whose
-//   forward its reader runs, and one whose input is itself a recomputed output.
+// - Recomputation (model.recompute, Layer::recomputes_output): an output that a backward reads
+//   (a reader's that runs a backward of its own, not the chunked logits node's; its own, when it
+//   reads its output) is not kept for it. Its life ends at its last forward read; the executor
+//   runs the op's forward again just before the first backward that needs it, into a buffer of
+//   its own that lives until the last. A recomputed reader needs it too, at its own
+//   recomputation: so a chain (a block's layer norm, QKV projection and attention) is recomputed
+//   at one step, in forward order, from the inputs that are kept, which live until then. The
+//   all-FP32 pass recomputes too, into its own arena (GradientPlan::fp32_recompute), since it runs
+//   while every activation is live. Not recomputed (kept): a view, a deferred output, an op whose
+//   forward its reader runs, and one that runs another op in its pass
+//   (Layer::forward_writes_only_its_output).
 // - Pure functions of the plan and the ops' precision; they allocate nothing. The ops' workspace
 //   answers may ask the backend (which may build a plan for a shape, not allocate).
 #pragma once
@@ -96,7 +98,8 @@ ChunkedLogits chunked_logits(const GraphPlan& plan, const Ops& ops, std::int64_t
 
 // An output computed again for the backward (the contract's recomputation): node `node`'s, run
 // just before the backward of first_reader and kept until the backward of last_reader (positions;
-// first_reader >= last_reader).
+// first_reader >= last_reader; either may be the node itself, or a recomputed reader's
+// first_reader).
 struct RecomputedOutput {
   std::size_t node = 0;
   std::size_t first_reader = 0;
