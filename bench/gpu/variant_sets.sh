@@ -7,7 +7,7 @@
 # variant_sets P prints the `--set` arguments of variant P, one per line; policy_name BASE the
 # precision.policy a base stands for.
 KIT_RN_VARIANTS="bf16+bf16sums bf16+convscratch bf16+convtune bf16+wgrad32 bf16+nofuse bf16+convaxpy bf16+floatpixels bf16+pageable bf16+nographs bf16+waited bf16+nondetconv bf16+tune"
-KIT_GPT_VARIANTS="bf16+nopad fp8+headfp8 fp8+nogradcast fp8+mlpfp8 bf16+chunk2048 bf16+recompute fp8+plaincast bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+nographs bf16+waited bf16+tune"
+KIT_GPT_VARIANTS="bf16+nopad fp8+headfp8 fp8+nogradcast fp8+mlpfp8 bf16+chunk2048 bf16+recompute bf16+recomputeblocks fp8+plaincast bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+nographs bf16+waited bf16+tune"
 
 policy_name() {
   case $1 in bf16) echo bf16-mixed ;; fp16) echo fp16-mixed ;; fp8) echo fp8-delayed ;; *) echo "$1" ;; esac
@@ -56,7 +56,9 @@ policy_name() {
 # +convscratch: cuDNN's workspaces in the backend's own scratch, held for the run
 # (backend.cuda.conv_workspace = false: what planning them in the step's arena saves);
 # +recompute: the gelu and layer norm outputs computed again for the backward instead of kept
-# (model.recompute = ["gelu", "layernorm"]: the memory that saves and the time it costs).
+# (model.recompute = ["gelu", "layernorm"]: the memory that saves and the time it costs);
+# +recomputeblocks: every block computed again from its residual stream (model.recompute =
+# ["layernorm", "linear", "attention", "gelu"], Hugging Face's gradient checkpointing).
 variant_sets() {
   local p=$1 variant=()
   [[ $p == *+nographs* ]] && variant+=(--set run.step_graphs=false)
@@ -87,7 +89,11 @@ variant_sets() {
   [[ $p == *+wgrad32* ]] && variant+=(--set backend.cuda.conv_wgrad_in_operand_dtype=false)
   [[ $p == *+bf16sums* ]] && variant+=(--set model.fp32_gradient_sums=false)
   [[ $p == *+convscratch* ]] && variant+=(--set backend.cuda.conv_workspace=false)
-  [[ $p == *+recompute* ]] && variant+=(--set 'model.recompute=["gelu", "layernorm"]')
+  # +recompute alone, not the +recompute of +recomputeblocks.
+  [[ $p == *+recompute || $p == *+recompute+* ]] &&
+    variant+=(--set 'model.recompute=["gelu", "layernorm"]')
+  [[ $p == *+recomputeblocks* ]] &&
+    variant+=(--set 'model.recompute=["layernorm", "linear", "attention", "gelu"]')
   ((${#variant[@]})) && printf '%s\n' "${variant[@]}"
   return 0
 }

@@ -578,9 +578,11 @@ sdk::OptionSchema model_schema() {
           OptionSpec::string("recompute", "",
                              "op types whose outputs are not kept for the backward but computed "
                              "again from their inputs just before the first backward that reads "
-                             "them, e.g. [\"gelu\", \"layernorm\"] (llm.c's -r 2): less "
-                             "activation memory for an element-wise pass more each; only the "
-                             "op types the op table marks recomputable (gelu, layernorm)"),
+                             "them: [\"gelu\", \"layernorm\"] (llm.c's -r 2) for an element-wise "
+                             "pass more each, or [\"layernorm\", \"linear\", \"attention\", "
+                             "\"gelu\"] to compute each transformer block again from its "
+                             "residual stream (Hugging Face's gradient checkpointing); only the "
+                             "op types the op table marks recomputable"),
           OptionSpec::boolean("fp32_gradient_sums", true,
                               "a tensor read by several ops (a residual block's input) sums its "
                               "gradient in FP32; false sums it in its readers' gradient dtype "
