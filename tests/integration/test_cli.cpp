@@ -441,6 +441,11 @@ TEST_F(Cli, ResumeIntoAModelWithoutALayerOfTheCheckpointExits2NamingIt) {
                   "was trained with another model: model.layers[1].type = \"relu\" -> "
                   "\"gelu\""))
       << r.err;
+  // Recomputing outputs is the same model: nothing to say.
+  r = run("train " + quickstart() + " --set run.steps=4 --set 'model.recompute=[\"linear\"]'" +
+          " --resume " + dir.string() + " --run-dir " + (dir_ / "recomputed").string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(has(r.err, "another model")) << r.err;
 }
 
 // A resume on other data of the same row count and seed (another synthetic noise, another file

@@ -440,9 +440,10 @@ std::vector<std::string> model_changes_since(const Trainer::State& s, const Chec
   auto saved = file.st.metadata.find("config");
   if (saved == file.st.metadata.end()) saved = file.st.metadata.find("mixtrain.config");
   if (saved == file.st.metadata.end()) return {};
+  // recompute trades memory for passes: the same model, the same numbers.
   static constexpr std::string_view kTrainingOnly[] = {
-      "label_smoothing", "dropout",      "p",           "init_std", "zero_init",
-      "from_pretrained", "bos_token_id", "eos_token_id"};
+      "label_smoothing", "dropout",      "p",        "init_std", "zero_init", "from_pretrained",
+      "bos_token_id",    "eos_token_id", "recompute"};
   return changed_values(
       saved->second, resolved_toml(s.e),
       [](std::string_view key) {
