@@ -1,12 +1,13 @@
 // Recomputation (model.recompute, memory_plan.h's plan_recomputation): the tiny GPT with its gelu
-// and layer norm outputs computed again for the backward, against the same model keeping them,
-// from the same weights: the same loss and gradients (bit for bit where both run the same
-// kernels: unfused; within FP32 rounding where the kept model runs its gelu as a GEMM epilogue),
-// a plan that keeps those outputs only through their forward reads, a smaller arena, one more
-// forward call per recomputed output a step, a non-finite weight named at the same place, finite
-// differences, and a spec naming an op that cannot be recomputed refused. The step
-// arena's poisoned steps, the non-finite replay and the underflow pass run on it too
-// (test_step_arena.cpp's families).
+// and layer norm outputs, or its whole blocks but the residual adds, computed again for the
+// backward, against the same model keeping them, from the same weights: the same loss and
+// gradients (bit for bit where both run the same kernels: unfused; within FP32 rounding where the
+// kept model runs its gelu as a GEMM epilogue), a plan that keeps those outputs only through their
+// forward reads and recomputes a half block as one chain, a smaller arena, the summary's line,
+// one more forward call per recomputed output a step, the underflow pass's own arena, a
+// non-finite weight named at the same place, finite differences, and a spec naming an op that
+// cannot be recomputed refused. The step arena's poisoned steps, the non-finite replay and the
+// underflow pass run on it too (test_step_arena.cpp's families).
 #include <gtest/gtest.h>
 
 #include <algorithm>
