@@ -30,19 +30,20 @@ DType activation_dtype(const GraphPlan& plan, const Ops& ops, TensorId t) {
 
 std::vector<RecomputedOutput> plan_recomputation(const GraphPlan& plan, const Ops& ops) {
   const std::size_t n = ops.size();
-  // Per root: the readers whose backward reads it.
-  std::vector<std::vector<std::size_t>> backward_readers(n);
+  // Per root: the ops that read it (through views too), and those whose backward reads it.
+  std::vector<std::vector<std::size_t>> readers(n), backward_readers(n);
   for (std::size_t q = 0; q < n; ++q) {
     const Layer& reader = *ops[q];
+    if (reader.is_view()) continue;
     // The chunked logits node's backward runs inside the loss, where its input is a forward read.
-    if (reader.is_view() || !reader.backward_reads_inputs() || !plan.node(q).needs_grad ||
-        reader.loss_chunk_rows() > 0)
-      continue;
+    const bool backward =
+        reader.backward_reads_inputs() && plan.node(q).needs_grad && reader.loss_chunk_rows() == 0;
     for (TensorId t : plan.node(q).inputs) {
       const TensorId root = plan.root(t);
       if (!root.is_node()) continue;
-      auto& r = backward_readers[root.position()];
-      if (r.empty() || r.back() != q) r.push_back(q);
+      for (auto* list :
+           {&readers[root.position()], backward ? &backward_readers[root.position()] : nullptr})
+        if (list != nullptr && (list->empty() || list->back() != q)) list->push_back(q);
     }
   }
   // From the last node back, so that a recomputed reader's step is known when its inputs are
@@ -61,11 +62,8 @@ std::vector<RecomputedOutput> plan_recomputation(const GraphPlan& plan, const Op
     if (!candidate(i)) continue;
     std::vector<std::size_t> needs = backward_readers[i];
     if (ops[i]->backward_reads_output() && plan.node(i).needs_grad) needs.push_back(i);
-    for (std::size_t j = i + 1; j < n; ++j) {
-      if (at[j] == kNone) continue;
-      for (TensorId t : plan.node(j).inputs)
-        if (plan.root(t) == TensorId::node(i)) needs.push_back(at[j]);
-    }
+    for (std::size_t j : readers[i])
+      if (at[j] != kNone) needs.push_back(at[j]);
     if (needs.empty()) continue;  // read by no backward: it dies at its last forward read anyway
     at[i] = *std::max_element(needs.begin(), needs.end());
     until[i] = *std::min_element(needs.begin(), needs.end());
