@@ -234,7 +234,31 @@ TEST_F(cli_device_errors, OutOfMemoryWhileAllocatingNamesTheBufferAndThePlannedP
   EXPECT_NE(msg.find("data.batch_size"), std::string::npos) << msg;
   EXPECT_NE(msg.find("run.accumulate"), std::string::npos) << msg;
   EXPECT_NE(msg.find("precision.policy = \"bf16-mixed\""), std::string::npos) << msg;
+  // Its relus run in the linears' GEMMs, and no backward reads a relu's input: recomputing
+  // would drop nothing, so the hint does not offer it.
+  EXPECT_EQ(msg.find("model.recompute"), std::string::npos) << msg;
   std::printf("%s\n", msg.c_str());  // for the log: what a user reads
+}
+
+TEST_F(cli_device_errors, OutOfMemoryOffersTheRecomputationThatWouldDropOutputs) {
+  // A gelu between the linears: fc2's weight gradient reads its output, which model.recompute
+  // would compute again instead of keeping.
+  auto s = rig({"data.batch_size=1024",
+                "model.layers=[{ type = \"linear\", name = \"fc1\", out = 128 }, "
+                "{ type = \"gelu\" }, { type = \"linear\", name = \"fc2\", out = 10 }]"});
+  s.device->allocation_limit = 256 << 10;
+  const std::string msg = construction_error(s);
+  EXPECT_NE(msg.find("cannot allocate"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("model.recompute = [\"gelu\"]"), std::string::npos) << msg;
+  // With the gelu listed (and so apart from fc1's GEMM), what is left to offer is fc1's output,
+  // which the gelu's backward reads.
+  auto listed = rig({"data.batch_size=1024", "model.recompute=[\"gelu\"]",
+                     "model.layers=[{ type = \"linear\", name = \"fc1\", out = 128 }, "
+                     "{ type = \"gelu\" }, { type = \"linear\", name = \"fc2\", out = 10 }]"});
+  listed.device->allocation_limit = 256 << 10;
+  const std::string again = construction_error(listed);
+  EXPECT_NE(again.find("cannot allocate"), std::string::npos) << again;
+  EXPECT_NE(again.find("model.recompute = [\"linear\"]"), std::string::npos) << again;
 }
 
 // A session that never trains (eval, predict, sample) allocates no gradients, and its forecast

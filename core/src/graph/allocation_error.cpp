@@ -47,6 +47,14 @@ sdk::BackendError allocation_error(const sdk::BackendError& cause, const std::st
       "rows";
   if (!f.activations_narrow)
     hint += ", or store activations and gradients in 16 bits (precision.policy = \"bf16-mixed\")";
+  if (!f.recompute_types.empty()) {
+    std::string types;
+    for (const auto& t : f.recompute_types) types += (types.empty() ? "\"" : ", \"") + t + "\"";
+    hint +=
+        ", or compute outputs again for the backward instead of keeping them "
+        "(model.recompute = [" +
+        types + "]: docs/model-graph.md, \"Recomputation\")";
+  }
   return sdk::BackendError(message, hint);
 }
 

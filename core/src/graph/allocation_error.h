@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "mixtrain/sdk/device_backend.h"
 #include "mixtrain/sdk/error.h"
@@ -35,6 +36,9 @@ struct MemoryForecast {
   std::size_t parameters = 0;       // FP32 masters and gradients, low-precision working copies
   bool parameter_gradients = true;  // false: a model that plans no training pass has none
   bool activations_narrow = false;  // the activation plan already stores narrower than fp32
+  // The op types whose outputs model.recompute would drop from the training step and does not
+  // yet (memory_plan.h), in forward order; empty: none would.
+  std::vector<std::string> recompute_types;
   std::size_t total() const {
     return saturating_add(saturating_add(input, activations), parameters);
   }

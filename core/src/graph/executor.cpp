@@ -6,6 +6,7 @@
 #include <set>
 
 #include "graph/allocation_error.h"
+#include "graph/ops/op_registry.h"
 #include "graph/ops/op_support.h"
 #include "mixtrain/core/graph/backend_needs.h"
 #include "mixtrain/sdk/backend_residual.h"
@@ -75,6 +76,26 @@ class WorkspaceBinding {
 TensorView workspace_view(std::byte* at, std::size_t bytes) {
   const std::size_t aligned = aligned_buffer_bytes(bytes, kDefaultBufferAlignment);
   return {at, DType::fp32, sdk::Shape{static_cast<std::int64_t>(aligned / 4)}};
+}
+
+// The op types whose outputs model.recompute would drop from the step and does not yet, for the
+// hint of a refused allocation: the plan asked as if every recomputable op recomputed, its
+// flags put back.
+std::vector<std::string> recompute_types(const GraphPlan& plan, Ops& ops) {
+  std::vector<bool> was(ops.size());
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    was[i] = ops[i]->recomputes_output();
+    const OpDefinition* op = find_op(ops[i]->type());
+    if (op != nullptr && op->recomputable) ops[i]->set_recomputes_output(true);
+  }
+  const std::vector<RecomputedOutput> planned = plan_recomputation(plan, ops);
+  for (std::size_t i = 0; i < ops.size(); ++i) ops[i]->set_recomputes_output(was[i]);
+  std::vector<std::string> types;
+  for (const RecomputedOutput& r : planned) {
+    const std::string& t = ops[r.node]->type();
+    if (!was[r.node] && std::find(types.begin(), types.end(), t) == types.end()) types.push_back(t);
+  }
+  return types;
 }
 
 // An arena of at least `bytes`, fp32-typed (any dtype is viewed into it).
@@ -156,6 +177,7 @@ void Executor::allocate(PassRows rows, bool reserve_fp32_gradients, std::int64_t
       make();
     } catch (const sdk::BackendError& e) {
       MemoryForecast f = forecast;
+      if (trains) f.recompute_types = recompute_types(plan_, ops_);
       f.activations_narrow =
           step_plan_.activations.arena_bytes <
           core::plan_activations(plan_, ops_, std::max<std::int64_t>(rows.train, 1), DType::fp32)
