@@ -67,8 +67,9 @@ void read_recompute(const Config& config, ModelSpec& model) {
     if (!op->recomputable)
       throw sdk::ConfigError(where, entry,
                              "a " + types[i] +
-                                 "'s output cannot be computed again for the backward (not "
-                                 "cheap, not the same bits twice, or its backward reads it)",
+                                 "'s output cannot be computed again for the backward: the op "
+                                 "table does not mark it recomputable (its forward moves state "
+                                 "a second run would move again, or it is not worth running twice)",
                              "recompute only " + recomputable + ", or remove '" + types[i] + "'");
     if (std::find(model.recompute.begin(), model.recompute.end(), types[i]) ==
         model.recompute.end())

@@ -52,6 +52,11 @@
 //   may pad them to a multiple of model.loss_pad_classes: a zero-padded copy of W, the padded
 //   columns at the logits dtype's lowest finite value, dW summed in a padded scratch whose first
 //   `out` rows are added once a pass (declarations below).
+// - What the backward reads: x only for the weight gradient, so a frozen own weight (LoRA's base,
+//   train.frozen) declares backward_reads_inputs false and the memory plan keeps x for no
+//   backward of this op. Recomputed (model.recompute, memory_plan.h) unless it runs its gelu as
+//   its epilogue (forward_writes_only_its_output): a second forward casts and scales x again,
+//   the same codes and amax.
 // - Quantized base (train.frozen_format = "nf4", "fp8-block", "mxfp8"): a frozen own weight may be
 //   stored so (can_quantize); each GEMM that reads it (forward, and backward's dx) decodes it into
 //   the model's shared working copy in the weight's compute dtype, through the backend's
