@@ -172,7 +172,10 @@ def gpt(torch, a):
             pos = torch.arange(idx.shape[1], device=idx.device)
             x = self.wte(idx) + self.wpe(pos)
             for b in self.h:
-                x = b(x)
+                # --checkpoint: each block's activations computed again in the backward from its
+                # input (Hugging Face's gradient_checkpointing_enable(); mixtrain's
+                # model.recompute = ["layernorm", "linear", "attention", "gelu"]).
+                x = torch.utils.checkpoint.checkpoint(b, x) if a.checkpoint else b(x)
             return self.lm_head(self.ln_f(x))
 
     model = GPT()
@@ -325,9 +328,15 @@ def main():
     ap.add_argument("--lora", type=int, default=0,
                     help="gpt2: LoRA of this rank on each block's four linears, the rest frozen (0: off)")
     ap.add_argument("--lora-alpha", type=float, default=16.0)
+    ap.add_argument("--checkpoint", action="store_true",
+                    help="gpt2: torch.utils.checkpoint around each block (not with --lora: its "
+                         "frozen embeddings give the blocks an input without a gradient)")
     a = ap.parse_args()
+    if a.checkpoint and a.lora > 0:
+        ap.error("--checkpoint with --lora: the blocks' input has no gradient to recompute through")
 
     import torch
+    import torch.utils.checkpoint
     cuda = a.device.startswith("cuda")
     if cuda and not torch.cuda.is_available():
         print(json.dumps({"error": "no CUDA device: torch.cuda.is_available() is False"}))
@@ -392,7 +401,7 @@ def main():
                                     lr=6e-4, betas=(0.9, 0.95))
             kw = {}
         meta.update(layers=a.layers, heads=a.heads, width=a.width, tokens=a.tokens, vocab=a.vocab,
-                    attention=attn, fused_adamw=bool(kw), lora=a.lora,
+                    attention=attn, fused_adamw=bool(kw), lora=a.lora, checkpoint=a.checkpoint,
                     trainable=sum(p.numel() for p in model.parameters() if p.requires_grad))
         per_step = {"tokens": a.batch * a.tokens}
     meta["parameters"] = sum(p.numel() for p in model.parameters())
