@@ -128,6 +128,23 @@ TEST_F(MemoryPlanFlags, AnNvfp4EvaluationQuantizesForTheForwardAloneAndPeaksAtTh
       << "check predicted " << peaks->predicted << ", the run peaked at " << peaks->measured;
 }
 
+// model.recompute: the arena's recomputation buffers (and the underflow pass's own) are what the
+// run holds, so the forecast stays the peak, and whole blocks recomputed peak below the kept run.
+TEST_F(MemoryPlanFlags, RecomputedBlocksPeakAtTheForecastAndBelowTheKeptRun) {
+  const std::string cfg = config("gpt-tiny-bf16.toml") +
+                          " --set run.steps=2 --set run.underflow_every=2 --set run.eval_every=2"
+                          " --set checkpoint.every=0 --set model.gpt.n_layer=2";
+  const auto kept = forecast_and_run(cfg, "kept");
+  const auto recomputed = forecast_and_run(
+      cfg + " --set 'model.recompute=[\"layernorm\", \"linear\", \"attention\", \"gelu\"]'",
+      "recomputed");
+  ASSERT_TRUE(kept && recomputed);
+  for (const Peaks& p : {*kept, *recomputed})
+    EXPECT_NEAR(p.measured / p.predicted, 1.0, 0.02)
+        << "check predicted " << p.predicted << ", the run peaked at " << p.measured;
+  EXPECT_LT(recomputed->measured, kept->measured);
+}
+
 // A checkpoint holds frozen bf16 weights widened to FP32 (checkpoint_save.cpp, capture_state):
 // widened on the host, so the final checkpoint adds nothing on the device to the peak check
 // forecasts (a device cast's FP32 scratch of the largest frozen weight did, 28% here, before).
