@@ -64,9 +64,9 @@
 //   whose gradient is final after that node — only when last_micro_batch (a frozen one has none).
 //   A recomputed output (model.recompute, memory_plan.h's plan_recomputation) is computed again,
 //   by its op's forward into its recomputation buffer (the step arena's, or the all-FP32 pass's
-//   in that pass's arena), just before the backward of its first reader; its op's output is
-//   bound there until the backward ends, however it ends, and then back where the forward writes
-//   it.
+//   in that pass's arena), just before the first backward that needs it (RecomputedOutput::
+//   first_reader's), chains in forward order; its op's output is bound there until the backward
+//   ends, however it ends, and then back where the forward writes it.
 // - start_gradients() makes every parameter's next contribution overwrite (a new optimizer step).
 #pragma once
 

@@ -37,11 +37,11 @@
 //   need no gradient buffer, its input gradients are written at the loss step, and the activation
 //   plan ends with two buffers live at the loss step only: one block of logits and one of their
 //   gradient, in that order.
-// - The step (plan_step_memory) places both in one arena, with the recomputed outputs' buffers. Its
-// lives must be the reads the ops
-//   make: a backward that read an activation past its declared last read would read a gradient
-//   written over it. Executor::set_poison_dead_buffers fills every buffer whose life ended with
-//   NaN, so such a read shows (tests/unit/core/graph/test_step_arena.cpp).
+// - The step (plan_step_memory) places both in one arena, with the recomputed outputs' buffers.
+//   Its lives must be the reads the ops make: a backward that read an activation past its
+//   declared last read would read a gradient written over it. Executor::set_poison_dead_buffers
+//   fills every buffer whose life ended with NaN, so such a read shows
+//   (tests/unit/core/graph/test_step_arena.cpp).
 // - Step workspaces (Layer::step_workspace_bytes: a convolution's scratch): each op's
 //   forward workspace lives at its forward's step only, its backward workspace at its backward's
 //   step only, so it takes bytes that nothing else holds then (ResNet-50's stem wants 103 MB at
