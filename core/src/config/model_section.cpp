@@ -52,9 +52,7 @@ void read_recompute(const Config& config, ModelSpec& model) {
   const auto types = config.string_array(key);
   const bool array = config.is_array(key);
   model.recompute_where = config.location(key);
-  std::string recomputable;
-  for (const std::string& t : op_types())
-    if (find_op(t)->recomputable) recomputable += (recomputable.empty() ? "" : ", ") + t;
+  const std::string recomputable = join_names(recomputable_op_types());
   for (std::size_t i = 0; i < types.size(); ++i) {
     const auto where =
         array ? config.location(key + "." + std::to_string(i)) : model.recompute_where;

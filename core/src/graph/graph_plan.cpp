@@ -469,14 +469,11 @@ GraphPlan GraphPlan::build(const ModelSpec& spec, std::int64_t input_features, s
   const std::vector<std::string> frozen = apply_freezing(spec.freeze, ops);
   propagate_gradient_needs(plan.nodes_, plan.ties_, frozen, ops);
   for (const std::string& type : spec.recompute)
-    if (const OpDefinition* d = find_op(type); d == nullptr || !d->recomputable) {
-      std::string recomputable;
-      for (const std::string& t : op_types())
-        if (find_op(t)->recomputable) recomputable += (recomputable.empty() ? "" : ", ") + t;
-      throw sdk::ConfigError(spec.recompute_where, "model.recompute",
-                             "'" + type + "' is no op whose output can be computed again",
-                             "name op types the op table marks recomputable: " + recomputable);
-    }
+    if (const OpDefinition* d = find_op(type); d == nullptr || !d->recomputable)
+      throw sdk::ConfigError(
+          spec.recompute_where, "model.recompute",
+          "'" + type + "' is no op whose output can be computed again",
+          "name op types the op table marks recomputable: " + join_names(recomputable_op_types()));
   for (auto& op : ops)
     op->set_recomputes_output(std::find(spec.recompute.begin(), spec.recompute.end(), op->type()) !=
                               spec.recompute.end());

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <map>
 
+#include "config/reading.h"
 #include "graph/ops/op_support.h"
 #include "mixtrain/core/graph/memory_plan.h"
 
@@ -209,8 +210,7 @@ std::string render_model_summary(const ModelSummary& s) {
                 bytes_text(s.parameter_bytes).c_str());
   out += line;
   if (!s.recomputed.empty()) {
-    std::string types;
-    for (const auto& t : s.recomputed_types) types += (types.empty() ? "" : ", ") + t;
+    const std::string types = join_names(s.recomputed_types);
     std::snprintf(line, sizeof line,
                   "# recomputed for the backward (model.recompute): %zu %s outputs, %s at batch "
                   "%lld not kept past their forward reads; each is computed again just before "

@@ -58,4 +58,11 @@ const std::vector<std::string>& op_types() {
   return types;
 }
 
+std::vector<std::string> recomputable_op_types() {
+  std::vector<std::string> types;
+  for (const auto& op : op_table())
+    if (op.recomputable) types.push_back(op.type);
+  return types;
+}
+
 }  // namespace mixtrain::core

@@ -92,6 +92,8 @@ const OpDefinition* find_op(std::string_view type);
 const OpDefinition& require_op(const LayerSpec& layer, const std::string& table,
                                const std::string& more_hint = {});
 const std::vector<std::string>& op_types();
+// The types whose definition is recomputable (model.recompute), in table order.
+std::vector<std::string> recomputable_op_types();
 // Adds an op to the table (or replaces the one of its type): tests register test-only ops (one
 // with a buffer, one that records its mode). Not thread-safe; register before building models.
 void register_op(OpDefinition op);
