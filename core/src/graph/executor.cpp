@@ -163,6 +163,9 @@ void Executor::allocate(PassRows rows, bool reserve_fp32_gradients, std::int64_t
       trains ? plan_step_memory(plan_, ops_, rows.train, reserve_fp32_gradients) : StepMemoryPlan{};
   eval_plan_ = rows.evaluation > rows.train ? plan_forward_memory(plan_, ops_, rows.evaluation)
                                             : ForwardMemoryPlan{};
+  recompute_at_.assign(ops_.size(), {});
+  for (std::size_t k = 0; k < step_plan_.recomputed.size(); ++k)
+    recompute_at_[step_plan_.recomputed[k].first_reader].push_back(k);
   // The outputs written only unfused: the non-finite replay's, a training step's.
   deferred_plan_ = trains ? plan_deferred_outputs(plan_, ops_, rows.train) : DeferredOutputPlan{};
   fp32_reserved_ = reserve_fp32_gradients && trains;
@@ -601,8 +604,8 @@ LossValues Executor::read_loss() {
 
 void Executor::recompute_for(std::size_t reader, Extent e, const GradientBuffers& buffers) {
   std::vector<TensorView> xs;
-  for (const RecomputedOutput& r : step_plan_.recomputed) {
-    if (r.first_reader != reader) continue;
+  for (const std::size_t k : recompute_at_[reader]) {
+    const RecomputedOutput& r = step_plan_.recomputed[k];
     std::byte* at = nullptr;
     if (buffers.all_fp32) {
       const PlacedWorkspace& w = step_plan_.gradients.fp32_recompute[r.node];

@@ -266,6 +266,9 @@ class Executor {
   std::int64_t last_loss_blocks_ = 0;  // blocks of the last compute_loss; 0: computed whole
   bool logits_stale_ = false;          // the last forward skipped the chunked logits node
   StepMemoryPlan step_plan_;
+  // Per node: the entries of step_plan_.recomputed computed again before its backward, in
+  // forward order (recompute_for runs at every backward node: no scan of them all there).
+  std::vector<std::vector<std::size_t>> recompute_at_;
   ForwardMemoryPlan eval_plan_;  // empty unless the evaluation has more rows than the step
   Placement step_, evaluation_;  // rows 0: not planned
   bool evaluating_ = false;
