@@ -99,6 +99,14 @@ const Case kCases[] = {
      "'model.lora.targets=[\"h.*.attn.c_attn\", "
      "\"h.*.attn.c_proj\", \"h.*.mlp.c_fc\", \"h.*.mlp.c_proj\"]'",
      1e-2, 5e-2, 5e-2},
+    // The same with whole blocks recomputed: each sum of linears is recomputed with its linears,
+    // their forwards run again to keep their inputs and the sum's GEMMs write its buffer.
+    {"gpt_tiny_bf16_lora_recompute", "gpt-tiny-bf16.toml",
+     "--set model.lora.r=8 --set model.lora.alpha=16 --set "
+     "'model.lora.targets=[\"h.*.attn.c_attn\", "
+     "\"h.*.attn.c_proj\", \"h.*.mlp.c_fc\", \"h.*.mlp.c_proj\"]' --set "
+     "'model.recompute=[\"layernorm\", \"linear\", \"attention\", \"gelu\"]'",
+     1e-2, 5e-2, 5e-2},
 };
 #undef RESNET50_32PX
 

@@ -90,10 +90,14 @@ std::vector<std::string> recompute_types(const GraphPlan& plan, Ops& ops) {
   }
   const std::vector<RecomputedOutput> planned = plan_recomputation(plan, ops);
   for (std::size_t i = 0; i < ops.size(); ++i) ops[i]->set_recomputes_output(was[i]);
+  // A sum of linears is recomputed with its linears, under theirs: no type of its own to name.
   std::vector<std::string> types;
   for (const RecomputedOutput& r : planned) {
     const std::string& t = ops[r.node]->type();
-    if (!was[r.node] && std::find(types.begin(), types.end(), t) == types.end()) types.push_back(t);
+    const OpDefinition* op = find_op(t);
+    if (!was[r.node] && op != nullptr && op->recomputable &&
+        std::find(types.begin(), types.end(), t) == types.end())
+      types.push_back(t);
   }
   return types;
 }
@@ -217,6 +221,11 @@ void Executor::allocate(PassRows rows, bool reserve_fp32_gradients, std::int64_t
                          {step_plan_.lives, step_plan_.forward_workspace,
                           &step_plan_.backward_workspace, &step_plan_.recompute_buffer})
                  : Placement{};
+  step_.recompute_unfused.assign(ops_.size(), nullptr);
+  for (std::size_t k = 0; k < deferred_plan_.rerun.size(); ++k)
+    step_.recompute_unfused[deferred_plan_.rerun[k]] =
+        static_cast<std::byte*>(deferred_arena_.view().data) +
+        deferred_plan_.plan.offset[deferred_plan_.nodes.size() + k];
   evaluation_ =
       rows.evaluation > rows.train
           ? place(rows.evaluation, eval_plan_.arena, eval_plan_.activation_buffers,
@@ -615,6 +624,18 @@ void Executor::recompute_for(std::size_t reader, Extent e, const GradientBuffers
     }
     Layer& op = *ops_[r.node];
     op.use_output_storage(at);
+    // The linears of a sum of linears keep their inputs for its GEMMs. Unfused (the non-finite
+    // replay) they write their outputs: the first into the sum's (output_home), now `at`, the
+    // other into its buffer for this step.
+    for (const std::size_t q : r.inputs_run) {
+      if (step_.unfused[q] != nullptr && step_.unfused[q] == step_.output[r.node])
+        ops_[q]->use_deferred_output_storage(at);
+      else if (step_.recompute_unfused[q] != nullptr)
+        ops_[q]->use_deferred_output_storage(step_.recompute_unfused[q]);
+      gather_inputs(q, e, xs);
+      ProfileScope scope("recompute", ops_[q]->name().c_str());
+      ops_[q]->forward_inputs(xs, plan_.rows(TensorId::node(q), e));
+    }
     gather_inputs(r.node, e, xs);
     ProfileScope scope("recompute", op.name().c_str());
     op.forward_inputs(xs, plan_.rows(TensorId::node(r.node), e));
@@ -622,8 +643,10 @@ void Executor::recompute_for(std::size_t reader, Extent e, const GradientBuffers
 }
 
 void Executor::unbind_recomputed() {
-  for (const RecomputedOutput& r : step_plan_.recomputed)
+  for (const RecomputedOutput& r : step_plan_.recomputed) {
     ops_[r.node]->use_output_storage(step_.output[r.node]);
+    for (const std::size_t q : r.inputs_run) ops_[q]->use_deferred_output_storage(step_.unfused[q]);
+  }
 }
 
 void Executor::start_gradients() {

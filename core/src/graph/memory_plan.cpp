@@ -38,12 +38,17 @@ std::vector<RecomputedOutput> plan_recomputation(const GraphPlan& plan, const Op
     // The chunked logits node's backward runs inside the loss, where its input is a forward read.
     const bool backward =
         reader.backward_reads_inputs() && plan.node(q).needs_grad && reader.loss_chunk_rows() == 0;
+    // A forward its reader runs (a sum of linears' linear) reads its inputs at that reader's
+    // recomputation too.
+    const std::vector<std::size_t>& by = plan.readers(q);
+    const bool in_reader = reader.traits().forward_in_reader && by.size() == 1;
     for (TensorId t : plan.node(q).inputs) {
       const TensorId root = plan.root(t);
       if (!root.is_node()) continue;
       for (auto* list :
            {&readers[root.position()], backward ? &backward_readers[root.position()] : nullptr})
         if (list != nullptr && (list->empty() || list->back() != q)) list->push_back(q);
+      if (in_reader) readers[root.position()].push_back(by.front());
     }
   }
   // From the last node back, so that a recomputed reader's step is known when its inputs are
@@ -54,9 +59,9 @@ std::vector<RecomputedOutput> plan_recomputation(const GraphPlan& plan, const Op
   std::vector<std::size_t> at(n, kNone), until(n, kNone);
   const auto candidate = [&](std::size_t i) {
     const Layer& op = *ops[i];
-    return op.recomputes_output() && !op.is_view() && !op.traits().output_deferred &&
-           !op.traits().forward_in_reader && op.forward_writes_only_its_output() &&
-           op.planned_output_bytes(1) > 0;
+    return (op.recomputes_output() || op.recomputed_with_its_inputs()) && !op.is_view() &&
+           !op.traits().output_deferred && !op.traits().forward_in_reader &&
+           op.forward_writes_only_its_output() && op.planned_output_bytes(1) > 0;
   };
   for (std::size_t i = n; i-- > 0;) {
     if (!candidate(i)) continue;
@@ -69,8 +74,16 @@ std::vector<RecomputedOutput> plan_recomputation(const GraphPlan& plan, const Op
     until[i] = *std::min_element(needs.begin(), needs.end());
   }
   std::vector<RecomputedOutput> out;
-  for (std::size_t i = 0; i < n; ++i)
-    if (at[i] != kNone) out.push_back({i, at[i], until[i]});
+  for (std::size_t i = 0; i < n; ++i) {
+    if (at[i] == kNone) continue;
+    RecomputedOutput r{i, at[i], until[i], {}};
+    for (TensorId t : plan.node(i).inputs)
+      if (t.is_node() && ops[t.position()]->traits().forward_in_reader &&
+          std::find(r.inputs_run.begin(), r.inputs_run.end(), t.position()) == r.inputs_run.end())
+        r.inputs_run.push_back(t.position());
+    std::sort(r.inputs_run.begin(), r.inputs_run.end());
+    out.push_back(std::move(r));
+  }
   return out;
 }
 
@@ -103,13 +116,22 @@ std::vector<int> last_reads(const GraphPlan& plan, const Ops& ops, bool forward_
     last[logits_root.position()] = std::max(last[logits_root.position()], n);
   // A recomputation reads the node's inputs at its step: a kept one lives until then (a
   // recomputed one is in its recomputation buffer, which lives until then).
-  for (const RecomputedOutput& r : again)
-    for (TensorId t : plan.node(r.node).inputs) {
-      const TensorId root = plan.root(t);
-      if (root.is_node() && !recomputed[root.position()])
-        last[root.position()] =
-            std::max(last[root.position()], 2 * n - static_cast<int>(r.first_reader));
-    }
+  // An input whose forward it runs again is written again there (plan_deferred_outputs), and
+  // its inputs are read then.
+  for (const RecomputedOutput& r : again) {
+    const auto read = [&](std::size_t node) {
+      for (TensorId t : plan.node(node).inputs) {
+        const TensorId root = plan.root(t);
+        if (root.is_node() && !recomputed[root.position()] &&
+            std::find(r.inputs_run.begin(), r.inputs_run.end(), root.position()) ==
+                r.inputs_run.end())
+          last[root.position()] =
+              std::max(last[root.position()], 2 * n - static_cast<int>(r.first_reader));
+      }
+    };
+    read(r.node);
+    for (const std::size_t q : r.inputs_run) read(q);
+  }
   for (int q = 0; q < n; ++q) {
     const auto& reader = *ops[static_cast<std::size_t>(q)];
     // The step at which q's forward reads its inputs: its own, its reader's when that runs it
@@ -308,6 +330,19 @@ DeferredOutputPlan plan_deferred_outputs(const GraphPlan& plan, const Ops& ops,
     out.nodes.push_back(i);
     lives.push_back({op.name(), bytes, static_cast<int>(i), last[i]});
   }
+  const int n = static_cast<int>(ops.size());
+  for (const RecomputedOutput& r : plan_recomputation(plan, ops))
+    for (const std::size_t q : r.inputs_run) {
+      const Layer& op = *ops[q];
+      if (!op.traits().output_deferred || output_home(plan, ops, q, max_rows)) continue;
+      const std::int64_t rows = max_rows * plan.node(q).rows_per_sample;
+      const int step = 2 * n - static_cast<int>(r.first_reader);
+      out.rerun.push_back(q);
+      lives.push_back({op.name() + " (recomputed)",
+                       static_cast<std::size_t>(rows * op.out_features()) *
+                           sdk::dtype_size(storage_of(op.precision().activation)),
+                       step, step});
+    }
   out.plan = plan_liveness(lives);
   return out;
 }

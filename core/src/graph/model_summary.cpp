@@ -77,14 +77,22 @@ ModelSummary summarize_model(const Model& model, std::int64_t batch_rows,
   s.batch_rows = batch_rows;
   s.micro_batches = micro_batches;
   const auto& layers = model.layers();
+  // Whose forward runs again: a recomputed sum of linears runs its linears' GEMMs again too.
   std::vector<bool> recomputed(layers.size(), false);
   for (const RecomputedOutput& r : plan_recomputation(model.plan(), layers)) {
     recomputed[r.node] = true;
+    for (const std::size_t q : r.inputs_run) recomputed[q] = true;
     const Layer& l = *layers[r.node];
     s.recomputed.push_back(l.name());
-    if (std::find(s.recomputed_types.begin(), s.recomputed_types.end(), l.type()) ==
+    // A sum recomputed with its linears counts under their type, the one model.recompute names.
+    const std::string& type =
+        l.recomputes_output()
+            ? l.type()
+            : layers[model.plan().root(model.plan().node(r.node).inputs.front()).position()]
+                  ->type();
+    if (std::find(s.recomputed_types.begin(), s.recomputed_types.end(), type) ==
         s.recomputed_types.end())
-      s.recomputed_types.push_back(l.type());
+      s.recomputed_types.push_back(type);
     s.recomputed_bytes +=
         l.planned_output_bytes(batch_rows * model.plan().node(r.node).rows_per_sample);
   }

@@ -45,6 +45,14 @@ bool AddLayer::fuse_input(std::size_t k, Layer& input) {
   return true;
 }
 
+bool AddLayer::forward_writes_only_its_output() const {
+  return bn_ == nullptr && ln_ == nullptr;
+}
+
+bool AddLayer::recomputed_with_its_inputs() const {
+  return sum_of_linears() && linears_[0]->recomputes_output() && linears_[1]->recomputes_output();
+}
+
 bool AddLayer::fuse_one_reader(Layer& reader) {
   auto* ln = dynamic_cast<LayerNormLayer*>(&reader);
   if (ln_ != nullptr || bn_ != nullptr || relu_ || inputs_ != 2 || ln == nullptr ||

@@ -44,6 +44,11 @@ class AddLayer final : public Layer {
   // The sum of linears' verdict, given to both (after their own choose_kernels).
   void choose_kernels(sdk::DeviceBackend& backend) override;
   bool relu() const { return relu_; }
+  // Not with a batch norm or a layer norm in its pass, whose outputs it writes too.
+  bool forward_writes_only_its_output() const override;
+  // A sum of linears whose linears both recompute their outputs (model.recompute's "linear"):
+  // LoRA's adapted linear is recomputed whole, its GEMMs run again into y.
+  bool recomputed_with_its_inputs() const override;
   void forward(sdk::TensorView x, std::int64_t rows) override;
   void backward(sdk::TensorView x, sdk::TensorView dy, sdk::TensorView dx,
                 std::int64_t rows) override;

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <limits>
 #include <stdexcept>
+#include <string_view>
 
 #include "graph/ops/activation.h"
 #include "graph/ops/op_registry.h"
@@ -256,8 +257,10 @@ void LinearLayer::allow_run_in_reader(bool allowed) {
 }
 
 void LinearLayer::forward_into(TensorView y, float beta) {
-  // Run inside the add's pass, counted as this node's (train --profile).
-  const ProfileScope scope(type().c_str(), name().c_str());
+  // Run inside the add's pass, counted as this node's (train --profile); inside its
+  // recomputation, as a recomputation.
+  const bool again = std::string_view(ProfileScope::current()) == "recompute";
+  const ProfileScope scope(again ? "recompute" : type().c_str(), name().c_str());
   // y[rows, out] (+)= x[rows, in] · Wᵀ (+ b), x as forward() kept it.
   sdk::GemmArgs g = forward_args(reader_x_);
   g.c = y;

@@ -56,7 +56,8 @@
 //   train.frozen) declares backward_reads_inputs false and the memory plan keeps x for no
 //   backward of this op. Recomputed (model.recompute, memory_plan.h) unless it runs its gelu as
 //   its epilogue (forward_writes_only_its_output): a second forward casts and scales x again,
-//   the same codes and amax.
+//   the same codes and amax. Run in its reader (a sum of linears), it has no output to recompute:
+//   the sum is recomputed instead, this forward run again first to keep x for forward_into.
 // - Quantized base (train.frozen_format = "nf4", "fp8-block", "mxfp8"): a frozen own weight may be
 //   stored so (can_quantize); each GEMM that reads it (forward, and backward's dx) decodes it into
 //   the model's shared working copy in the weight's compute dtype, through the backend's

@@ -5,7 +5,8 @@
 // kept model runs its gelu as a GEMM epilogue), a plan that keeps those outputs only through their
 // forward reads and recomputes a half block as one chain, a smaller arena, the summary's line,
 // one more forward call per recomputed output a step, the underflow pass's own arena, a
-// non-finite weight named at the same place, finite differences, and a spec naming an op that
+// non-finite weight named at the same place, finite differences, LoRA's sums of linears recomputed
+// with their linears (fused or not, in the non-finite replay too), and a spec naming an op that
 // cannot be recomputed refused. The step arena's poisoned steps, the non-finite replay and the
 // underflow pass run on it too (test_step_arena.cpp's families).
 #include <gtest/gtest.h>
@@ -22,6 +23,7 @@
 
 #include "cpu_test_backend.h"
 #include "mixtrain/core/graph/diagnostics.h"
+#include "mixtrain/core/graph/lora.h"
 #include "mixtrain/core/graph/memory_plan.h"
 #include "mixtrain/core/graph/model.h"
 #include "mixtrain/core/graph/model_summary.h"
@@ -320,6 +322,119 @@ TEST(Recompute, GradientsThroughRecomputedOutputsMatchFiniteDifferences) {
   test_support::expect_finite_differences(
       *blocks, kBatch, {"h.0.mlp.c_fc.weight", "h.1.attn.c_attn.bias", "h.0.ln_1.weight"}, 1e-2f,
       2e-3);
+}
+
+// LoRA (r = 2) beside every linear of each block; each B adapter given weights of its own
+// (zero_init would make its half of each sum vanish).
+std::unique_ptr<Model> lora_model(bool fuse, std::vector<std::string> recompute, DType dtype) {
+  ModelSpec s = spec(fuse, std::move(recompute));
+  LoraSpec adapters;
+  adapters.r = 2;
+  adapters.alpha = 4.0;
+  for (const char* glob : {"h.*.attn.c_attn", "h.*.attn.c_proj", "h.*.mlp.c_fc", "h.*.mlp.c_proj"})
+    adapters.targets.push_back({glob, {}, "model.lora.targets"});
+  apply_lora(s, adapters);
+  auto m = model(s, dtype);
+  for (auto* p : m->parameters())
+    if (p->name.ends_with(".lora_B.weight"))
+      test_support::write(
+          p->master.view(),
+          random_vector(static_cast<std::size_t>(p->master.shape().numel()), 4, -0.5f, 0.5f));
+  m->refresh_working_copies();
+  return m;
+}
+
+std::size_t position(const Model& m, const std::string& name) {
+  for (std::size_t i = 0; i < m.layers().size(); ++i)
+    if (m.layers()[i]->name() == name) return i;
+  ADD_FAILURE() << name;
+  return 0;
+}
+
+TEST(Recompute, ALoraSumIsRecomputedWithItsLinears) {
+  for (const bool fuse : {true, false})
+    for (const DType dtype : {DType::fp32, DType::bf16}) {
+      SCOPED_TRACE(std::string(fuse ? "fused " : "unfused ") + std::string(sdk::dtype_name(dtype)));
+      const auto kept = lora_model(fuse, {}, dtype);
+      const auto again = lora_model(fuse, kBlocks, dtype);
+      const Ops& ops = again->layers();
+      const int n = static_cast<int>(ops.size());
+      std::map<std::string, RecomputedOutput> by_name;
+      for (const RecomputedOutput& r : plan_recomputation(again->plan(), ops))
+        by_name[ops[r.node]->name()] = r;
+      for (const std::string target : {"h.0.attn.c_attn", "h.1.mlp.c_fc"}) {
+        SCOPED_TRACE(target);
+        // The sum that attention (or the gelu) reads back, with its adapter's A.
+        ASSERT_EQ(by_name.count(target + ".lora_sum"), 1u);
+        ASSERT_EQ(by_name.count(target + ".lora_A"), 1u);
+        const RecomputedOutput& sum = by_name[target + ".lora_sum"];
+        EXPECT_EQ(by_name[target + ".lora_A"].first_reader, sum.first_reader);
+        if (fuse) {
+          // The add runs both GEMMs: their forwards run again first, and own no output.
+          EXPECT_EQ(sum.inputs_run,
+                    (std::vector<std::size_t>{position(*again, target),
+                                              position(*again, target + ".lora_B")}));
+          EXPECT_EQ(by_name.count(target), 0u);
+        } else {
+          EXPECT_TRUE(sum.inputs_run.empty());
+          EXPECT_EQ(by_name.count(target), 1u);
+          EXPECT_EQ(by_name.count(target + ".lora_B"), 1u);
+        }
+      }
+      // The projections' sums feed only the residual adds: read by no backward.
+      EXPECT_EQ(by_name.count("h.0.attn.c_proj.lora_sum"), 0u);
+      // The sums' forward buffers die in the forward.
+      const StepMemoryPlan plan = plan_step_memory(again->plan(), ops, kBatch);
+      for (std::size_t k = 0; k < plan.activation_buffers; ++k) {
+        const std::string& name = plan.lives[k].name;
+        if (name.ends_with("c_attn.lora_sum") || name.ends_with("c_fc.lora_sum")) {
+          EXPECT_LT(plan.lives[k].last_step, n) << name;
+        }
+      }
+      const StepMemoryPlan before = plan_step_memory(kept->plan(), kept->layers(), kBatch);
+      EXPECT_LT(plan.arena.peak_live_bytes, before.arena.peak_live_bytes);
+      // The same kernels either way (the sums fused in both or in neither): the same bits.
+      const std::vector<float> a = step(*kept), b = step(*again);
+      EXPECT_EQ(a, b);
+      EXPECT_EQ(step(*again), b);
+      // The non-finite replay runs unfused, where the linears write their outputs, the first
+      // into the sum's: recomputed, into the recomputation's buffer. With nothing to find, its
+      // gradients are the kept model's replay's.
+      for (Model* m : {kept.get(), again.get()}) {
+        m->forward(kBatch);
+        m->loss(kBatch, 1.0f, true);
+        EXPECT_TRUE(locate_first_nonfinite(*m, kBatch, 1.0f).where.empty());
+      }
+      EXPECT_EQ(test_support::all_gradients(*kept), test_support::all_gradients(*again));
+    }
+}
+
+TEST(Recompute, ARecomputedLoraSumCountsAsALinear) {
+  const auto kept = lora_model(true, {}, DType::bf16);
+  const auto again = lora_model(true, kBlocks, DType::bf16);
+  const ModelSummary a = summarize_model(*kept, kBatch), b = summarize_model(*again, kBatch);
+  // Its recomputation runs its linears' GEMMs again: their FLOPs count.
+  std::int64_t flops = 0;
+  for (const RecomputedOutput& r : plan_recomputation(again->plan(), again->layers())) {
+    flops += again->layers()[r.node]->forward_flops_per_row() * kTokens;
+    for (const std::size_t q : r.inputs_run)
+      flops += again->layers()[q]->forward_flops_per_row() * kTokens;
+  }
+  EXPECT_EQ(b.training_flops_per_sample - a.training_flops_per_sample, flops);
+  EXPECT_GT(flops, 0);
+  EXPECT_EQ(std::count(b.recomputed.begin(), b.recomputed.end(), "h.1.mlp.c_fc.lora_sum"), 1);
+  // Under the type model.recompute names: "add" is no type it takes.
+  EXPECT_EQ(std::count(b.recomputed_types.begin(), b.recomputed_types.end(), "add"), 0);
+  EXPECT_EQ(std::count(b.recomputed_types.begin(), b.recomputed_types.end(), "linear"), 1);
+}
+
+TEST(Recompute, LoraGradientsThroughRecomputedSumsMatchFiniteDifferences) {
+  const auto m = lora_model(true, kBlocks, DType::fp32);
+  m->forward(kBatch);
+  m->loss(kBatch, 1.0f, true);
+  m->backward(kBatch);
+  test_support::expect_finite_differences(
+      *m, kBatch, {"h.0.attn.c_attn.lora_A.weight", "h.1.mlp.c_fc.lora_B.weight"}, 1e-2f, 2e-3);
 }
 
 TEST(Recompute, AnOpThatCannotBeRecomputedIsRefusedNamingTheKey) {

@@ -214,8 +214,10 @@ class Executor {
   struct Placement {
     std::int64_t rows = 0;
     std::vector<std::byte*> output, unfused;
-    // Each recomputed output's buffer for the backward (null: none; the evaluation's has none).
-    std::vector<std::byte*> recompute;
+    // Each recomputed output's buffer for the backward (null: none; the evaluation's has none),
+    // and where a recomputed sum of linears' linear writes its output running again unfused
+    // (null: none, or its home, the sum's recomputation buffer; DeferredOutputPlan::rerun).
+    std::vector<std::byte*> recompute, recompute_unfused;
     // Each node's step workspaces (empty: none); the evaluation's placement has no backward.
     std::vector<sdk::TensorView> forward_workspace, backward_workspace;
     std::int64_t block_rows = 0;

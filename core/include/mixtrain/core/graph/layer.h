@@ -394,6 +394,9 @@ class Layer {
   // Whether this op's forward, run again, writes its own output alone (not one it runs as its
   // epilogue: a linear's gelu): the memory plan recomputes no other.
   virtual bool forward_writes_only_its_output() const { return true; }
+  // An op recomputed because its inputs are, whatever model.recompute lists: a sum of linears
+  // (add.h, LoRA's adapted linear) whose linears recompute their outputs is their output.
+  virtual bool recomputed_with_its_inputs() const { return false; }
 
   // Called by the executor before its memory plans, with the backend the op will run on and its
   // precision plan set: an op whose kernels (and so what its backward keeps) depend on what the

@@ -57,9 +57,11 @@
 //   recomputation: so a chain (a block's layer norm, QKV projection and attention) is recomputed
 //   at one step, in forward order, from the inputs that are kept, which live until then. The
 //   all-FP32 pass recomputes too, into its own arena (GradientPlan::fp32_recompute), since it runs
-//   while every activation is live. Not recomputed (kept): a view, a deferred output, an op whose
-//   forward its reader runs, and one that runs another op in its pass
-//   (Layer::forward_writes_only_its_output).
+//   while every activation is live. A sum of linears whose linears recompute is recomputed with
+//   them (Layer::recomputed_with_its_inputs): while it runs their GEMMs, their forwards run again
+//   first and their inputs are read at its recomputation. Not recomputed (kept): a view, a
+//   deferred output, an op whose forward its reader runs, and one that runs another op in its
+//   pass (Layer::forward_writes_only_its_output).
 // - Pure functions of the plan and the ops' precision; they allocate nothing. The ops' workspace
 //   answers may ask the backend (which may build a plan for a shape, not allocate).
 #pragma once
@@ -99,11 +101,14 @@ ChunkedLogits chunked_logits(const GraphPlan& plan, const Ops& ops, std::int64_t
 // An output computed again for the backward (the contract's recomputation): node `node`'s, run
 // just before the backward of first_reader and kept until the backward of last_reader (positions;
 // first_reader >= last_reader; either may be the node itself, or a recomputed reader's
-// first_reader).
+// first_reader). `inputs_run`: its inputs whose forwards it runs (forward_in_reader: a sum of
+// linears' two linears), in position order; their forwards run again first, and what they read
+// is read at this recomputation.
 struct RecomputedOutput {
   std::size_t node = 0;
   std::size_t first_reader = 0;
   std::size_t last_reader = 0;
+  std::vector<std::size_t> inputs_run;
 };
 // Every such output, in forward order.
 std::vector<RecomputedOutput> plan_recomputation(const GraphPlan& plan, const Ops& ops);
@@ -137,8 +142,12 @@ ForwardMemoryPlan plan_forward_memory(const GraphPlan& plan, const Ops& ops, std
 std::optional<std::size_t> output_home(const GraphPlan& plan, const Ops& ops, std::size_t i,
                                        std::int64_t max_rows);
 
+// `nodes`: the ops' forward positions, one per buffer of `plan`, in order. Then `rerun`'s: a
+// recomputed sum of linears' linear that has no home runs again unfused (the replay) into a
+// buffer of its own that lives at that recomputation's step alone, not into its forward's.
 struct DeferredOutputPlan {
-  std::vector<std::size_t> nodes;  // the ops' forward positions, one per buffer of `plan`
+  std::vector<std::size_t> nodes;
+  std::vector<std::size_t> rerun;
   LivenessPlan plan;
 };
 
