@@ -111,6 +111,9 @@ OpDefinition dropout_op() {
   op.type = "dropout";
   op.keeps_layout = true;
   op.summary = "x · mask / (1 - p) in training (torch.nn.Dropout), x in evaluation";
+  // Its mask comes from a key of the step, micro-batch and samples, which its backward reads
+  // again: run again in that backward, it draws the same mask, and moves no generator state.
+  op.recomputable = true;
   op.schema = [] {
     return sdk::OptionSchema{
         sdk::OptionSpec::number("p", 0.5, "probability of zeroing an element, in [0, 1)")

@@ -326,11 +326,13 @@ TEST(Recompute, GradientsThroughRecomputedOutputsMatchFiniteDifferences) {
 
 // LoRA (r = 2) beside every linear of each block; each B adapter given weights of its own
 // (zero_init would make its half of each sum vanish).
-std::unique_ptr<Model> lora_model(bool fuse, std::vector<std::string> recompute, DType dtype) {
+std::unique_ptr<Model> lora_model(bool fuse, std::vector<std::string> recompute, DType dtype,
+                                  double dropout = 0.0) {
   ModelSpec s = spec(fuse, std::move(recompute));
   LoraSpec adapters;
   adapters.r = 2;
   adapters.alpha = 4.0;
+  adapters.dropout = dropout;
   for (const char* glob : {"h.*.attn.c_attn", "h.*.attn.c_proj", "h.*.mlp.c_fc", "h.*.mlp.c_proj"})
     adapters.targets.push_back({glob, {}, "model.lora.targets"});
   apply_lora(s, adapters);
@@ -406,6 +408,32 @@ TEST(Recompute, ALoraSumIsRecomputedWithItsLinears) {
         EXPECT_TRUE(locate_first_nonfinite(*m, kBatch, 1.0f).where.empty());
       }
       EXPECT_EQ(test_support::all_gradients(*kept), test_support::all_gradients(*again));
+    }
+}
+
+TEST(Recompute, ADropoutDrawsItsMaskAgainFromTheSameKey) {
+  // LoRA's dropout before each A: its output, A's input, is read by A's wgrad. Recomputed, the
+  // mask comes from the step's key again, so the step is the kept one's bit for bit.
+  std::vector<std::string> with_dropout = kBlocks;
+  with_dropout.push_back("dropout");
+  for (const bool fuse : {true, false})
+    for (const DType dtype : {DType::fp32, DType::bf16}) {
+      SCOPED_TRACE(std::string(fuse ? "fused " : "unfused ") + std::string(sdk::dtype_name(dtype)));
+      const auto kept = lora_model(fuse, {}, dtype, 0.3);
+      const auto blocks = lora_model(fuse, kBlocks, dtype, 0.3);
+      const auto again = lora_model(fuse, with_dropout, dtype, 0.3);
+      const std::set<std::string> names = recomputed_names(*again);
+      EXPECT_EQ(recomputed_names(*blocks).count("h.0.mlp.c_fc.lora_dropout"), 0u);
+      for (const char* node : {"h.0.attn.c_attn.lora_dropout", "h.1.mlp.c_proj.lora_dropout"})
+        EXPECT_EQ(names.count(node), 1u) << node;
+      const auto peak = [](const Model& m) {
+        return plan_step_memory(m.plan(), m.layers(), kBatch).arena.peak_live_bytes;
+      };
+      EXPECT_LT(peak(*again), peak(*blocks));
+      const std::vector<float> a = step(*kept), b = step(*again);
+      EXPECT_EQ(a, b);
+      // The mask drops something: without dropout the step differs.
+      EXPECT_NE(step(*lora_model(fuse, {}, dtype)), a);
     }
 }
 

@@ -79,6 +79,7 @@ struct GptOptions {
   // LoRA adapters (r = 2) beside these linears of each block, whose sums run as sums of linears
   // (add.h) when fused; the others frozen with the base.
   std::vector<std::string> lora = {};
+  double lora_dropout = 0.0;
   std::vector<std::string> recompute = {};  // model.recompute's op types
   std::vector<std::string> frozen = {};  // train.frozen's patterns
 };
@@ -96,6 +97,7 @@ std::unique_ptr<Model> gpt(const GptOptions& o, bool reserve = false,
     LoraSpec adapters;
     adapters.r = 2;
     adapters.alpha = 4.0;
+    adapters.dropout = o.lora_dropout;
     for (const std::string& glob : o.lora)
       adapters.targets.push_back({glob, {}, "model.lora.targets"});
     apply_lora(spec, adapters);
@@ -175,6 +177,11 @@ std::vector<Family> families() {
              {.loss_block = 5,
               .lora = kEveryLinear,
               .recompute = {"layernorm", "linear", "attention", "gelu"}});
+      // Its dropout too: the mask drawn again from the step's key in the backward.
+      family("gpt with LoRA adapters and their dropout, recomputing its blocks and dropout",
+             {.lora = kEveryLinear,
+              .lora_dropout = 0.3,
+              .recompute = {"layernorm", "linear", "attention", "gelu", "dropout"}});
     }
   // The batch norm before each add reads fp32 where the add reads bf16: unfused every pass.
   f.push_back({"basic resnet, fp32 norms before bf16 adds",
