@@ -6,9 +6,10 @@
 // forward reads and recomputes a half block as one chain, a smaller arena, the summary's line,
 // one more forward call per recomputed output a step, the underflow pass's own arena, a
 // non-finite weight named at the same place, finite differences, LoRA's sums of linears recomputed
-// with their linears (fused or not, in the non-finite replay too), and a spec naming an op that
-// cannot be recomputed refused. The step arena's poisoned steps, the non-finite replay and the
-// underflow pass run on it too (test_step_arena.cpp's families).
+// with their linears (fused or not, in the non-finite replay too) and its dropout drawing the same
+// mask again, and a spec naming an op that cannot be recomputed refused. The step arena's poisoned
+// steps, the non-finite replay and the underflow pass run on it too (test_step_arena.cpp's
+// families).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -77,6 +78,14 @@ std::set<std::string> recomputed_names(const Model& m) {
   for (const RecomputedOutput& r : plan_recomputation(m.plan(), m.layers()))
     names.insert(m.layers()[r.node]->name());
   return names;
+}
+
+// Node `name`'s forward position.
+std::size_t position(const Model& m, const std::string& name) {
+  for (std::size_t i = 0; i < m.layers().size(); ++i)
+    if (m.layers()[i]->name() == name) return i;
+  ADD_FAILURE() << name;
+  return 0;
 }
 
 const std::vector<std::string> kBoth = {"gelu", "layernorm"};
@@ -153,12 +162,6 @@ TEST(Recompute, ABlockIsRecomputedAsOneChainFromItsResidualStream) {
   std::map<std::string, RecomputedOutput> by_name;
   for (const RecomputedOutput& r : plan_recomputation(m->plan(), ops))
     by_name[ops[r.node]->name()] = r;
-  const auto position = [&](const std::string& name) {
-    for (std::size_t i = 0; i < ops.size(); ++i)
-      if (ops[i]->name() == name) return i;
-    ADD_FAILURE() << name;
-    return std::size_t{0};
-  };
   for (const std::string b : {"h.0.", "h.1."}) {
     SCOPED_TRACE(b);
     // The projections' outputs feed only the residual adds, which read no input in their
@@ -169,15 +172,15 @@ TEST(Recompute, ABlockIsRecomputedAsOneChainFromItsResidualStream) {
     // (it reads attention's output); attention's own backward reads its output and its qkv.
     for (const char* node : {"ln_1", "attn.c_attn", "attn"}) {
       ASSERT_EQ(by_name.count(b + node), 1u) << node;
-      EXPECT_EQ(by_name[b + node].first_reader, position(b + "attn.c_proj")) << node;
+      EXPECT_EQ(by_name[b + node].first_reader, position(*m, b + "attn.c_proj")) << node;
     }
-    EXPECT_EQ(by_name[b + "attn"].last_reader, position(b + "attn"));
-    EXPECT_EQ(by_name[b + "attn.c_attn"].last_reader, position(b + "attn"));
-    EXPECT_EQ(by_name[b + "ln_1"].last_reader, position(b + "attn.c_attn"));
+    EXPECT_EQ(by_name[b + "attn"].last_reader, position(*m, b + "attn"));
+    EXPECT_EQ(by_name[b + "attn.c_attn"].last_reader, position(*m, b + "attn"));
+    EXPECT_EQ(by_name[b + "ln_1"].last_reader, position(*m, b + "attn.c_attn"));
     // The MLP's half at its output projection's.
     for (const char* node : {"ln_2", "mlp.c_fc", "mlp.gelu"}) {
       ASSERT_EQ(by_name.count(b + node), 1u) << node;
-      EXPECT_EQ(by_name[b + node].first_reader, position(b + "mlp.c_proj")) << node;
+      EXPECT_EQ(by_name[b + node].first_reader, position(*m, b + "mlp.c_proj")) << node;
     }
   }
   const auto kept = model(spec(true, {}), DType::bf16);
@@ -344,13 +347,6 @@ std::unique_ptr<Model> lora_model(bool fuse, std::vector<std::string> recompute,
           random_vector(static_cast<std::size_t>(p->master.shape().numel()), 4, -0.5f, 0.5f));
   m->refresh_working_copies();
   return m;
-}
-
-std::size_t position(const Model& m, const std::string& name) {
-  for (std::size_t i = 0; i < m.layers().size(); ++i)
-    if (m.layers()[i]->name() == name) return i;
-  ADD_FAILURE() << name;
-  return 0;
 }
 
 TEST(Recompute, ALoraSumIsRecomputedWithItsLinears) {
