@@ -20,7 +20,8 @@
 //   measurement re-run forward on the same batch and must see the same mask, and a run resumed
 //   from a checkpoint restores the step count (checkpoint progress), so it continues with the
 //   masks the uninterrupted run would have drawn, bit for bit. Two forwards with no
-//   begin_micro_batch between them draw the same mask.
+//   begin_micro_batch between them draw the same mask; so model.recompute may list dropout, its
+//   forward run again in the backward (memory_plan.h).
 // - Options: p in [0, 1) (default 0.5, torch's); p = 1 is refused at the config line.
 #pragma once
 
