@@ -80,6 +80,14 @@ std::set<std::string> recomputed_names(const Model& m) {
   return names;
 }
 
+// The plan's recomputed outputs by node name.
+std::map<std::string, RecomputedOutput> recomputed_by_name(const Model& m) {
+  std::map<std::string, RecomputedOutput> by_name;
+  for (const RecomputedOutput& r : plan_recomputation(m.plan(), m.layers()))
+    by_name[m.layers()[r.node]->name()] = r;
+  return by_name;
+}
+
 // Node `name`'s forward position.
 std::size_t position(const Model& m, const std::string& name) {
   for (std::size_t i = 0; i < m.layers().size(); ++i)
@@ -158,10 +166,7 @@ TEST(Recompute, TheOutputsLiveThroughTheirForwardReadsAndTheArenaShrinks) {
 
 TEST(Recompute, ABlockIsRecomputedAsOneChainFromItsResidualStream) {
   const auto m = model(spec(true, kBlocks), DType::bf16);
-  const Ops& ops = m->layers();
-  std::map<std::string, RecomputedOutput> by_name;
-  for (const RecomputedOutput& r : plan_recomputation(m->plan(), ops))
-    by_name[ops[r.node]->name()] = r;
+  std::map<std::string, RecomputedOutput> by_name = recomputed_by_name(*m);
   for (const std::string b : {"h.0.", "h.1."}) {
     SCOPED_TRACE(b);
     // The projections' outputs feed only the residual adds, which read no input in their
@@ -357,9 +362,7 @@ TEST(Recompute, ALoraSumIsRecomputedWithItsLinears) {
       const auto again = lora_model(fuse, kBlocks, dtype);
       const Ops& ops = again->layers();
       const int n = static_cast<int>(ops.size());
-      std::map<std::string, RecomputedOutput> by_name;
-      for (const RecomputedOutput& r : plan_recomputation(again->plan(), ops))
-        by_name[ops[r.node]->name()] = r;
+      std::map<std::string, RecomputedOutput> by_name = recomputed_by_name(*again);
       for (const std::string target : {"h.0.attn.c_attn", "h.1.mlp.c_fc"}) {
         SCOPED_TRACE(target);
         // The sum that attention (or the gelu) reads back, with its adapter's A.
