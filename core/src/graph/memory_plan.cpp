@@ -154,6 +154,16 @@ std::vector<int> last_reads(const GraphPlan& plan, const Ops& ops, bool forward_
   return last;
 }
 
+// Node i's output written unfused at max_rows rows, in its activation dtype: what
+// Layer::materialise_output allocates for a deferred output.
+std::size_t unfused_bytes(const GraphPlan& plan, const Ops& ops, std::size_t i,
+                          std::int64_t max_rows) {
+  const Layer& op = *ops[i];
+  const std::int64_t rows = max_rows * plan.node(i).rows_per_sample;
+  return static_cast<std::size_t>(rows * op.out_features()) *
+         sdk::dtype_size(storage_of(op.precision().activation));
+}
+
 }  // namespace
 
 std::optional<std::size_t> output_home(const GraphPlan& plan, const Ops& ops, std::size_t i,
@@ -164,16 +174,21 @@ std::optional<std::size_t> output_home(const GraphPlan& plan, const Ops& ops, st
   if (plan.readers(i).size() != 1) return {};
   const std::size_t reader = plan.readers(i).front();
   const Layer& r = *ops[reader];
-  const std::int64_t rows = max_rows * plan.node(i).rows_per_sample;
-  const std::size_t mine = static_cast<std::size_t>(rows * op.out_features()) *
-                           sdk::dtype_size(storage_of(op.precision().activation));
-  if (r.planned_output_bytes(max_rows * plan.node(reader).rows_per_sample) != mine ||
+  if (r.planned_output_bytes(max_rows * plan.node(reader).rows_per_sample) !=
+          unfused_bytes(plan, ops, i, max_rows) ||
       storage_of(r.precision().activation) != storage_of(op.precision().activation))
     return {};
   return reader;
 }
 
 namespace {
+
+// Whether node i's output, written unfused, needs a buffer of its own: deferred, and without a
+// home in its reader's output.
+bool unfused_apart(const GraphPlan& plan, const Ops& ops, std::size_t i, std::int64_t max_rows) {
+  const Layer& op = *ops[i];
+  return !op.is_view() && op.traits().output_deferred && !output_home(plan, ops, i, max_rows);
+}
 
 // The activation buffers plan_activations places, in its order.
 std::vector<BufferLife> activation_lives(const GraphPlan& plan, const Ops& ops,
@@ -290,14 +305,9 @@ ForwardMemoryPlan plan_forward_memory(const GraphPlan& plan, const Ops& ops,
   out.activation_buffers = out.lives.size();
   const std::vector<int> last = last_reads(plan, ops, /*forward_only=*/true);
   for (std::size_t i = 0; i < ops.size(); ++i) {
-    const Layer& op = *ops[i];
-    if (op.is_view() || !op.traits().output_deferred || output_home(plan, ops, i, max_rows))
-      continue;
-    const std::int64_t rows = max_rows * plan.node(i).rows_per_sample;
+    if (!unfused_apart(plan, ops, i, max_rows)) continue;
     out.deferred.push_back(i);
-    out.lives.push_back({op.name() + " (unfused)",
-                         static_cast<std::size_t>(rows * op.out_features()) *
-                             sdk::dtype_size(storage_of(op.precision().activation)),
+    out.lives.push_back({ops[i]->name() + " (unfused)", unfused_bytes(plan, ops, i, max_rows),
                          static_cast<int>(i), last[i]});
   }
   append_workspaces(plan, ops, max_rows, out.lives, out.forward_workspace, nullptr, nullptr);
@@ -320,28 +330,19 @@ DeferredOutputPlan plan_deferred_outputs(const GraphPlan& plan, const Ops& ops,
   DeferredOutputPlan out;
   std::vector<BufferLife> lives;
   for (std::size_t i = 0; i < ops.size(); ++i) {
-    const Layer& op = *ops[i];
-    if (op.is_view() || !op.traits().output_deferred || output_home(plan, ops, i, max_rows))
-      continue;
-    // What Layer::materialise_output would allocate: max_rows rows in the activation dtype.
-    const std::int64_t rows = max_rows * plan.node(i).rows_per_sample;
-    const std::size_t bytes = static_cast<std::size_t>(rows * op.out_features()) *
-                              sdk::dtype_size(storage_of(op.precision().activation));
+    if (!unfused_apart(plan, ops, i, max_rows)) continue;
     out.nodes.push_back(i);
-    lives.push_back({op.name(), bytes, static_cast<int>(i), last[i]});
+    lives.push_back(
+        {ops[i]->name(), unfused_bytes(plan, ops, i, max_rows), static_cast<int>(i), last[i]});
   }
   const int n = static_cast<int>(ops.size());
   for (const RecomputedOutput& r : plan_recomputation(plan, ops))
     for (const std::size_t q : r.inputs_run) {
-      const Layer& op = *ops[q];
-      if (!op.traits().output_deferred || output_home(plan, ops, q, max_rows)) continue;
-      const std::int64_t rows = max_rows * plan.node(q).rows_per_sample;
+      if (!unfused_apart(plan, ops, q, max_rows)) continue;
       const int step = 2 * n - static_cast<int>(r.first_reader);
       out.rerun.push_back(q);
-      lives.push_back({op.name() + " (recomputed)",
-                       static_cast<std::size_t>(rows * op.out_features()) *
-                           sdk::dtype_size(storage_of(op.precision().activation)),
-                       step, step});
+      lives.push_back(
+          {ops[q]->name() + " (recomputed)", unfused_bytes(plan, ops, q, max_rows), step, step});
     }
   out.plan = plan_liveness(lives);
   return out;
