@@ -7,7 +7,7 @@
 # variant_sets P prints the `--set` arguments of variant P, one per line; policy_name BASE the
 # precision.policy a base stands for.
 KIT_RN_VARIANTS="bf16+bf16sums bf16+convscratch bf16+convtune bf16+wgrad32 bf16+nofuse bf16+convaxpy bf16+floatpixels bf16+pageable bf16+nographs bf16+waited bf16+nondetconv bf16+tune"
-KIT_GPT_VARIANTS="bf16+nopad fp8+headfp8 fp8+nogradcast fp8+mlpfp8 bf16+chunk2048 bf16+recompute bf16+recomputeblocks fp8+plaincast bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+nographs bf16+waited bf16+tune"
+KIT_GPT_VARIANTS="bf16+nopad fp8+headfp8 fp8+nogradcast fp8+mlpfp8 bf16+chunk2048 bf16+recompute bf16+recomputeblocks fp8+plaincast bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+nographs bf16+waited bf16+tune bf16+lora bf16+qlora"
 
 policy_name() {
   case $1 in bf16) echo bf16-mixed ;; fp16) echo fp16-mixed ;; fp8) echo fp8-delayed ;; *) echo "$1" ;; esac
@@ -58,7 +58,10 @@ policy_name() {
 # +recompute: the gelu and layer norm outputs computed again for the backward instead of kept
 # (model.recompute = ["gelu", "layernorm"]: the memory that saves and the time it costs);
 # +recomputeblocks: every block computed again from its residual stream (model.recompute =
-# ["layernorm", "linear", "attention", "gelu"], Hugging Face's gradient checkpointing).
+# ["layernorm", "linear", "attention", "gelu"], Hugging Face's gradient checkpointing);
+# +lora: LoRA fine-tuning, rank 8 (alpha 16) on every linear of each block, the base frozen (PEFT's
+# usual setup: what a fine-tune step costs against training every weight); +qlora: the same on an
+# NF4 base decoded on the device before each GEMM (train.frozen_format = "nf4", QLoRA).
 variant_sets() {
   local p=$1 variant=()
   [[ $p == *+nographs* ]] && variant+=(--set run.step_graphs=false)
@@ -94,6 +97,10 @@ variant_sets() {
     variant+=(--set 'model.recompute=["gelu", "layernorm"]')
   [[ $p == *+recomputeblocks* ]] &&
     variant+=(--set 'model.recompute=["layernorm", "linear", "attention", "gelu"]')
+  [[ $p == *+lora* || $p == *+qlora* ]] &&
+    variant+=(--set model.lora.r=8 --set model.lora.alpha=16
+      --set 'model.lora.targets=["h.*.attn.c_attn", "h.*.attn.c_proj", "h.*.mlp.c_fc", "h.*.mlp.c_proj"]')
+  [[ $p == *+qlora* ]] && variant+=(--set train.frozen_format=nf4)
   ((${#variant[@]})) && printf '%s\n' "${variant[@]}"
   return 0
 }

@@ -1,10 +1,10 @@
 // 30-step training runs on the CUDA backend against the same runs on the CPU backend, through the
 // real executable: ResNet-20 (fp32, bf16-mixed), a ResNet-50 at 32×32 (bf16-mixed) and the tiny
-// GPT (fp32, bf16-mixed; bf16 with its blocks recomputed from their residual stream, and with
-// LoRA). Same config, seed and data, so the two runs start from the same weights and see the
-// same batches; they differ only in the backends' kernels (reduction order, cuBLASLt and cuDNN
-// algorithms), so the loss curves must agree within what the format's rounding lets drift over
-// 30 steps, and the CUDA run must learn.
+// GPT (fp32, bf16-mixed; bf16 with its blocks recomputed from their residual stream, with LoRA,
+// and with LoRA on an NF4 base: QLoRA). Same config, seed and data, so the two runs start from the
+// same weights and see the same batches; they differ only in the backends' kernels (reduction
+// order, cuBLASLt and cuDNN algorithms), so the loss curves must agree within what the format's
+// rounding lets drift over 30 steps, and the CUDA run must learn.
 //
 // `mixtrain predict` of one CPU-trained ResNet-20 checkpoint on either backend gives the same
 // logits within FP32 reduction-order differences. The block-scaled recipes (the block_scaling
@@ -106,6 +106,15 @@ const Case kCases[] = {
      "'model.lora.targets=[\"h.*.attn.c_attn\", "
      "\"h.*.attn.c_proj\", \"h.*.mlp.c_fc\", \"h.*.mlp.c_proj\"]' --set "
      "'model.recompute=[\"layernorm\", \"linear\", \"attention\", \"gelu\"]'",
+     1e-2, 5e-2, 5e-2},
+    // QLoRA: the frozen linear weights stored in NF4 and decoded on the device into bf16 before
+    // each GEMM that reads them (the quantized_weight facet), as the CPU decodes them: the same
+    // bf16 weights, so the runs differ only as gpt_tiny_bf16_lora's do.
+    {"gpt_tiny_bf16_qlora", "gpt-tiny-bf16.toml",
+     "--set model.lora.r=8 --set model.lora.alpha=16 --set "
+     "'model.lora.targets=[\"h.*.attn.c_attn\", "
+     "\"h.*.attn.c_proj\", \"h.*.mlp.c_fc\", \"h.*.mlp.c_proj\"]' --set "
+     "train.frozen_format=nf4",
      1e-2, 5e-2, 5e-2},
 };
 #undef RESNET50_32PX

@@ -2,6 +2,7 @@
 // defines it (cpu_nf4_decode.h: a table of each block's 16 values, rounded once into out's dtype),
 // and block-scaled weights as sdk/support/block_scaling.h's dequantize_block_scaled() does.
 //
+// - Arguments: the SDK's shared checks (sdk/support/backend_argument_checks.h).
 // - OpenMP over runs of whole blocks (NF4) or over rows (block-scaled); an element depends on its
 //   code and its block's scales alone, so the output has the same bits for any thread count.
 // - Block-scaled: code × block scale × tensor scale in double, exact (at most 4 + 24 + 24
@@ -30,13 +31,6 @@ using sdk::TensorView;
 
 namespace {
 
-constexpr std::string_view kOp = "dequantize_nf4";
-constexpr std::string_view kBlockOp = "dequantize_block_scaled";
-
-bool byte_view(const TensorView& v, std::int64_t numel) {
-  return v.data != nullptr && sdk::dtype_size(v.dtype) == 1 && v.numel() == numel;
-}
-
 class CpuQuantizedWeight final : public sdk::QuantizedWeightFacet {
  public:
   explicit CpuQuantizedWeight(CpuContext& context) : context_(context) {}
@@ -50,56 +44,21 @@ class CpuQuantizedWeight final : public sdk::QuantizedWeightFacet {
 
   void dequantize_nf4(const void* codes, TensorView absmax, std::int64_t block,
                       TensorView out) override {
-    if (codes == nullptr) fail(kOp, "codes is a null pointer", "pass the packed NF4 codes");
-    if (block < 1)
-      fail(kOp, "block size " + std::to_string(block) + " < 1", "QLoRA's block size is 64");
-    require_present(kOp, "out", out);
-    require_storage(kOp, "out", out);
-    require_present(kOp, "absmax", absmax);
-    require_fp32(kOp, "absmax", absmax);
-    const std::int64_t n = out.numel();
-    require_numel(kOp, "absmax", absmax, sdk::nf4_block_count(n, block));
+    checks().dequantize_nf4(codes, absmax, block, out);
     context_.use_threads();
     decode_nf4(static_cast<const std::uint8_t*>(codes), absmax.as<const float>(), block, out);
   }
 
   // out is [rows, cols]; w's codes and scales tile it in w.layout's blocks.
   void dequantize_block_scaled(const sdk::BlockScaledWeight& w, TensorView out) override {
-    require_present(kBlockOp, "out", out);
-    require_storage(kBlockOp, "out", out);
-    if (out.shape.rank != 2)
-      fail(kBlockOp, "out is " + describe(out) + "; a block-scaled weight is [rows, cols]");
-    const std::int64_t rows = out.shape[0], cols = out.shape[1];
-    sdk::BlockExtent grid{};
-    try {
-      grid = sdk::block_grid(w.layout, rows, cols);
-    } catch (const std::invalid_argument& e) {
-      fail(kBlockOp, e.what());
-    }
+    const auto grid = checks().dequantize_block_scaled(w, out);
     const bool packed = w.layout.element == sdk::BlockElement::e2m1;
-    const std::int64_t code_bytes = packed ? (rows * cols + 1) / 2 : rows * cols;
-    if (!byte_view(w.codes, code_bytes))
-      fail(kBlockOp, "codes must be " + std::to_string(code_bytes) +
-                         " bytes (1-byte storage) for " + describe(out) + " in " +
-                         sdk::describe(w.layout));
     const bool fp32_scales =
         w.layout.scale == sdk::BlockScale::fp32 || w.layout.scale == sdk::BlockScale::fp32_pow2;
-    const std::int64_t blocks = grid.rows * grid.cols;
-    if (fp32_scales ? (w.scales.data == nullptr || w.scales.dtype != DType::fp32 ||
-                       w.scales.numel() != blocks)
-                    : !byte_view(w.scales, blocks))
-      fail(kBlockOp, "scales must be " + std::to_string(blocks) +
-                         (fp32_scales ? " fp32 values" : " 1-byte scale codes") + " for " +
-                         describe(out) + " in " + sdk::describe(w.layout));
-    float tensor_scale = 1.0f;
-    if (w.layout.tensor_scale) {
-      require_present(kBlockOp, "tensor_scale", w.tensor_scale);
-      require_fp32(kBlockOp, "tensor_scale", w.tensor_scale);
-      require_numel(kBlockOp, "tensor_scale", w.tensor_scale, 1);
-      tensor_scale = *w.tensor_scale.as<const float>();
-    }
+    const float tensor_scale = w.layout.tensor_scale ? *w.tensor_scale.as<const float>() : 1.0f;
     context_.use_threads();
     // Every block's decode scale as fp32 (E8M0 and E4M3 decode exactly).
+    const std::int64_t blocks = grid.rows * grid.cols;
     std::vector<float> scale(static_cast<std::size_t>(blocks));
     for (std::int64_t b = 0; b < blocks; ++b) {
       const auto at = static_cast<std::size_t>(b);

@@ -1,12 +1,15 @@
-// BackendArgumentChecks of the residual, image input, attention, embedding and dropout facets
-// (contract in backend_argument_checks.h).
+// BackendArgumentChecks of the residual, image input, attention, embedding, dropout and quantized
+// weight facets (contract in backend_argument_checks.h).
 #include <cstdint>
 #include <string>
 #include <utility>
 
 #include "mixtrain/sdk/backend_attention.h"
 #include "mixtrain/sdk/backend_image_input.h"
+#include "mixtrain/sdk/backend_quantized_weight.h"
 #include "mixtrain/sdk/support/backend_argument_checks.h"
+#include "mixtrain/sdk/support/block_scaling.h"
+#include "mixtrain/sdk/support/nf4.h"
 
 namespace mixtrain::sdk {
 
@@ -329,6 +332,61 @@ void BackendArgumentChecks::dropout(std::string_view op, std::string_view in_nam
   if (!(p >= 0.0f && p < 1.0f))
     fail(op, "p = " + std::to_string(p) + " is outside [0, 1)",
          "pass the probability of dropping an element; p = 1 would drop everything");
+}
+
+std::int64_t BackendArgumentChecks::dequantize_nf4(const void* codes, const TensorView& absmax,
+                                                   std::int64_t block,
+                                                   const TensorView& out) const {
+  constexpr std::string_view op = "dequantize_nf4";
+  if (codes == nullptr) fail(op, "codes is a null pointer", "pass the packed NF4 codes");
+  if (block < 1)
+    fail(op, "block size " + std::to_string(block) + " < 1", "QLoRA's block size is 64");
+  require_present(op, "out", out);
+  require_storage(op, "out", out);
+  require_present(op, "absmax", absmax);
+  require_fp32(op, "absmax", absmax);
+  const std::int64_t n = out.numel();
+  require_numel(op, "absmax", absmax, nf4_block_count(n, block));
+  return n;
+}
+
+BackendArgumentChecks::RowsCols BackendArgumentChecks::dequantize_block_scaled(
+    const BlockScaledWeight& w, const TensorView& out) const {
+  constexpr std::string_view op = "dequantize_block_scaled";
+  require_present(op, "out", out);
+  require_storage(op, "out", out);
+  if (out.shape.rank != 2)
+    fail(op, "out is " + describe(out) + "; a block-scaled weight is [rows, cols]");
+  const std::int64_t rows = out.shape[0], cols = out.shape[1];
+  BlockExtent grid{};
+  try {
+    grid = block_grid(w.layout, rows, cols);
+  } catch (const std::invalid_argument& e) {
+    fail(op, e.what());
+  }
+  const auto byte_view = [](const TensorView& v, std::int64_t numel) {
+    return v.data != nullptr && dtype_size(v.dtype) == 1 && v.numel() == numel;
+  };
+  const bool packed = w.layout.element == BlockElement::e2m1;
+  const std::int64_t code_bytes = packed ? (rows * cols + 1) / 2 : rows * cols;
+  if (!byte_view(w.codes, code_bytes))
+    fail(op, "codes must be " + std::to_string(code_bytes) + " bytes (1-byte storage) for " +
+                 describe(out) + " in " + describe(w.layout));
+  const bool fp32_scales =
+      w.layout.scale == BlockScale::fp32 || w.layout.scale == BlockScale::fp32_pow2;
+  const std::int64_t blocks = grid.rows * grid.cols;
+  if (fp32_scales ? (w.scales.data == nullptr || w.scales.dtype != DType::fp32 ||
+                     w.scales.numel() != blocks)
+                  : !byte_view(w.scales, blocks))
+    fail(op, "scales must be " + std::to_string(blocks) +
+                 (fp32_scales ? " fp32 values" : " 1-byte scale codes") + " for " + describe(out) +
+                 " in " + describe(w.layout));
+  if (w.layout.tensor_scale) {
+    require_present(op, "tensor_scale", w.tensor_scale);
+    require_fp32(op, "tensor_scale", w.tensor_scale);
+    require_numel(op, "tensor_scale", w.tensor_scale, 1);
+  }
+  return {grid.rows, grid.cols};
 }
 
 }  // namespace mixtrain::sdk

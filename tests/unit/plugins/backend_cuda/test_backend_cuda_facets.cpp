@@ -22,6 +22,7 @@
 #include "cuda_loss_facet.h"
 #include "cuda_native_stream_facet.h"
 #include "cuda_optimizer_facet.h"
+#include "cuda_quantized_weight_facet.h"
 #include "cuda_residual_facet.h"
 #include "cuda_step_graph_facet.h"
 #include "cuda_test_util.h"
@@ -66,6 +67,7 @@ TEST(backend_cuda_facet_classes, EachFacetIsAFinalClassOverTheContext) {
   static_assert(is_facet_class<CudaEmbedding, sdk::EmbeddingFacet>);
   static_assert(is_facet_class<CudaStepGraph, sdk::StepGraphFacet>);
   static_assert(is_facet_class<CudaNativeStream, sdk::NativeStreamFacet>);
+  static_assert(is_facet_class<CudaQuantizedWeight, sdk::QuantizedWeightFacet>);
   // The facet classes answer with their interfaces' names.
   EXPECT_EQ(CudaGemm::kName, "gemm");
   EXPECT_EQ(CudaGradientCheck::kName, "gradient_check");
@@ -81,9 +83,10 @@ TEST(backend_cuda_facet_classes, EveryFacetFileRegistersItsFacetOnce) {
     names.emplace_back(entry.name);
   std::sort(names.begin(), names.end());
   std::vector<std::string> expected = {
-      "activation", "attention",      "batch_norm",  "dropout",    "embedding",  "foreach",
-      "gemm",       "gradient_check", "image_input", "layer_norm", "loss",       "native_stream",
-      "optimizer",  "plan_report",    "residual",    "scratch",    "step_graph", "host_memory"};
+      "activation", "attention",     "batch_norm",     "dropout",         "embedding",
+      "foreach",    "gemm",          "gradient_check", "image_input",     "layer_norm",
+      "loss",       "native_stream", "optimizer",      "plan_report",     "residual",
+      "scratch",    "step_graph",    "host_memory",    "quantized_weight"};
 #ifdef MIXTRAIN_HAVE_CUDNN
   expected.push_back("convolution");
 #endif
@@ -101,7 +104,7 @@ TEST_F(backend_cuda_vs_cpu, FacetsAreOffered) {
   for (const char* facet :
        {"gemm", "activation", "gradient_check", "foreach", "layer_norm", "batch_norm", "loss",
         "optimizer", "residual", "attention", "embedding", "dropout", "step_graph", "native_stream",
-        "scratch", "image_input", "plan_report", "host_memory"}) {
+        "scratch", "image_input", "plan_report", "host_memory", "quantized_weight"}) {
     const sdk::Facet* f = gpu().find_facet(facet);
     ASSERT_NE(f, nullptr) << facet;
     EXPECT_EQ(f->name(), facet);

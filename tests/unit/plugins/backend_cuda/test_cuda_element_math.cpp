@@ -19,6 +19,9 @@
 //   fp32/bf16/fp16; the attention softmax backward within 1 ulp (double sums in another order),
 //   the forward within 4 ulps (exp_nonpos is not oneDNN's exp; exp_nonpos itself within 2 ulps of
 //   the correctly rounded exp).
+// - The quantized weight decodes (cuda_quantized_weight_math.h): NF4 and the six block-scaled
+//   layouts a frozen base or the conformance suite uses, each element through the kernels'
+//   functions against sdk::nf4_dequantize / sdk::dequantize_block_scaled, bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,8 +39,11 @@
 #include "cpu_backend.h"
 #include "cpu_softmax_row.h"
 #include "cuda_element_math.h"
+#include "cuda_quantized_weight_math.h"
 #include "mixtrain/sdk/support/adamw_step_constants.h"
+#include "mixtrain/sdk/support/block_scaling.h"
 #include "mixtrain/sdk/support/float_formats.h"
+#include "mixtrain/sdk/support/nf4.h"
 
 namespace {
 
@@ -1014,6 +1020,72 @@ TEST(cuda_element_math, CrossEntropyProbabilityIsTheExponentialTimesTheRoundedRe
   EXPECT_EQ(el::xent_probability(3.0f, 3.0f, el::xent_inverse_sum(1.0 + 1e-12)), 1.0f);
   // A NaN sum (a NaN or +inf logit) makes every probability NaN, as lse NaN did.
   EXPECT_TRUE(std::isnan(el::xent_probability(1.0f, 2.0f, el::xent_inverse_sum(std::nan("")))));
+}
+
+namespace qw = mixtrain::backend_cuda::quantized;
+
+// Every element of NF4 tensors (odd sizes and block sizes: blocks that start on a low nibble, a
+// partial last block, a block of zeros) decodes as the SDK's reference does, bit for bit.
+TEST(CudaElementMath, Nf4DecodeIsTheSdkReference) {
+  std::mt19937 rng(21);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  for (const std::int64_t block : {64, 63, 48, 1})
+    for (const std::int64_t n : {1, 77, 4096 + 5}) {
+      std::vector<float> x(static_cast<std::size_t>(n));
+      for (float& v : x) v = normal(rng);
+      for (std::size_t i = 0; i < x.size() && i < 64; ++i) x[i] = 0.0f;
+      const sdk::Nf4Tensor q = sdk::nf4_quantize(x, block);
+      const std::vector<float> want = sdk::nf4_dequantize(q);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float got =
+            qw::nf4_value(qw::nf4_code(q.codes.data(), i),
+                          q.absmax[static_cast<std::size_t>(i / block)], sdk::kNf4Codebook);
+        ASSERT_EQ(bits(got), bits(want[static_cast<std::size_t>(i)]))
+            << "element " << i << " of " << n << ", block " << block;
+      }
+    }
+}
+
+// Every element of the block-scaled layouts (fp32, pow2, E8M0 and E4M3 scales, E4M3, E5M2 and
+// packed E2M1 codes, NVFP4's tensor scale) decodes as sdk::dequantize_block_scaled, bit for bit.
+TEST(CudaElementMath, BlockScaledDecodeIsTheSdkReference) {
+  const std::vector<sdk::BlockScaledLayout> layouts = {
+      sdk::fp8_block_weight_layout(),
+      sdk::fp8_block_weight_layout(sdk::BlockElement::e4m3, true),
+      sdk::mx_layout(sdk::ReductionAxis::cols, sdk::BlockElement::e4m3),
+      sdk::mx_layout(sdk::ReductionAxis::rows, sdk::BlockElement::e5m2),
+      sdk::mx_layout(sdk::ReductionAxis::cols, sdk::BlockElement::e2m1),
+      sdk::nvfp4_weight_layout()};
+  std::mt19937 rng(22);
+  std::uniform_real_distribution<float> uniform(-3.0f, 3.0f);
+  for (const auto& layout : layouts)
+    for (const auto& [rows, cols] :
+         {std::pair<std::int64_t, std::int64_t>{130, 70}, {7, 37}, {1, 1}, {256, 129}}) {
+      std::vector<float> x(static_cast<std::size_t>(rows * cols));
+      for (float& v : x) v = uniform(rng);
+      for (std::size_t i = 0; i < x.size() && i < 16; ++i) x[i] = 0.0f;  // a zero block
+      if (x.size() > 40) x[40] = 900.0f;                                 // an outlier
+      const sdk::BlockScaledTensor q = sdk::quantize_block_scaled(x, rows, cols, layout);
+      const std::vector<float> want = sdk::dequantize_block_scaled(q);
+      const bool packed = layout.element == sdk::BlockElement::e2m1;
+      const std::vector<std::uint8_t> codes = packed ? sdk::pack_e2m1(q.codes) : q.codes;
+      const qw::ScaleCode kind = qw::scale_code_of(layout.scale);
+      const void* scales = kind == qw::ScaleCode::fp32
+                               ? static_cast<const void*>(q.scales.data())
+                               : static_cast<const void*>(q.scale_codes.data());
+      const sdk::BlockExtent grid = sdk::block_grid(layout, rows, cols);
+      const qw::Element element = qw::element_of(layout.element);
+      for (std::int64_t i = 0; i < rows * cols; ++i) {
+        const std::int64_t r = i / cols, c = i % cols;
+        const float scale = qw::block_scale(
+            scales, kind, (r / layout.block_rows) * grid.cols + c / layout.block_cols);
+        const float got = qw::block_scaled_value(
+            qw::element_value(element, qw::element_code(codes.data(), packed, i)), scale,
+            layout.tensor_scale ? q.tensor_scale : 1.0f);
+        ASSERT_EQ(bits(got), bits(want[static_cast<std::size_t>(i)]))
+            << sdk::describe(layout) << " [" << rows << ", " << cols << "] element " << i;
+      }
+    }
 }
 
 }  // namespace

@@ -49,6 +49,7 @@ struct Conv2dBackwardWeightsArgs;
 struct Pool2dGeometry;
 struct BatchNormShape;
 struct BatchNormAddArgs;
+struct BlockScaledWeight;
 
 class BackendArgumentChecks {
  public:
@@ -347,6 +348,19 @@ class BackendArgumentChecks {
                                       const TensorView& mean, const TensorView& var,
                                       const TensorView& mean_dy, const TensorView& mean_dy_xhat,
                                       const BatchNormShape& s, const TensorView& dx) const;
+
+  // --- QuantizedWeightFacet (backend_quantized_weight.h)
+
+  // dequantize_nf4: codes not null, block >= 1, out a present storage float, absmax fp32 of
+  // nf4_block_count(out's numel, block) values (support/nf4.h). Returns out's numel.
+  std::int64_t dequantize_nf4(const void* codes, const TensorView& absmax, std::int64_t block,
+                              const TensorView& out) const;
+  // dequantize_block_scaled: out a present storage float [rows, cols]; w.layout one that
+  // support/block_scaling.h's block_grid takes for that shape; codes of 1-byte storage, rows·cols
+  // bytes (E2M1: two a byte, ceil(rows·cols / 2)); scales fp32 for the fp32 layouts, else 1-byte
+  // scale codes, one per block; with the layout's tensor scale, fp32 [1]. Returns the block grid
+  // ({rows, cols} of blocks).
+  RowsCols dequantize_block_scaled(const BlockScaledWeight& w, const TensorView& out) const;
 
   // One entry of a fused optimizer update: master and grad fp32 of equal size, working (optional)
   // in a storage dtype, and the fp32 state slots the optimizer needs.
