@@ -1,6 +1,7 @@
 // Weights stored in a compressed format and decoded for a GEMM: NF4 and the block-scaled formats,
 // against the SDK's reference decoders rounded once.
 #include "conformance_fixture.h"
+#include "mixtrain/conformance/weight_layouts.h"
 
 namespace mixtrain::conformance {
 namespace internal {
@@ -58,13 +59,7 @@ TEST_P(Conformance, Nf4DequantizeIsTheSdkReferenceRoundedOnce) {
 TEST_P(Conformance, BlockScaledWeightDequantizeIsTheSdkReferenceRoundedOnce) {
   MIXTRAIN_FACETS(quantized_weight, QuantizedWeightFacet);
   const sdk::QuantizedWeightOp op = sdk::QuantizedWeightOp::dequantize_block_scaled;
-  const std::vector<sdk::BlockScaledLayout> layouts = {
-      sdk::fp8_block_weight_layout(),
-      sdk::fp8_block_weight_layout(sdk::BlockElement::e4m3, true),
-      sdk::mx_layout(sdk::ReductionAxis::cols, sdk::BlockElement::e4m3),
-      sdk::mx_layout(sdk::ReductionAxis::rows, sdk::BlockElement::e5m2),
-      sdk::mx_layout(sdk::ReductionAxis::cols, sdk::BlockElement::e2m1),
-      sdk::nvfp4_weight_layout()};
+  const std::vector<sdk::BlockScaledLayout> layouts = conformance::block_scaled_weight_layouts();
   auto bytes_on = [&](const std::vector<std::uint8_t>& v) {
     auto t = std::make_unique<DeviceTensor>(*tested_, DType::fp8_e4m3,
                                             Shape{static_cast<std::int64_t>(v.size())});

@@ -14,6 +14,7 @@
 #include "cpu_block_scaled.h"
 #include "cpu_block_scaled_decode.h"
 #include "isa_variants.h"
+#include "mixtrain/conformance/weight_layouts.h"
 #include "mixtrain/sdk/support/block_scaling.h"
 #include "mixtrain/sdk/support/float_formats.h"
 
@@ -49,13 +50,7 @@ std::vector<std::uint32_t> output_bits(const std::vector<std::uint8_t>& raw, DTy
 }
 
 TEST(backend_cpu_block_scaled_decode, EveryIsaAndThreadCountGivesTheReferenceRoundedOnce) {
-  const std::vector<sdk::BlockScaledLayout> layouts = {
-      sdk::fp8_block_weight_layout(),
-      sdk::fp8_block_weight_layout(sdk::BlockElement::e4m3, true),
-      sdk::mx_layout(sdk::ReductionAxis::cols, sdk::BlockElement::e4m3),
-      sdk::mx_layout(sdk::ReductionAxis::rows, sdk::BlockElement::e5m2),
-      sdk::mx_layout(sdk::ReductionAxis::cols, sdk::BlockElement::e2m1),
-      sdk::nvfp4_weight_layout()};
+  const std::vector<sdk::BlockScaledLayout> layouts = conformance::block_scaled_weight_layouts();
   for (const auto& layout : layouts)
     for (const Shape shape : {Shape{300, 130}, Shape{7, 37}}) {
       const std::int64_t rows = shape[0], cols = shape[1];

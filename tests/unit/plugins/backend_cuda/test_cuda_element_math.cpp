@@ -40,6 +40,7 @@
 #include "cpu_softmax_row.h"
 #include "cuda_element_math.h"
 #include "cuda_quantized_weight_math.h"
+#include "mixtrain/conformance/weight_layouts.h"
 #include "mixtrain/sdk/support/adamw_step_constants.h"
 #include "mixtrain/sdk/support/block_scaling.h"
 #include "mixtrain/sdk/support/float_formats.h"
@@ -1049,13 +1050,8 @@ TEST(CudaElementMath, Nf4DecodeIsTheSdkReference) {
 // Every element of the block-scaled layouts (fp32, pow2, E8M0 and E4M3 scales, E4M3, E5M2 and
 // packed E2M1 codes, NVFP4's tensor scale) decodes as sdk::dequantize_block_scaled, bit for bit.
 TEST(CudaElementMath, BlockScaledDecodeIsTheSdkReference) {
-  const std::vector<sdk::BlockScaledLayout> layouts = {
-      sdk::fp8_block_weight_layout(),
-      sdk::fp8_block_weight_layout(sdk::BlockElement::e4m3, true),
-      sdk::mx_layout(sdk::ReductionAxis::cols, sdk::BlockElement::e4m3),
-      sdk::mx_layout(sdk::ReductionAxis::rows, sdk::BlockElement::e5m2),
-      sdk::mx_layout(sdk::ReductionAxis::cols, sdk::BlockElement::e2m1),
-      sdk::nvfp4_weight_layout()};
+  const std::vector<sdk::BlockScaledLayout> layouts =
+      mixtrain::conformance::block_scaled_weight_layouts();
   std::mt19937 rng(22);
   std::uniform_real_distribution<float> uniform(-3.0f, 3.0f);
   for (const auto& layout : layouts)
