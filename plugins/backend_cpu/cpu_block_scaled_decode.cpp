@@ -1,11 +1,15 @@
 // The block-scaled weight decode (contract in cpu_block_scaled_decode.h).
 #include "cpu_block_scaled_decode.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
+#include <span>
 #include <vector>
 
 #include "cpu_access.h"
 #include "cpu_isa.h"
+#include "mixtrain/sdk/support/float_formats.h"
 
 namespace mixtrain::backend_cpu {
 
@@ -56,6 +60,80 @@ template <bool kPacked, bool kTensorScale>
 
 MIXTRAIN_ISA_VARIANTS(decode_one_row)
 
+// --- Large blocks into 16 bits: a table of each block's 256 values
+// --------------------------------
+
+// Elements of a block at least this large build its table: 256 values formed and rounded, which
+// fp8-block's 128x128 blocks (16,384 elements) amortise and MX's 1x32 ones would not.
+constexpr std::int64_t kTableBlockMin = 4096;
+
+// table [256] = what decode_row and commit_row make of each code in a block of scale `scale`:
+// the same expression, then the same rounding into out's dtype (sdk::convert, to_inf_or_nan).
+void block_table(const float* values, float scale, double tensor_scale, sdk::DType dtype,
+                 std::uint16_t* table) {
+  float v[256];
+  const double s = static_cast<double>(scale) * tensor_scale;
+  for (int code = 0; code < 256; ++code)
+    v[code] = tensor_scale != 1.0 ? static_cast<float>(static_cast<double>(values[code]) * s)
+                                  : values[code] * scale;
+  sdk::convert(std::span<const float>(v, 256), std::span<std::uint16_t>(table, 256), dtype,
+               sdk::EncodeOptions{});
+}
+
+// out [len] = table[codes[i]], 32 codes a step: the 256-entry table of 16-bit values is eight
+// registers, and vpermi2w looks 32 codes up in a 64-entry quarter of it by their low 6 bits; bits
+// 6 and 7 then pick the quarter (AVX-512 BW).
+__attribute__((target("avx512f,avx512bw"))) void lookup_codes(const std::uint8_t* codes,
+                                                              std::int64_t len,
+                                                              const std::uint16_t* table,
+                                                              std::uint16_t* out) {
+  __m512i t[8];
+  for (int q = 0; q < 8; ++q) t[q] = _mm512_loadu_si512(table + 32 * q);
+  const __m512i bit6 = _mm512_set1_epi16(0x40), bit7 = _mm512_set1_epi16(0x80);
+  std::int64_t i = 0;
+  for (; i + 32 <= len; i += 32) {
+    const __m512i idx =
+        _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + i)));
+    const __m512i q0 = _mm512_permutex2var_epi16(t[0], idx, t[1]);  // codes 0-63
+    const __m512i q1 = _mm512_permutex2var_epi16(t[2], idx, t[3]);  // 64-127
+    const __m512i q2 = _mm512_permutex2var_epi16(t[4], idx, t[5]);  // 128-191
+    const __m512i q3 = _mm512_permutex2var_epi16(t[6], idx, t[7]);  // 192-255
+    const __mmask32 high6 = _mm512_test_epi16_mask(idx, bit6);
+    const __m512i low = _mm512_mask_blend_epi16(high6, q0, q1);
+    const __m512i high = _mm512_mask_blend_epi16(high6, q2, q3);
+    _mm512_storeu_si512(out + i,
+                        _mm512_mask_blend_epi16(_mm512_test_epi16_mask(idx, bit7), low, high));
+  }
+  for (; i < len; ++i) out[i] = table[codes[i]];
+}
+
+void decode_by_block_tables(const std::uint8_t* codes, const std::array<float, 256>& values,
+                            const float* scales, std::int64_t grid_cols, std::int64_t block_rows,
+                            std::int64_t block_cols, double tensor_scale,
+                            const sdk::TensorView& out) {
+  const std::int64_t rows = out.shape[0], cols = out.shape[1];
+  auto* y = static_cast<std::uint16_t*>(out.data);
+#pragma omp parallel if (parallel_worth(rows * cols))
+  {
+    // The tables of the block row this thread is in, built when it enters one.
+    std::vector<std::uint16_t> tables(static_cast<std::size_t>(grid_cols * 256));
+    std::int64_t built = -1;
+#pragma omp for schedule(static)
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t block_row = r / block_rows;
+      if (block_row != built) {
+        for (std::int64_t b = 0; b < grid_cols; ++b)
+          block_table(values.data(), scales[block_row * grid_cols + b], tensor_scale, out.dtype,
+                      tables.data() + b * 256);
+        built = block_row;
+      }
+      for (std::int64_t b = 0, c0 = 0; c0 < cols; ++b, c0 += block_cols)
+        lookup_codes(codes + r * cols + c0, std::min(block_cols, cols - c0),
+                     tables.data() + b * 256, y + r * cols + c0);
+    }
+  }
+}
+
 }  // namespace
 
 void decode_block_scaled(const std::uint8_t* codes, bool packed,
@@ -64,6 +142,10 @@ void decode_block_scaled(const std::uint8_t* codes, bool packed,
                          float tensor_scale, const sdk::TensorView& out) {
   const std::int64_t rows = out.shape[0], cols = out.shape[1];
   const double ts = tensor_scale;
+  if (!packed && !is_fp32_storage(out.dtype) && block_rows * block_cols >= kTableBlockMin &&
+      best_isa() == Isa::v4)
+    return decode_by_block_tables(codes, values, scales, grid_cols, block_rows, block_cols, ts,
+                                  out);
 #pragma omp parallel if (parallel_worth(rows * cols))
   {
     std::vector<float> buf;  // a 16-bit row in fp32, one per thread for all its rows
