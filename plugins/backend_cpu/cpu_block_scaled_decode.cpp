@@ -4,6 +4,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <bit>
+#include <iterator>
 #include <span>
 #include <vector>
 
@@ -134,18 +136,81 @@ void decode_by_block_tables(const std::uint8_t* codes, const std::array<float, 2
   }
 }
 
+// The tables of a call's distinct scales, built as blocks ask for them: where the scales are
+// E8M0 or E4M3 codes there are at most 256 of them, however many blocks (MX's 1x32 ones), so a
+// small block shares its table with every block of the same scale.
+class ScaleTables {
+ public:
+  ScaleTables(const float* values, double tensor_scale, sdk::DType dtype)
+      : values_(values), tensor_scale_(tensor_scale), dtype_(dtype) {
+    std::fill(std::begin(slot_), std::end(slot_), -1);
+  }
+  const std::uint16_t* table(float scale) {
+    const auto key = std::bit_cast<std::uint32_t>(scale);
+    std::uint32_t h = (key * 2654435761u) >> (32 - kSlotBits);
+    while (slot_[h] >= 0 && keys_[h] != key) h = (h + 1) & (kSlots - 1);
+    if (slot_[h] < 0) {
+      if (count_ == kSlots / 2) {  // not byte-coded after all: a table of its own each time
+        block_table(values_, scale, tensor_scale_, dtype_, spare_);
+        return spare_;
+      }
+      keys_[h] = key;
+      slot_[h] = count_++;
+      tables_.resize(static_cast<std::size_t>(count_) * 256);
+      block_table(values_, scale, tensor_scale_, dtype_, tables_.data() + slot_[h] * 256);
+    }
+    return tables_.data() + slot_[h] * 256;
+  }
+
+ private:
+  static constexpr int kSlotBits = 9, kSlots = 1 << kSlotBits;
+  const float* values_;
+  double tensor_scale_;
+  sdk::DType dtype_;
+  std::uint32_t keys_[kSlots] = {};
+  std::int32_t slot_[kSlots];
+  std::int32_t count_ = 0;
+  std::vector<std::uint16_t> tables_;
+  std::uint16_t spare_[256];
+};
+
+// Blocks of byte-coded scales whose rows hold whole vectors of codes (block_cols >= 32: MX along
+// the columns), each looked up in its scale's table.
+void decode_by_scale_tables(const std::uint8_t* codes, const std::array<float, 256>& values,
+                            const float* scales, std::int64_t grid_cols, std::int64_t block_rows,
+                            std::int64_t block_cols, double tensor_scale,
+                            const sdk::TensorView& out) {
+  const std::int64_t rows = out.shape[0], cols = out.shape[1];
+  auto* y = static_cast<std::uint16_t*>(out.data);
+#pragma omp parallel if (parallel_worth(rows * cols))
+  {
+    ScaleTables tables(values.data(), tensor_scale, out.dtype);
+#pragma omp for schedule(static)
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* row_scales = scales + (r / block_rows) * grid_cols;
+      for (std::int64_t b = 0, c0 = 0; c0 < cols; ++b, c0 += block_cols)
+        lookup_codes(codes + r * cols + c0, std::min(block_cols, cols - c0),
+                     tables.table(row_scales[b]), y + r * cols + c0);
+    }
+  }
+}
+
 }  // namespace
 
 void decode_block_scaled(const std::uint8_t* codes, bool packed,
                          const std::array<float, 256>& values, const float* scales,
                          std::int64_t grid_cols, std::int64_t block_rows, std::int64_t block_cols,
-                         float tensor_scale, const sdk::TensorView& out) {
+                         bool byte_scales, float tensor_scale, const sdk::TensorView& out) {
   const std::int64_t rows = out.shape[0], cols = out.shape[1];
   const double ts = tensor_scale;
-  if (!packed && !is_fp32_storage(out.dtype) && block_rows * block_cols >= kTableBlockMin &&
-      best_isa() == Isa::v4)
-    return decode_by_block_tables(codes, values, scales, grid_cols, block_rows, block_cols, ts,
-                                  out);
+  if (!packed && !is_fp32_storage(out.dtype) && best_isa() == Isa::v4) {
+    if (block_rows * block_cols >= kTableBlockMin)
+      return decode_by_block_tables(codes, values, scales, grid_cols, block_rows, block_cols, ts,
+                                    out);
+    if (byte_scales && block_cols >= 32)
+      return decode_by_scale_tables(codes, values, scales, grid_cols, block_rows, block_cols, ts,
+                                    out);
+  }
 #pragma omp parallel if (parallel_worth(rows * cols))
   {
     std::vector<float> buf;  // a 16-bit row in fp32, one per thread for all its rows

@@ -20,6 +20,12 @@
 //   gathers) and picked by cpuid; the bits are the same on every variant. OpenMP over rows: any
 //   thread count, the same bits. GPT-2 small's fp8-block and mxfp8 bases: bench/RESULTS.md,
 //   session 76.
+// - Into a 16-bit out on AVX-512 (session 79), 1-byte codes go through tables of the 256 codes'
+//   values, each formed by the expression above and rounded once as the row path rounds, so the
+//   same bits: a table per block where a block holds at least 4,096 elements (fp8-block's
+//   128x128), else, when byte_scales says the scales are E8M0 or E4M3 codes (at most 256 distinct
+//   values) and a block's row holds at least 32 codes (MX along the columns), a table per distinct
+//   scale. The codes are looked up 32 at a time (vpermi2w).
 #pragma once
 
 #include <array>
@@ -32,6 +38,6 @@ namespace mixtrain::backend_cpu {
 void decode_block_scaled(const std::uint8_t* codes, bool packed,
                          const std::array<float, 256>& values, const float* scales,
                          std::int64_t grid_cols, std::int64_t block_rows, std::int64_t block_cols,
-                         float tensor_scale, const sdk::TensorView& out);
+                         bool byte_scales, float tensor_scale, const sdk::TensorView& out);
 
 }  // namespace mixtrain::backend_cpu

@@ -72,7 +72,7 @@ class CpuQuantizedWeight final : public sdk::QuantizedWeightFacet {
     }
     decode_block_scaled(w.codes.as<const std::uint8_t>(), packed,
                         block_element_values(w.layout.element), scale.data(), grid.cols,
-                        w.layout.block_rows, w.layout.block_cols, tensor_scale, out);
+                        w.layout.block_rows, w.layout.block_cols, !fp32_scales, tensor_scale, out);
   }
 
  private:

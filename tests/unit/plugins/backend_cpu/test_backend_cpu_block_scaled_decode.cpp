@@ -67,6 +67,7 @@ TEST(backend_cpu_block_scaled_decode, EveryIsaAndThreadCountGivesTheReferenceRou
         for (std::int64_t bc = 0; bc < grid.cols; ++bc)
           scales.push_back(sdk::block_scale_value(q, br, bc));
       const bool packed = layout.element == sdk::BlockElement::e2m1;
+      const bool byte_scales = !q.scale_codes.empty();
       const std::vector<std::uint8_t> codes = packed ? sdk::pack_e2m1(q.codes) : q.codes;
       for (const DType dtype : {DType::fp32, DType::bf16, DType::fp16}) {
         const std::vector<std::uint32_t> expected = reference_bits(want, dtype);
@@ -76,12 +77,41 @@ TEST(backend_cpu_block_scaled_decode, EveryIsaAndThreadCountGivesTheReferenceRou
           std::vector<std::uint8_t> raw(want.size() * sdk::dtype_size(dtype), 0xee);
           decode_block_scaled(codes.data(), packed, block_element_values(layout.element),
                               scales.data(), grid.cols, layout.block_rows, layout.block_cols,
-                              q.tensor_scale, {raw.data(), dtype, shape});
+                              byte_scales, q.tensor_scale, {raw.data(), dtype, shape});
           EXPECT_EQ(output_bits(raw, dtype), expected)
               << sdk::describe(layout) << " " << shape.to_string() << " " << sdk::dtype_name(dtype)
               << ", " << isa_name(isa) << ", " << threads << " thread(s)";
         }
       }
+    }
+}
+
+// Byte-coded scales name at most 256 values, so the 16-bit decode keeps a table per distinct scale;
+// given more distinct scales than that (a caller's mistake in byte_scales), each block past the
+// 256th still decodes to its definition: value · scale in fp32, rounded once.
+TEST(backend_cpu_block_scaled_decode, MoreDistinctScalesThanCodesStillDecodeEachBlock) {
+  const std::int64_t rows = 64, cols = 320, block_cols = 32, grid_cols = cols / block_cols;
+  const std::array<float, 256>& values = block_element_values(sdk::BlockElement::e4m3);
+  std::vector<std::uint8_t> codes(static_cast<std::size_t>(rows * cols));
+  for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<std::uint8_t>(i * 37 % 126);
+  // 640 distinct scales, none a power of two.
+  const std::vector<float> scales =
+      random_values(static_cast<std::size_t>(rows * grid_cols), 91, 0.5f, 2.0f);
+  std::vector<float> want(codes.size());
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c)
+      want[static_cast<std::size_t>(r * cols + c)] =
+          values[codes[static_cast<std::size_t>(r * cols + c)]] *
+          scales[static_cast<std::size_t>(r * grid_cols + c / block_cols)];
+  for (const DType dtype : {DType::bf16, DType::fp16})
+    for (const auto& [threads, isa] : thread_and_isa_runs()) {
+      const IsaScope scope(isa);
+      CpuBackend be(threads);
+      std::vector<std::uint8_t> raw(want.size() * sdk::dtype_size(dtype), 0xee);
+      decode_block_scaled(codes.data(), false, values, scales.data(), grid_cols, 1, block_cols,
+                          true, 1.0f, {raw.data(), dtype, Shape{rows, cols}});
+      EXPECT_EQ(output_bits(raw, dtype), reference_bits(want, dtype))
+          << sdk::dtype_name(dtype) << ", " << isa_name(isa) << ", " << threads << " thread(s)";
     }
 }
 
