@@ -109,64 +109,68 @@ __attribute__((target("avx512f,avx512bw"))) void lookup_codes(const std::uint8_t
   for (; i < len; ++i) out[i] = table[codes[i]];
 }
 
-void decode_by_block_tables(const std::uint8_t* codes, const std::array<float, 256>& values,
-                            const float* scales, std::int64_t grid_cols, std::int64_t block_rows,
-                            std::int64_t block_cols, double tensor_scale,
-                            const sdk::TensorView& out) {
-  const std::int64_t rows = out.shape[0], cols = out.shape[1];
-  auto* y = static_cast<std::uint16_t*>(out.data);
-#pragma omp parallel if (parallel_worth(rows * cols))
-  {
-    // The tables of the block row this thread is in, built when it enters one.
-    std::vector<std::uint16_t> tables(static_cast<std::size_t>(grid_cols * 256));
-    std::int64_t built = -1;
-#pragma omp for schedule(static)
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const std::int64_t block_row = r / block_rows;
-      if (block_row != built) {
-        for (std::int64_t b = 0; b < grid_cols; ++b)
-          block_table(values.data(), scales[block_row * grid_cols + b], tensor_scale, out.dtype,
-                      tables.data() + b * 256);
-        built = block_row;
-      }
-      for (std::int64_t b = 0, c0 = 0; c0 < cols; ++b, c0 += block_cols)
-        lookup_codes(codes + r * cols + c0, std::min(block_cols, cols - c0),
-                     tables.data() + b * 256, y + r * cols + c0);
-    }
+// What a decode's tables are formed from: the element values, the grid of block scales, the
+// tensor scale and out's dtype.
+struct TableSource {
+  const float* values;
+  const float* scales;
+  std::int64_t grid_cols, block_rows;
+  double tensor_scale;
+  sdk::DType dtype;
+  float scale(std::int64_t r, std::int64_t b) const {
+    return scales[(r / block_rows) * grid_cols + b];
   }
-}
+};
+
+// A table per block, for the block row a thread is in, built when it enters one.
+class BlockRowTables {
+ public:
+  explicit BlockRowTables(const TableSource& s)
+      : s_(s), tables_(static_cast<std::size_t>(s.grid_cols * 256)) {}
+  const std::uint16_t* table(std::int64_t r, std::int64_t b) {
+    if (const std::int64_t block_row = r / s_.block_rows; block_row != built_) {
+      for (std::int64_t k = 0; k < s_.grid_cols; ++k)
+        block_table(s_.values, s_.scale(r, k), s_.tensor_scale, s_.dtype, tables_.data() + k * 256);
+      built_ = block_row;
+    }
+    return tables_.data() + b * 256;
+  }
+
+ private:
+  const TableSource& s_;
+  std::vector<std::uint16_t> tables_;
+  std::int64_t built_ = -1;
+};
 
 // The tables of a call's distinct scales, built as blocks ask for them: where the scales are
 // E8M0 or E4M3 codes there are at most 256 of them, however many blocks (MX's 1x32 ones), so a
 // small block shares its table with every block of the same scale.
 class ScaleTables {
  public:
-  ScaleTables(const float* values, double tensor_scale, sdk::DType dtype)
-      : values_(values), tensor_scale_(tensor_scale), dtype_(dtype) {
+  explicit ScaleTables(const TableSource& s) : s_(s) {
     std::fill(std::begin(slot_), std::end(slot_), -1);
   }
-  const std::uint16_t* table(float scale) {
+  const std::uint16_t* table(std::int64_t r, std::int64_t b) {
+    const float scale = s_.scale(r, b);
     const auto key = std::bit_cast<std::uint32_t>(scale);
     std::uint32_t h = (key * 2654435761u) >> (32 - kSlotBits);
     while (slot_[h] >= 0 && keys_[h] != key) h = (h + 1) & (kSlots - 1);
     if (slot_[h] < 0) {
       if (count_ == kSlots / 2) {  // not byte-coded after all: a table of its own each time
-        block_table(values_, scale, tensor_scale_, dtype_, spare_);
+        block_table(s_.values, scale, s_.tensor_scale, s_.dtype, spare_);
         return spare_;
       }
       keys_[h] = key;
       slot_[h] = count_++;
       tables_.resize(static_cast<std::size_t>(count_) * 256);
-      block_table(values_, scale, tensor_scale_, dtype_, tables_.data() + slot_[h] * 256);
+      block_table(s_.values, scale, s_.tensor_scale, s_.dtype, tables_.data() + slot_[h] * 256);
     }
     return tables_.data() + slot_[h] * 256;
   }
 
  private:
   static constexpr int kSlotBits = 9, kSlots = 1 << kSlotBits;
-  const float* values_;
-  double tensor_scale_;
-  sdk::DType dtype_;
+  const TableSource& s_;
   std::uint32_t keys_[kSlots] = {};
   std::int32_t slot_[kSlots];
   std::int32_t count_ = 0;
@@ -174,24 +178,21 @@ class ScaleTables {
   std::uint16_t spare_[256];
 };
 
-// Blocks of byte-coded scales whose rows hold whole vectors of codes (block_cols >= 32: MX along
-// the columns), each looked up in its scale's table.
-void decode_by_scale_tables(const std::uint8_t* codes, const std::array<float, 256>& values,
-                            const float* scales, std::int64_t grid_cols, std::int64_t block_rows,
-                            std::int64_t block_cols, double tensor_scale,
-                            const sdk::TensorView& out) {
+// out [rows, cols] (16-bit) from 1-byte codes, each row's run of block_cols codes looked up in
+// the table its Tables (one per thread) gives for (row, block column).
+template <class Tables>
+void decode_by_tables(const std::uint8_t* codes, const TableSource& source, std::int64_t block_cols,
+                      const sdk::TensorView& out) {
   const std::int64_t rows = out.shape[0], cols = out.shape[1];
   auto* y = static_cast<std::uint16_t*>(out.data);
 #pragma omp parallel if (parallel_worth(rows * cols))
   {
-    ScaleTables tables(values.data(), tensor_scale, out.dtype);
+    Tables tables(source);
 #pragma omp for schedule(static)
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const float* row_scales = scales + (r / block_rows) * grid_cols;
+    for (std::int64_t r = 0; r < rows; ++r)
       for (std::int64_t b = 0, c0 = 0; c0 < cols; ++b, c0 += block_cols)
-        lookup_codes(codes + r * cols + c0, std::min(block_cols, cols - c0),
-                     tables.table(row_scales[b]), y + r * cols + c0);
-    }
+        lookup_codes(codes + r * cols + c0, std::min(block_cols, cols - c0), tables.table(r, b),
+                     y + r * cols + c0);
   }
 }
 
@@ -204,12 +205,12 @@ void decode_block_scaled(const std::uint8_t* codes, bool packed,
   const std::int64_t rows = out.shape[0], cols = out.shape[1];
   const double ts = tensor_scale;
   if (!packed && !is_fp32_storage(out.dtype) && best_isa() == Isa::v4) {
+    const TableSource source{values.data(), scales, grid_cols, block_rows, ts, out.dtype};
     if (block_rows * block_cols >= kTableBlockMin)
-      return decode_by_block_tables(codes, values, scales, grid_cols, block_rows, block_cols, ts,
-                                    out);
+      return decode_by_tables<BlockRowTables>(codes, source, block_cols, out);
+    // Blocks of byte-coded scales whose rows hold whole vectors of codes (MX along the columns).
     if (byte_scales && block_cols >= 32)
-      return decode_by_scale_tables(codes, values, scales, grid_cols, block_rows, block_cols, ts,
-                                    out);
+      return decode_by_tables<ScaleTables>(codes, source, block_cols, out);
   }
 #pragma omp parallel if (parallel_worth(rows * cols))
   {
