@@ -62,8 +62,7 @@ template <bool kPacked, bool kTensorScale>
 
 MIXTRAIN_ISA_VARIANTS(decode_one_row)
 
-// --- Large blocks into 16 bits: a table of each block's 256 values
-// --------------------------------
+// --- Into 16 bits: a table of the 256 codes' values, the codes looked up 32 at a time --------
 
 // Elements of a block at least this large build its table: 256 values formed and rounded, which
 // fp8-block's 128x128 blocks (16,384 elements) amortise and MX's 1x32 ones would not.

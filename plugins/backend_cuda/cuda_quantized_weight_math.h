@@ -11,9 +11,9 @@
 //   decoded exactly; the value is code × scale × tensor scale in double, exact (at most 4 + 24 + 24
 //   significant bits), rounded once to fp32: dequantize_block_scaled()'s value.
 // - element_of / scale_code_of: the SDK's layout enums as the kernels' tags (host only).
-// - Plain C++ with MIXTRAIN_SDK_HOST_DEVICE functions and no CUDA header, like
-//   cuda_element_math.h; the caller stores the fp32 value into its storage with that header's
-//   encoders.
+// - Plain C++20 with MIXTRAIN_SDK_HOST_DEVICE functions and no CUDA header (the .cu files build
+//   as C++20), so host tests include it as cuda_element_math.h; the caller stores the fp32 value
+//   into its storage with that header's encoders.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
 // BackendArgumentChecks of the residual, image input, attention, embedding, dropout and quantized
 // weight facets (contract in backend_argument_checks.h).
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
