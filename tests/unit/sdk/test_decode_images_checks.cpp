@@ -16,6 +16,7 @@
 namespace {
 
 using mixtrain::test::backend_error_of;
+using mixtrain::test::message_mismatch;
 
 namespace sdk = mixtrain::sdk;
 using sdk::DType;
@@ -54,9 +55,7 @@ TensorView y_of(Shape shape, DType dtype = DType::bf16) {
 
 // The message is decode_images' and mentions every one of `parts`.
 void expect_error(const std::string& message, std::initializer_list<const char*> parts) {
-  EXPECT_EQ(message.rfind("backend_test.decode_images: ", 0), 0) << message;
-  for (const char* part : parts)
-    EXPECT_NE(message.find(part), std::string::npos) << part << " in: " << message;
+  EXPECT_EQ(message_mismatch(message, "backend_test.decode_images: ", parts), "");
 }
 
 TEST(DecodeImagesChecks, SizesOfAGoodBatch) {

@@ -18,6 +18,7 @@
 namespace {
 
 using mixtrain::test::backend_error_of;
+using mixtrain::test::message_mismatch;
 
 namespace sdk = mixtrain::sdk;
 using sdk::DType;
@@ -34,9 +35,7 @@ const sdk::BackendArgumentChecks kChecks("backend_test");
 
 void expect_error(const std::string& message, const char* op,
                   std::initializer_list<const char*> parts) {
-  EXPECT_EQ(message.rfind(std::string("backend_test.") + op + ": ", 0), 0) << message;
-  for (const char* part : parts)
-    EXPECT_NE(message.find(part), std::string::npos) << part << " in: " << message;
+  EXPECT_EQ(message_mismatch(message, std::string("backend_test.") + op + ": ", parts), "");
 }
 
 TEST(QuantizedWeightChecks, Nf4TakesOneAbsmaxABlockAndAnyStorageOut) {
