@@ -154,6 +154,17 @@ std::array<float, 256> block_element_values(sdk::BlockElement element) {
   return t;
 }
 
+std::array<float, 256> scale_code_values(sdk::BlockScale scale) {
+  if (scale == sdk::BlockScale::fp32 || scale == sdk::BlockScale::fp32_pow2)
+    throw sdk::BackendError("scale_code_values: fp32 block scales are stored as values, not codes");
+  std::array<float, 256> t{};
+  for (int c = 0; c < 256; ++c)
+    t[static_cast<std::size_t>(c)] = scale == sdk::BlockScale::e4m3
+                                         ? sdk::decode_fp8_e4m3(static_cast<std::uint8_t>(c))
+                                         : sdk::decode_e8m0(static_cast<std::uint8_t>(c));
+  return t;
+}
+
 void quantize_block_scaled_cpu(const sdk::BlockQuantizeArgs& args) {
   std::int64_t rows = 0, cols = 0;
   stored_shape(args.src, rows, cols);

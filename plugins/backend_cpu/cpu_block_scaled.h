@@ -17,7 +17,7 @@
 //   is one fp32 operation, in the order the header gives (cpu_block_gemm_kernel.h). The result is
 //   the same bits on every CPU and thread count.
 //   `activation` applies the epilogue (act on the fp32 z, pre_activation z rounded to its dtype).
-// - block_element_values: the SDK's decoders, tabulated (exact).
+// - block_element_values, scale_code_values: the SDK's decoders, tabulated (exact).
 // - Errors: sdk::BackendError naming the operand and what does not fit.
 // - The GEMM runs on the OpenMP team (about a tenth of the speed of a bf16 GEMM: it multiplies in
 //   double); so does the quantizer's element pass (sdk::encode_block_rows, split by rows), after
@@ -33,6 +33,9 @@ namespace mixtrain::backend_cpu {
 
 // The fp32 value of each of the 256 byte codes of an element format (E2M1: the low nibble's).
 std::array<float, 256> block_element_values(sdk::BlockElement element);
+// The fp32 value of each of the 256 codes of a byte-coded block scale (E8M0 kinds, E4M3); the
+// fp32 kinds have no codes (BackendError).
+std::array<float, 256> scale_code_values(sdk::BlockScale scale);
 
 void quantize_block_scaled_cpu(const sdk::BlockQuantizeArgs& args);
 // `activation(act, z)` applies act in place to an fp32 view (the backend's own kernel).

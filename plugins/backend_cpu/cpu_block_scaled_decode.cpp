@@ -4,8 +4,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <bit>
-#include <iterator>
+#include <array>
 #include <span>
 #include <vector>
 
@@ -84,10 +83,8 @@ void block_table(const float* values, float scale, double tensor_scale, sdk::DTy
 // out [len] = table[codes[i]], 32 codes a step: the 256-entry table of 16-bit values is eight
 // registers, and vpermi2w looks 32 codes up in a 64-entry quarter of it by their low 6 bits; bits
 // 6 and 7 then pick the quarter (AVX-512 BW).
-__attribute__((target("avx512f,avx512bw"))) void lookup_codes(const std::uint8_t* codes,
-                                                              std::int64_t len,
-                                                              const std::uint16_t* table,
-                                                              std::uint16_t* out) {
+[[gnu::always_inline]] inline __attribute__((target("avx512f,avx512bw"))) void lookup_codes(
+    const std::uint8_t* codes, std::int64_t len, const std::uint16_t* table, std::uint16_t* out) {
   __m512i t[8];
   for (int q = 0; q < 8; ++q) t[q] = _mm512_loadu_si512(table + 32 * q);
   const __m512i bit6 = _mm512_set1_epi16(0x40), bit7 = _mm512_set1_epi16(0x80);
@@ -112,24 +109,22 @@ __attribute__((target("avx512f,avx512bw"))) void lookup_codes(const std::uint8_t
 // tensor scale and out's dtype.
 struct TableSource {
   const float* values;
-  const float* scales;
-  std::int64_t grid_cols, block_rows;
+  const BlockScales& scales;
+  std::int64_t block_rows;
   double tensor_scale;
   sdk::DType dtype;
-  float scale(std::int64_t r, std::int64_t b) const {
-    return scales[(r / block_rows) * grid_cols + b];
-  }
 };
 
 // A table per block, for the block row a thread is in, built when it enters one.
 class BlockRowTables {
  public:
   explicit BlockRowTables(const TableSource& s)
-      : s_(s), tables_(static_cast<std::size_t>(s.grid_cols * 256)) {}
+      : s_(s), tables_(static_cast<std::size_t>(s.scales.grid_cols * 256)) {}
   const std::uint16_t* table(std::int64_t r, std::int64_t b) {
     if (const std::int64_t block_row = r / s_.block_rows; block_row != built_) {
-      for (std::int64_t k = 0; k < s_.grid_cols; ++k)
-        block_table(s_.values, s_.scale(r, k), s_.tensor_scale, s_.dtype, tables_.data() + k * 256);
+      for (std::int64_t k = 0; k < s_.scales.grid_cols; ++k)
+        block_table(s_.values, s_.scales.at(block_row, k), s_.tensor_scale, s_.dtype,
+                    tables_.data() + k * 256);
       built_ = block_row;
     }
     return tables_.data() + b * 256;
@@ -141,41 +136,38 @@ class BlockRowTables {
   std::int64_t built_ = -1;
 };
 
-// The tables of a call's distinct scales, built as blocks ask for them: where the scales are
-// E8M0 or E4M3 codes there are at most 256 of them, however many blocks (MX's 1x32 ones), so a
-// small block shares its table with every block of the same scale.
-class ScaleTables {
+// A table per scale code, built the first time a block of that code asks: byte-coded scales
+// (E8M0, E4M3) name at most 256 values however many blocks there are (MX's 1x32 ones), so a small
+// block shares its table with every block of the same code, found by the code itself.
+class CodeTables {
  public:
-  explicit ScaleTables(const TableSource& s) : s_(s) {
-    std::fill(std::begin(slot_), std::end(slot_), -1);
-  }
+  explicit CodeTables(const TableSource& s) : s_(s), tables_(256 * 256) {}
   const std::uint16_t* table(std::int64_t r, std::int64_t b) {
-    const float scale = s_.scale(r, b);
-    const auto key = std::bit_cast<std::uint32_t>(scale);
-    std::uint32_t h = (key * 2654435761u) >> (32 - kSlotBits);
-    while (slot_[h] >= 0 && keys_[h] != key) h = (h + 1) & (kSlots - 1);
-    if (slot_[h] < 0) {
-      if (count_ == kSlots / 2) {  // not byte-coded after all: a table of its own each time
-        block_table(s_.values, scale, s_.tensor_scale, s_.dtype, spare_);
-        return spare_;
-      }
-      keys_[h] = key;
-      slot_[h] = count_++;
-      tables_.resize(static_cast<std::size_t>(count_) * 256);
-      block_table(s_.values, scale, s_.tensor_scale, s_.dtype, tables_.data() + slot_[h] * 256);
+    const std::uint8_t code = s_.scales.codes[(r / s_.block_rows) * s_.scales.grid_cols + b];
+    std::uint16_t* t = tables_.data() + code * 256;
+    if (!built_[code]) {
+      block_table(s_.values, (*s_.scales.code_values)[code], s_.tensor_scale, s_.dtype, t);
+      built_[code] = true;
     }
-    return tables_.data() + slot_[h] * 256;
+    return t;
   }
 
  private:
-  static constexpr int kSlotBits = 9, kSlots = 1 << kSlotBits;
   const TableSource& s_;
-  std::uint32_t keys_[kSlots] = {};
-  std::int32_t slot_[kSlots];
-  std::int32_t count_ = 0;
   std::vector<std::uint16_t> tables_;
-  std::uint16_t spare_[256];
+  std::array<bool, 256> built_{};
 };
+
+// y [cols] = row r's codes, each run of block_cols looked up in the table `tables` gives for
+// (r, block column); one function a row, so that a block's lookups are inlined into the loop.
+template <class Tables>
+__attribute__((target("avx512f,avx512bw"))) void lookup_row(const std::uint8_t* codes,
+                                                            std::int64_t r, std::int64_t cols,
+                                                            std::int64_t block_cols, Tables& tables,
+                                                            std::uint16_t* y) {
+  for (std::int64_t b = 0, c0 = 0; c0 < cols; ++b, c0 += block_cols)
+    lookup_codes(codes + c0, std::min(block_cols, cols - c0), tables.table(r, b), y + c0);
+}
 
 // out [rows, cols] (16-bit) from 1-byte codes, each row's run of block_cols codes looked up in
 // the table its Tables (one per thread) gives for (row, block column).
@@ -189,36 +181,46 @@ void decode_by_tables(const std::uint8_t* codes, const TableSource& source, std:
     Tables tables(source);
 #pragma omp for schedule(static)
     for (std::int64_t r = 0; r < rows; ++r)
-      for (std::int64_t b = 0, c0 = 0; c0 < cols; ++b, c0 += block_cols)
-        lookup_codes(codes + r * cols + c0, std::min(block_cols, cols - c0), tables.table(r, b),
-                     y + r * cols + c0);
+      lookup_row(codes + r * cols, r, cols, block_cols, tables, y + r * cols);
   }
 }
 
 }  // namespace
 
 void decode_block_scaled(const std::uint8_t* codes, bool packed,
-                         const std::array<float, 256>& values, const float* scales,
-                         std::int64_t grid_cols, std::int64_t block_rows, std::int64_t block_cols,
-                         bool byte_scales, float tensor_scale, const sdk::TensorView& out) {
+                         const std::array<float, 256>& values, const BlockScales& scales,
+                         std::int64_t block_rows, std::int64_t block_cols, float tensor_scale,
+                         const sdk::TensorView& out) {
   const std::int64_t rows = out.shape[0], cols = out.shape[1];
   const double ts = tensor_scale;
   if (!packed && !is_fp32_storage(out.dtype) && best_isa() == Isa::v4) {
-    const TableSource source{values.data(), scales, grid_cols, block_rows, ts, out.dtype};
+    const TableSource source{values.data(), scales, block_rows, ts, out.dtype};
     if (block_rows * block_cols >= kTableBlockMin)
       return decode_by_tables<BlockRowTables>(codes, source, block_cols, out);
     // Blocks of byte-coded scales whose rows hold whole vectors of codes (MX along the columns).
-    if (byte_scales && block_cols >= 32)
-      return decode_by_tables<ScaleTables>(codes, source, block_cols, out);
+    if (scales.coded() && block_cols >= 32)
+      return decode_by_tables<CodeTables>(codes, source, block_cols, out);
   }
+  const std::int64_t grid_cols = scales.grid_cols;
 #pragma omp parallel if (parallel_worth(rows * cols))
   {
     std::vector<float> buf;  // a 16-bit row in fp32, one per thread for all its rows
+    // A block row's scales as fp32 when they come as codes, decoded when a thread enters it.
+    std::vector<float> coded_row(scales.coded() ? static_cast<std::size_t>(grid_cols) : 0);
+    std::int64_t coded_block_row = -1;
 #pragma omp for schedule(static)
     for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t block_row = r / block_rows;
+      if (scales.coded() && block_row != coded_block_row) {
+        for (std::int64_t k = 0; k < grid_cols; ++k)
+          coded_row[static_cast<std::size_t>(k)] = scales.at(block_row, k);
+        coded_block_row = block_row;
+      }
+      const float* row_scales =
+          scales.coded() ? coded_row.data() : scales.values + block_row * grid_cols;
       float* y = row_target(out, r, cols, buf);
-      decode_one_row_best(codes, packed, r * cols, cols, values.data(),
-                          scales + (r / block_rows) * grid_cols, block_cols, ts, y);
+      decode_one_row_best(codes, packed, r * cols, cols, values.data(), row_scales, block_cols, ts,
+                          y);
       commit_row(out, r, cols, y);
     }
   }

@@ -57,27 +57,21 @@ class CpuQuantizedWeight final : public sdk::QuantizedWeightFacet {
         w.layout.scale == sdk::BlockScale::fp32 || w.layout.scale == sdk::BlockScale::fp32_pow2;
     const float tensor_scale = w.layout.tensor_scale ? *w.tensor_scale.as<const float>() : 1.0f;
     context_.use_threads();
-    // Every block's decode scale as fp32: the values as given, or the scale codes' (E8M0 and
-    // E4M3 decode exactly), looked up in a table of the 256 codes (a decoder call a block cost
-    // mxfp8's 1x32 blocks more than their lookups).
-    const std::int64_t blocks = grid.rows * grid.cols;
-    std::vector<float> scale(static_cast<std::size_t>(blocks));
+    // The scales as given: fp32 values, or byte codes with the 256 codes' values (E8M0 and E4M3
+    // decode exactly), looked up by the decode where it needs them (a float a block, formed
+    // beforehand, and a table found per float cost mxfp8's 1x32 blocks a pass and a hash each).
+    BlockScales scales{.grid_cols = grid.cols};
+    std::array<float, 256> code_values;
     if (fp32_scales) {
-      std::copy_n(w.scales.as<const float>(), blocks, scale.begin());
+      scales.values = w.scales.as<const float>();
     } else {
-      std::array<float, 256> code_value;
-      for (int code = 0; code < 256; ++code)
-        code_value[static_cast<std::size_t>(code)] =
-            w.layout.scale == sdk::BlockScale::e4m3
-                ? sdk::decode_fp8_e4m3(static_cast<std::uint8_t>(code))
-                : sdk::decode_e8m0(static_cast<std::uint8_t>(code));
-      const auto* codes = w.scales.as<const std::uint8_t>();
-      for (std::int64_t b = 0; b < blocks; ++b)
-        scale[static_cast<std::size_t>(b)] = code_value[codes[b]];
+      code_values = scale_code_values(w.layout.scale);
+      scales.codes = w.scales.as<const std::uint8_t>();
+      scales.code_values = &code_values;
     }
     decode_block_scaled(w.codes.as<const std::uint8_t>(), packed,
-                        block_element_values(w.layout.element), scale.data(), grid.cols,
-                        w.layout.block_rows, w.layout.block_cols, !fp32_scales, tensor_scale, out);
+                        block_element_values(w.layout.element), scales, w.layout.block_rows,
+                        w.layout.block_cols, tensor_scale, out);
   }
 
  private:

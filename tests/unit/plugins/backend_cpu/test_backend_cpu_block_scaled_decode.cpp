@@ -3,11 +3,13 @@
 // bit, for every weight layout a frozen base may be stored in (FP8 blocks of 128 × 128, MX blocks
 // of 32 along either dimension, E2M1 packed two to a byte with NVFP4's tensor scale), on a shape
 // large enough to run in parallel and one whose blocks and rows end part-way.
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend_test_util.h"
@@ -62,57 +64,76 @@ TEST(backend_cpu_block_scaled_decode, EveryIsaAndThreadCountGivesTheReferenceRou
       if (layout.tensor_scale) q.tensor_scale = std::nextafter(1.0f, 2.0f);
       const std::vector<float> want = sdk::dequantize_block_scaled(q);
       const sdk::BlockExtent grid = sdk::block_grid(layout, rows, cols);
-      std::vector<float> scales;
+      std::vector<float> scale_values;
       for (std::int64_t br = 0; br < grid.rows; ++br)
         for (std::int64_t bc = 0; bc < grid.cols; ++bc)
-          scales.push_back(sdk::block_scale_value(q, br, bc));
+          scale_values.push_back(sdk::block_scale_value(q, br, bc));
+      // The scales as fp32 values, and byte-coded ones also as their codes (the facet's form).
+      std::vector<std::pair<std::string, BlockScales>> forms = {
+          {"fp32 scales", BlockScales{.grid_cols = grid.cols, .values = scale_values.data()}}};
+      std::array<float, 256> code_values{};
+      if (!q.scale_codes.empty()) {
+        code_values = scale_code_values(layout.scale);
+        forms.emplace_back("scale codes", BlockScales{.grid_cols = grid.cols,
+                                                      .codes = q.scale_codes.data(),
+                                                      .code_values = &code_values});
+      }
       const bool packed = layout.element == sdk::BlockElement::e2m1;
-      const bool byte_scales = !q.scale_codes.empty();
       const std::vector<std::uint8_t> codes = packed ? sdk::pack_e2m1(q.codes) : q.codes;
       for (const DType dtype : {DType::fp32, DType::bf16, DType::fp16}) {
         const std::vector<std::uint32_t> expected = reference_bits(want, dtype);
-        for (const auto& [threads, isa] : thread_and_isa_runs()) {
-          const IsaScope scope(isa);
-          CpuBackend be(threads);  // the OpenMP team the decode runs on
-          std::vector<std::uint8_t> raw(want.size() * sdk::dtype_size(dtype), 0xee);
-          decode_block_scaled(codes.data(), packed, block_element_values(layout.element),
-                              scales.data(), grid.cols, layout.block_rows, layout.block_cols,
-                              byte_scales, q.tensor_scale, {raw.data(), dtype, shape});
-          EXPECT_EQ(output_bits(raw, dtype), expected)
-              << sdk::describe(layout) << " " << shape.to_string() << " " << sdk::dtype_name(dtype)
-              << ", " << isa_name(isa) << ", " << threads << " thread(s)";
-        }
+        for (const auto& [form, scales] : forms)
+          for (const auto& [threads, isa] : thread_and_isa_runs()) {
+            const IsaScope scope(isa);
+            CpuBackend be(threads);  // the OpenMP team the decode runs on
+            std::vector<std::uint8_t> raw(want.size() * sdk::dtype_size(dtype), 0xee);
+            decode_block_scaled(codes.data(), packed, block_element_values(layout.element), scales,
+                                layout.block_rows, layout.block_cols, q.tensor_scale,
+                                {raw.data(), dtype, shape});
+            EXPECT_EQ(output_bits(raw, dtype), expected)
+                << sdk::describe(layout) << " " << shape.to_string() << " "
+                << sdk::dtype_name(dtype) << ", " << form << ", " << isa_name(isa) << ", "
+                << threads << " thread(s)";
+          }
       }
     }
 }
 
-// Byte-coded scales name at most 256 values, so the 16-bit decode keeps a table per distinct scale;
-// given more distinct scales than that (a caller's mistake in byte_scales), each block past the
-// 256th still decodes to its definition: value · scale in fp32, rounded once.
-TEST(backend_cpu_block_scaled_decode, MoreDistinctScalesThanCodesStillDecodeEachBlock) {
+// Every scale code, the special ones included, in MX-shaped blocks of every element code: E8M0's
+// extremes (2^-127, 2^127) take elements into bf16's and fp16's subnormals, to zero and to
+// infinity, and its NaN code (0xFF) makes a block NaN; E4M3 scales are not powers of two, so the
+// products round. Each element is its definition: value · scale in fp32, rounded once, then into
+// out's dtype.
+TEST(backend_cpu_block_scaled_decode, EveryScaleCodeDecodesItsBlocks) {
   const std::int64_t rows = 64, cols = 320, block_cols = 32, grid_cols = cols / block_cols;
   const std::array<float, 256>& values = block_element_values(sdk::BlockElement::e4m3);
   std::vector<std::uint8_t> codes(static_cast<std::size_t>(rows * cols));
-  for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<std::uint8_t>(i * 37 % 126);
-  // 640 distinct scales, none a power of two.
-  const std::vector<float> scales =
-      random_values(static_cast<std::size_t>(rows * grid_cols), 91, 0.5f, 2.0f);
-  std::vector<float> want(codes.size());
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = 0; c < cols; ++c)
-      want[static_cast<std::size_t>(r * cols + c)] =
-          values[codes[static_cast<std::size_t>(r * cols + c)]] *
-          scales[static_cast<std::size_t>(r * grid_cols + c / block_cols)];
-  for (const DType dtype : {DType::bf16, DType::fp16})
-    for (const auto& [threads, isa] : thread_and_isa_runs()) {
-      const IsaScope scope(isa);
-      CpuBackend be(threads);
-      std::vector<std::uint8_t> raw(want.size() * sdk::dtype_size(dtype), 0xee);
-      decode_block_scaled(codes.data(), false, values, scales.data(), grid_cols, 1, block_cols,
-                          true, 1.0f, {raw.data(), dtype, Shape{rows, cols}});
-      EXPECT_EQ(output_bits(raw, dtype), reference_bits(want, dtype))
-          << sdk::dtype_name(dtype) << ", " << isa_name(isa) << ", " << threads << " thread(s)";
-    }
+  for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<std::uint8_t>(i * 37 % 256);
+  std::vector<std::uint8_t> scale_codes(static_cast<std::size_t>(rows * grid_cols));
+  for (std::size_t b = 0; b < scale_codes.size(); ++b)
+    scale_codes[b] = static_cast<std::uint8_t>(b * 101 % 256);  // all 256, scattered
+  for (const sdk::BlockScale scale : {sdk::BlockScale::e8m0, sdk::BlockScale::e4m3}) {
+    const std::array<float, 256> scale_values = scale_code_values(scale);
+    std::vector<float> want(codes.size());
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c)
+        want[static_cast<std::size_t>(r * cols + c)] =
+            values[codes[static_cast<std::size_t>(r * cols + c)]] *
+            scale_values[scale_codes[static_cast<std::size_t>(r * grid_cols + c / block_cols)]];
+    const BlockScales scales{
+        .grid_cols = grid_cols, .codes = scale_codes.data(), .code_values = &scale_values};
+    for (const DType dtype : {DType::fp32, DType::bf16, DType::fp16})
+      for (const auto& [threads, isa] : thread_and_isa_runs()) {
+        const IsaScope scope(isa);
+        CpuBackend be(threads);
+        std::vector<std::uint8_t> raw(want.size() * sdk::dtype_size(dtype), 0xee);
+        decode_block_scaled(codes.data(), false, values, scales, 1, block_cols, 1.0f,
+                            {raw.data(), dtype, Shape{rows, cols}});
+        EXPECT_EQ(output_bits(raw, dtype), reference_bits(want, dtype))
+            << (scale == sdk::BlockScale::e8m0 ? "e8m0" : "e4m3") << " scales, "
+            << sdk::dtype_name(dtype) << ", " << isa_name(isa) << ", " << threads << " thread(s)";
+      }
+  }
 }
 
 }  // namespace
