@@ -266,9 +266,7 @@ void CudaContext::free_retired_scratch() noexcept {
   for (DeviceScratch* s : {&tables, &partial, &partial2, &flags, &id_check}) s->free_retired();
 #ifdef MIXTRAIN_HAVE_CUDNN
   if (conv)
-    for (DeviceScratch* s :
-         {&conv->workspace, &conv->a, &conv->b, &conv->out, &conv->tune_workspace})
-      s->free_retired();
+    for (DeviceScratch* s : conv->scratch()) s->free_retired();
 #endif
 #ifdef MIXTRAIN_HAVE_CUDNN_FRONTEND
   if (sdpa) sdpa->workspace.free_retired();
@@ -294,8 +292,7 @@ ConvState& CudaContext::conv_state() {
       cudaStreamSynchronize(stream);
       allocator.release_cached();
     };
-    for (DeviceScratch* s :
-         {&conv->workspace, &conv->a, &conv->b, &conv->out, &conv->tune_workspace}) {
+    for (DeviceScratch* s : conv->scratch()) {
       s->set_out_of_memory_hook(give_back_cache);
       s->set_graph_guard(&live_graphs);
     }

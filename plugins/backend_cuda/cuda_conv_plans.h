@@ -33,6 +33,7 @@
 // - Thread safety: one host thread at a time (the backend's).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -124,9 +125,18 @@ struct ConvState {
   CudnnHandle handle;
   ConvPlans plans;
   DeviceScratch workspace, a, b, out, tune_workspace, tune_out;
+  // Every buffer above, for what the context does to each (its out-of-memory hook, its graph
+  // guard, freeing retired blocks) and for device_bytes: one list, so a new buffer misses none.
+  std::array<DeviceScratch*, 6> scratch() {
+    return {&workspace, &a, &b, &out, &tune_workspace, &tune_out};
+  }
+  std::array<const DeviceScratch*, 6> scratch() const {
+    return {&workspace, &a, &b, &out, &tune_workspace, &tune_out};
+  }
   std::size_t device_bytes() const {
-    return workspace.capacity() + a.capacity() + b.capacity() + out.capacity() +
-           tune_workspace.capacity() + tune_out.capacity();
+    std::size_t bytes = 0;
+    for (const DeviceScratch* s : scratch()) bytes += s->capacity();
+    return bytes;
   }
 };
 

@@ -38,8 +38,9 @@ class CudaConvolution final : public sdk::ConvolutionFacet {
   // weights, the output before its finish: conv::route_scratch) from the caller's workspace when
   // it holds all of them; the first route cuDNN has a plan for sizes the answer (building and
   // caching that plan). For an accumulating dgrad that is the beta = 1 route; should cuDNN refuse
-  // to run that plan, the scratch-and-add route after it takes its output scratch from the
-  // backend's own (grown once, counted in its buffers), not from the caller's.
+  // to run that plan, a scratch-and-add route after it takes all its scratch (cuDNN's workspace,
+  // channels-last weights, the output before the add) from the backend's own buffers (grown once,
+  // counted in its buffers), not from the caller's: the query sized only the first route.
   // With conv_autotune, a call in a caller's workspace times only the candidates whose workspace
   // fits in the first one's (the arena's bytes are planned, not grown). A pointwise accumulate
   // (one cuBLASLt GEMM) wants none.

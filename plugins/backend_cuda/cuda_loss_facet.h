@@ -1,5 +1,7 @@
 // CudaLoss: the CUDA backend's LossFacet (sdk/backend_loss.h): softmax cross-entropy with label
-// smoothing, one warp per row, the log-sum-exp and the mean loss in double.
+// smoothing, a warp per row below 512 classes and a block per row from 512 (whole 16-byte packs of
+// a row where the classes are a multiple of 8 and the views aligned: cuda_loss.cu), the
+// log-sum-exp and the mean loss in double.
 //
 // Contract (in addition to sdk/backend_loss.h)
 // - Labels are checked on the device without a host sync: an out-of-range label leaves loss,

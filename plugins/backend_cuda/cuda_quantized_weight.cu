@@ -1,5 +1,8 @@
 // The quantized weight facet's kernels: NF4 and block-scaled weights decoded into a storage float
 // (contract: cuda_quantized_weight.h; element math: cuda_quantized_weight_math.h).
+#include <algorithm>
+#include <limits>
+
 #include "cuda_device.cuh"
 #include "cuda_quantized_weight.h"
 
@@ -11,11 +14,14 @@ struct Nf4Levels {
   float level[16];
 };
 
-// codes [ceil(n / 2)], absmax [ceil(n / block)], out [n] in storage OS.
+// codes [ceil(n / 2)], absmax [ceil(n / block)], out [n] in storage OS. The levels are a grid
+// constant: indexed at run time, a plain by-value parameter is copied into each thread's local
+// memory first (64 bytes a thread, ptxas's stack frame), where a grid constant is read in place.
 template <class OS>
 __global__ void __launch_bounds__(kThreads)
     dequantize_nf4_kernel(const std::uint8_t* codes, const float* absmax, std::int64_t block,
-                          std::int64_t n, Nf4Levels levels, elem_t<OS>* out) {
+                          std::int64_t n, const __grid_constant__ Nf4Levels levels,
+                          elem_t<OS>* out) {
   __shared__ float level[16];
   if (threadIdx.x < 16) level[threadIdx.x] = levels.level[threadIdx.x];
   __syncthreads();
@@ -24,21 +30,27 @@ __global__ void __launch_bounds__(kThreads)
         quantized::nf4_value(quantized::nf4_code(codes, i), absmax[i / block], level), false);
 }
 
-// w [rows, cols] decoded into out [rows, cols] in storage OS.
-template <class OS>
+// w [rows, cols] decoded into out [rows, cols] in storage OS. Rows r = blockIdx.y, + gridDim.y,
+// ... (gridDim.y is capped at 65535); columns grid-stride along x. So an element's row needs no
+// division, and its block column one in I: 32-bit wherever the columns fit (every weight), where
+// 64-bit divisions, three an element, outweighed the element's memory traffic.
+template <class OS, class I>
 __global__ void __launch_bounds__(kThreads)
     dequantize_block_scaled_kernel(BlockScaledSource w, std::int64_t rows, std::int64_t cols,
                                    elem_t<OS>* out) {
   const float tensor_scale = w.tensor_scale != nullptr ? *w.tensor_scale : 1.0f;
   const bool packed = w.element == quantized::Element::e2m1;
-  const std::int64_t total = rows * cols;
-  for (std::int64_t i = global_thread(); i < total; i += grid_threads()) {
-    const std::int64_t r = i / cols, c = i % cols;
-    const float scale = quantized::block_scale(w.scales, w.scale,
-                                               (r / w.block_rows) * w.grid_cols + c / w.block_cols);
-    const float e =
-        quantized::element_value(w.element, quantized::element_code(w.codes, packed, i));
-    out[i] = OS::store(quantized::block_scaled_value(e, scale, tensor_scale), false);
+  const I block_cols = static_cast<I>(w.block_cols), n_cols = static_cast<I>(cols);
+  const I first = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
+  for (std::int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const std::int64_t row_start = r * cols, row_blocks = (r / w.block_rows) * w.grid_cols;
+    for (I c = first; c < n_cols; c += stride) {
+      const float scale = quantized::block_scale(w.scales, w.scale, row_blocks + c / block_cols);
+      const float e = quantized::element_value(
+          w.element, quantized::element_code(w.codes, packed, row_start + c));
+      out[row_start + c] = OS::store(quantized::block_scaled_value(e, scale, tensor_scale), false);
+    }
   }
 }
 
@@ -61,12 +73,18 @@ cudaError_t dequantize_nf4(const std::uint8_t* codes, const float* absmax, std::
 cudaError_t dequantize_block_scaled(const BlockScaledSource& w, std::int64_t rows,
                                     std::int64_t cols, void* out, Elem out_elem,
                                     cudaStream_t stream) {
-  const std::int64_t total = rows * cols;
   bool known = with_float_storage(out_elem, [&](auto os) {
     using OS = decltype(os);
-    if (total == 0) return;
-    dequantize_block_scaled_kernel<OS>
-        <<<grid_for(total), kThreads, 0, stream>>>(w, rows, cols, static_cast<elem_t<OS>*>(out));
+    if (rows == 0 || cols == 0) return;
+    const dim3 grid(std::min(grid_for(cols), 64u),
+                    static_cast<unsigned>(std::min<std::int64_t>(rows, 65535)));
+    auto* y = static_cast<elem_t<OS>*>(out);
+    if (cols <= std::numeric_limits<std::uint32_t>::max() / 2)
+      dequantize_block_scaled_kernel<OS, std::uint32_t>
+          <<<grid, kThreads, 0, stream>>>(w, rows, cols, y);
+    else
+      dequantize_block_scaled_kernel<OS, std::int64_t>
+          <<<grid, kThreads, 0, stream>>>(w, rows, cols, y);
   });
   return known ? cudaGetLastError() : cudaErrorInvalidValue;
 }

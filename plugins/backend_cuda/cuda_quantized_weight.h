@@ -6,8 +6,8 @@
 //   the launch status. out is fp32, bf16 or fp16 storage (another tag launches nothing and
 //   returns cudaErrorInvalidValue); each element is cuda_quantized_weight_math.h's fp32 value,
 //   rounded once into out's storage (cuda_element_math.h's encoders).
-// - One thread an element, grid-stride: an element depends on its code and its block's scales
-//   alone, so the bits do not depend on the launch.
+// - One thread an element (NF4 grid-stride, block-scaled a row per y block): an element depends
+//   on its code and its block's scales alone, so the bits do not depend on the launch.
 #pragma once
 
 #include <cuda_runtime_api.h>
