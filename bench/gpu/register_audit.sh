@@ -6,8 +6,9 @@
 # threads an SM, too few loads in flight; session 57 found the residual backward at 161 registers
 # running at a third of the H200's bandwidth (bench/RESULTS.md).
 # Usage: bash bench/gpu/register_audit.sh [BUILD_DIR (build)] [LIMIT (64)] [ARCH (90)]
-# Prints "registers  spill-bytes  file  kernel" for each kernel over LIMIT, or with spills; exits 1
-# if a compile fails. Needs a configured Ninja build with the CUDA backend, nvcc and c++filt.
+# Prints "registers  spill-bytes  stack-bytes  file  kernel" for each kernel over LIMIT, or with
+# spills, or with a stack frame (a by-value parameter indexed at run time is copied into every
+# thread's local memory: session 80's NF4 decode, 64 bytes); exits 1 if a compile fails. Needs a configured Ninja build with the CUDA backend, nvcc and c++filt.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-$ROOT/build}
@@ -33,22 +34,24 @@ import glob, re, subprocess, sys
 out, limit = sys.argv[1], int(sys.argv[2])
 rows = []
 for f in sorted(glob.glob(out + "/*.txt")):
-    name, spill = None, 0
+    name, spill, stack = None, 0, 0
     for line in open(f):
         m = re.search(r"entry function '([^']+)'", line)
         if m:
-            name, spill = m.group(1), 0
-        m = re.search(r"(\d+) bytes spill stores", line)
+            name, spill, stack = m.group(1), 0, 0
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores", line)
         if m:
-            spill = int(m.group(1))
+            stack, spill = int(m.group(1)), int(m.group(2))
         m = re.search(r"Used (\d+) registers", line)
         if m and name:
-            rows.append((int(m.group(1)), spill, f.rsplit("/", 1)[1][:-4], name))
-names = subprocess.run(["c++filt"], input="\n".join(r[3] for r in rows), capture_output=True,
+            rows.append((int(m.group(1)), spill, stack, f.rsplit("/", 1)[1][:-4], name))
+names = subprocess.run(["c++filt"], input="\n".join(r[4] for r in rows), capture_output=True,
                        text=True).stdout.splitlines()
-flagged = [(r, s, f, n) for (r, s, f, _), n in zip(rows, names) if r > limit or s > 0]
-print(f"register_audit: {len(rows)} kernels, {len(flagged)} over {limit} registers or spilling")
-for r, s, f, n in sorted(flagged, reverse=True):
-    print(f"{r:4d} {s:6d}  {f}  {n[:160]}")
+flagged = [(r, s, k, f, n) for (r, s, k, f, _), n in zip(rows, names)
+           if r > limit or s > 0 or k > 0]
+print(f"register_audit: {len(rows)} kernels, {len(flagged)} over {limit} registers, spilling or "
+      "with a stack frame")
+for r, s, k, f, n in sorted(flagged, reverse=True):
+    print(f"{r:4d} {s:6d} {k:6d}  {f}  {n[:160]}")
 PY
 exit $failed

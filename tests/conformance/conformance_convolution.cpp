@@ -1,5 +1,10 @@
 // Convolution and pooling against double-precision references: every dtype and geometry, the
 // accumulating data gradient, max pooling's ties and its NaN rule, and argument errors.
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <limits>
+
 #include "conformance_fixture.h"
 
 namespace mixtrain::conformance {
@@ -485,8 +490,9 @@ sdk::Pool2dGeometry pool_geometry(sdk::PoolKind kind, bool include_pad, std::int
 
 // Convolution facet 1.2: each call with a workspace of the bytes conv2d_workspace_bytes asked
 // for (filled with NaN first: it holds nothing), and with one too small for the call, gives the
-// call's bits without one. The geometries include a ResNet stem (3 channels, which cuDNN pads to 8
-// in its workspace).
+// call's bits without one, and writes nothing past the workspace it was given (guard words after
+// it keep their NaN). The geometries include a ResNet stem (3 channels, which cuDNN pads to 8 in
+// its workspace).
 TEST_P(Conformance, Conv2dWithTheWorkspaceItAskedForIsTheCallWithoutItBitForBit) {
   MIXTRAIN_FACETS(convolution, ConvolutionFacet);
   using C = sdk::ConvolutionOp;
@@ -494,11 +500,21 @@ TEST_P(Conformance, Conv2dWithTheWorkspaceItAskedForIsTheCallWithoutItBitForBit)
     GTEST_SKIP() << "backend '" << GetParam().name << "' has convolution facet "
                  << sdk::to_string(tested_convolution->version());
   sdk::ConvolutionFacet& conv = *tested_convolution;
-  // A workspace of `bytes` (at least a word), every bit set.
+  // A workspace of `bytes` (at least a word) and kGuard words after it, every one a quiet NaN.
+  constexpr std::size_t kGuard = 1024;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const auto words_of = [](std::size_t bytes) { return std::max<std::size_t>(1, (bytes + 3) / 4); };
   const auto workspace = [&](std::size_t bytes) {
-    const std::size_t words = std::max<std::size_t>(1, (bytes + 3) / 4);
-    return upload(std::vector<float>(words, std::numeric_limits<float>::quiet_NaN()),
-                  Shape{static_cast<std::int64_t>(words)});
+    const std::size_t words = words_of(bytes) + kGuard;
+    return upload(std::vector<float>(words, nan), Shape{static_cast<std::int64_t>(words)});
+  };
+  // How many of the guard words after a workspace of `bytes` no longer hold their NaN.
+  const auto guard_words_written = [&](const Pair& space, std::size_t bytes) {
+    const std::vector<float> all = tested_values(space);
+    return std::count_if(
+        all.begin() + static_cast<std::ptrdiff_t>(words_of(bytes)), all.end(), [&](float v) {
+          return std::bit_cast<std::uint32_t>(v) != std::bit_cast<std::uint32_t>(nan);
+        });
   };
   const std::vector<sdk::Conv2dGeometry> geometries = {
       conv_geometry(2, 3, 32, 32, 16, 7, 7, 2, 2, 3, 3, 1, 1, 1),
@@ -532,8 +548,14 @@ TEST_P(Conformance, Conv2dWithTheWorkspaceItAskedForIsTheCallWithoutItBitForBit)
         for (const std::size_t size : {std::size_t{0}, bytes, std::size_t{4}}) {
           auto out = upload(out_start, out_shape, out_dtype);
           auto space = workspace(size);
-          call(out.tested->view(), size == 0 ? sdk::TensorView{} : space.tested->view());
+          sdk::TensorView given = space.tested->view();
+          given.shape = Shape{static_cast<std::int64_t>(words_of(size))};
+          call(out.tested->view(), size == 0 ? sdk::TensorView{} : given);
           got.push_back(tested_values(out));
+          if (size > 0) {
+            EXPECT_EQ(guard_words_written(space, size), 0)
+                << sdk::op_name(op) << " wrote past its " << size << "-byte workspace, " << what;
+          }
         }
         EXPECT_EQ(got[1], got[0]) << sdk::op_name(op) << " in its " << bytes << "-byte workspace, "
                                   << what;
