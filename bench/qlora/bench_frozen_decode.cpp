@@ -11,15 +11,13 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
-#include <cstring>
-#include <memory>
 #include <random>
-#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "../support/best_call_time.h"
+#include "../support/cpu_arena.h"
 #include "cpu_backend.h"
 #include "mixtrain/sdk/backend_quantized_weight.h"
 #include "mixtrain/sdk/support/block_scaling.h"
@@ -28,33 +26,11 @@
 namespace {
 
 using mixtrain::backend_cpu::CpuBackend;
+using mixtrain::bench::Arena;
 using mixtrain::bench::best_ms;
 using mixtrain::sdk::DType;
 using mixtrain::sdk::TensorView;
 namespace sdk = mixtrain::sdk;
-
-// Bytes in the backend's memory, freed with it.
-class Buffer {
- public:
-  Buffer(CpuBackend& be, std::size_t bytes) : be_(be), data_(be.allocate(bytes)) {}
-  ~Buffer() { be_.deallocate(data_); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  void* data() const { return data_; }
-
- private:
-  CpuBackend& be_;
-  void* data_;
-};
-
-// host's bytes copied into a buffer that `keep` owns, viewed as `dtype` (1-byte storage for codes).
-template <class T>
-TensorView upload(CpuBackend& be, std::vector<std::unique_ptr<Buffer>>& keep,
-                  const std::vector<T>& host, DType dtype) {
-  keep.push_back(std::make_unique<Buffer>(be, host.size() * sizeof(T)));
-  std::memcpy(keep.back()->data(), host.data(), host.size() * sizeof(T));
-  return TensorView{keep.back()->data(), dtype, sdk::Shape{static_cast<std::int64_t>(host.size())}};
-}
 
 void report(const char* format, double ms, std::int64_t n) {
   std::printf("%-10s %10.3f %10.2f\n", format, ms, static_cast<double>(n) / ms * 1e-6);
@@ -84,16 +60,15 @@ int main(int argc, char** argv) {
   std::normal_distribution<float> normal(0.0f, 0.02f);
   std::vector<float> w(static_cast<std::size_t>(n));
   for (float& v : w) v = normal(rng);
-  std::vector<std::unique_ptr<Buffer>> keep;
-  Buffer out_buffer(be, static_cast<std::size_t>(n) * sdk::dtype_size(dtype));
-  const TensorView out{out_buffer.data(), dtype, sdk::Shape{rows, cols}};
+  Arena arena(be);
+  const TensorView out = arena.make(dtype, sdk::Shape{rows, cols}, 2);
 
   std::printf("threads %d, [%lld, %lld] into %s, best of %d calls\n", threads,
               static_cast<long long>(rows), static_cast<long long>(cols), dtype_name.c_str(), reps);
   std::printf("%-10s %10s %10s\n", "format", "ms", "elem/ns");
   const sdk::Nf4Tensor nf4 = sdk::nf4_quantize(w);
-  const TensorView nf4_codes = upload(be, keep, nf4.codes, DType::fp8_e4m3);
-  const TensorView absmax = upload(be, keep, nf4.absmax, DType::fp32);
+  const TensorView nf4_codes = arena.copy(nf4.codes, DType::fp8_e4m3);
+  const TensorView absmax = arena.copy(nf4.absmax, DType::fp32);
   report("nf4",
          best_ms([&] { facet->dequantize_nf4(nf4_codes.data, absmax, nf4.block, out); }, reps), n);
   const std::pair<const char*, sdk::BlockScaledLayout> formats[] = {
@@ -101,10 +76,10 @@ int main(int argc, char** argv) {
       {"mxfp8", sdk::mx_layout(sdk::ReductionAxis::cols, sdk::BlockElement::e4m3)}};
   for (const auto& [name, layout] : formats) {
     const sdk::BlockScaledTensor q = sdk::quantize_block_scaled(w, rows, cols, layout);
-    sdk::BlockScaledWeight weight{.codes = upload(be, keep, q.codes, DType::fp8_e4m3),
+    sdk::BlockScaledWeight weight{.codes = arena.copy(q.codes, DType::fp8_e4m3),
                                   .scales = q.scale_codes.empty()
-                                                ? upload(be, keep, q.scales, DType::fp32)
-                                                : upload(be, keep, q.scale_codes, DType::fp8_e4m3),
+                                                ? arena.copy(q.scales, DType::fp32)
+                                                : arena.copy(q.scale_codes, DType::fp8_e4m3),
                                   .tensor_scale = {},
                                   .layout = layout};
     report(name, best_ms([&] { facet->dequantize_block_scaled(weight, out); }, reps), n);

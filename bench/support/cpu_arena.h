@@ -1,5 +1,6 @@
 // Arena: CPU backend memory filled with uniform random values in any storage dtype, freed with the
-// arena (the CPU kernel benchmarks' inputs). make() converts with sdk/float_formats.h's rounding.
+// arena (the CPU kernel benchmarks' inputs). make() converts with sdk/float_formats.h's rounding;
+// copy() places host bytes as they are (codes, scales), viewed as a 1-D tensor of `dt`.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +35,15 @@ class Arena {
       std::memcpy(t.data, values.data(), t.bytes());
     else
       sdk::convert(values, std::span(t.as<std::uint16_t>(), values.size()), dt);
+    return t;
+  }
+  template <class T>
+  sdk::TensorView copy(const std::vector<T>& host, sdk::DType dt) {
+    sdk::TensorView t{
+        be_.allocate(host.size() * sizeof(T)), dt,
+        sdk::Shape{static_cast<std::int64_t>(host.size() * sizeof(T) / sdk::dtype_size(dt))}};
+    owned_.push_back(t.data);
+    std::memcpy(t.data, host.data(), host.size() * sizeof(T));
     return t;
   }
 

@@ -69,6 +69,46 @@ __attribute__((target("ssse3"))) void lookup_block_bytes(const std::uint8_t* cod
   }
 }
 
+// `blocks` whole blocks of `block` 16-bit values (a multiple of 32) from element `first` (even),
+// block b through its 16 values at tables + 16 b, 32 elements a step with vpermw (AVX-512 BW):
+// 16 code bytes widen to 16 words pairs, each pair's low word the byte's high nibble (the even
+// element) and its high word the low nibble, so one permute of the block's table in a register
+// writes the 32 values in order. The same lookups as lookup_block, so the same bits; one call a
+// run, so the blocks' lookups are inlined into one loop.
+__attribute__((target("avx512f,avx512bw"))) void lookup_blocks_words(
+    const std::uint8_t* codes, std::int64_t first, std::int64_t blocks, std::int64_t block,
+    const std::uint16_t* tables, std::uint16_t* out) {
+  // The zero-masked forms: GCC 12 warns that the unmasked ones' undefined source is read.
+  constexpr __mmask16 kAll = 0xffff;
+  const __m512i nibble = _mm512_set1_epi32(0x0f);
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const __m512i table = _mm512_maskz_loadu_epi16(kAll, tables + 16 * b);  // words 16-31 zero
+    const std::int64_t i0 = first + b * block;
+    for (std::int64_t i = i0; i < i0 + block; i += 32) {
+      const __m512i byte = _mm512_maskz_cvtepu8_epi32(
+          kAll, _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i / 2)));
+      const __m512i idx =
+          _mm512_or_si512(_mm512_maskz_srli_epi32(kAll, byte, 4),
+                          _mm512_maskz_slli_epi32(kAll, _mm512_and_si512(byte, nibble), 16));
+      _mm512_storeu_si512(out + i, _mm512_permutexvar_epi16(idx, table));
+    }
+  }
+}
+
+// values [run, 16]: block b's 16 levels times its absmax, one fp32 product each (so the same bits
+// on every variant: nothing to contract). Per ISA, so that a block's 16 products are one AVX-512
+// multiply; the baseline build vectorised across blocks with shuffles, a tenth of the decode.
+[[gnu::always_inline]] inline void block_values(const float* absmax, std::int64_t run,
+                                                float* values) {
+  for (std::int64_t b = 0; b < run; ++b) {
+    const float a = absmax[b];
+#pragma omp simd
+    for (int k = 0; k < 16; ++k) values[b * 16 + k] = sdk::kNf4Codebook[k] * a;
+  }
+}
+
+MIXTRAIN_ISA_VARIANTS(block_values)
+
 }  // namespace
 
 void decode_nf4(const std::uint8_t* codes, const float* absmax, std::int64_t block,
@@ -79,6 +119,8 @@ void decode_nf4(const std::uint8_t* codes, const float* absmax, std::int64_t blo
   // Whole blocks of a multiple of 32 (QLoRA's 64) take the byte-table lookups where the CPU has
   // them (any x86-64-v3, and not under limit_isa(baseline), so tests run both).
   const bool bytes = !wide && block % 32 == 0 && best_isa() != Isa::baseline;
+  // With AVX-512, the same blocks 32 at a time with one permute (lookup_blocks_words).
+  const bool words = bytes && best_isa() == Isa::v4;
   // Runs of kRun blocks: their tables are formed, then rounded in one conversion (a call per
   // block's 16 values cost more than the lookups).
   constexpr std::int64_t kRun = 256;
@@ -86,14 +128,19 @@ void decode_nf4(const std::uint8_t* codes, const float* absmax, std::int64_t blo
   for (std::int64_t r0 = 0; r0 < blocks; r0 += kRun) {
     const std::int64_t run = std::min(kRun, blocks - r0);
     float values[kRun * 16];
-    for (std::int64_t b = 0; b < run; ++b)
-      for (int k = 0; k < 16; ++k) values[b * 16 + k] = sdk::kNf4Codebook[k] * absmax[r0 + b];
+    block_values_best(absmax + r0, run, values);
     std::uint16_t tables[kRun * 16];
     if (!wide)
       sdk::convert(std::span<const float>(values, static_cast<std::size_t>(run * 16)),
                    std::span<std::uint16_t>(tables, static_cast<std::size_t>(run * 16)), out.dtype,
                    sdk::EncodeOptions{});
-    for (std::int64_t b = 0; b < run; ++b) {
+    std::int64_t b = 0;
+    if (words) {  // the run's whole blocks (all but a partial last one)
+      b = std::min(run, (n - r0 * block) / block);
+      lookup_blocks_words(codes, r0 * block, b, block, tables,
+                          static_cast<std::uint16_t*>(out.data));
+    }
+    for (; b < run; ++b) {
       const std::int64_t i0 = (r0 + b) * block, i1 = std::min(n, i0 + block);
       if (bytes && i1 - i0 == block)
         lookup_block_bytes(codes + i0 / 2, block, tables + b * 16,
