@@ -15,6 +15,7 @@
 #include "integer_flag.h"
 #include "mixtrain/core/config/experiment.h"
 #include "mixtrain/core/console/log_sink.h"
+#include "mixtrain/core/train/interrupt.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/options.h"
 #include "token_ids.h"
@@ -405,6 +406,9 @@ int main(int argc, char** argv) {
   // reports with its file and hint, instead of SIGXFSZ killing the process mid-write and leaving
   // a temporary file behind.
   std::signal(SIGXFSZ, SIG_IGN);
+  // Ctrl-C and SIGTERM taken by a thread of their own before any other starts, never by a thread
+  // that may be running oneDNN's kernels (mixtrain/core/train/interrupt.h says why).
+  mixtrain::core::take_stop_signals_on_a_watcher();
   CLI::App app{"mixtrain: mixed-precision training from plugins, driven by TOML configs"};
   CommandLine a;
   add_commands(app, a);

@@ -1,7 +1,9 @@
 // InterruptGuard under an MPI launch: a rank whose stderr is a launcher's pipe that nobody reads
 // any more (Open MPI's mpirun after Ctrl-C) blocks in write(2) once the pipe is full; the SIGTERM
 // that mpirun sends later must still start the clean stop. Without a launch, the guard leaves the
-// output's flags alone. Each case runs in a forked child (this executable has no other threads).
+// output's flags alone. A stop signal never interrupts the training thread: one that pointed its
+// stack pointer into the heap, as oneDNN 2.x's JIT GEMM kernels do, would get a signal frame
+// written there. Each case runs in a forked child (this executable has no other threads).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -9,10 +11,13 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "mixtrain/core/train/interrupt.h"
 
@@ -70,6 +75,87 @@ TEST(InterruptGuard, UnderAnMpiLaunchAStopUnblocksAWriteToAFullPipe) {
 
 TEST(InterruptGuard, WithoutALaunchTheOutputsFlagsStayAsTheyWere) {
   EXPECT_EQ(stop_a_writer_blocked_on_a_full_pipe(/*mpi=*/false, /*fill=*/false), 0);
+}
+
+#if defined(__x86_64__)
+// A child whose guard's thread spins with its stack pointer inside a heap buffer full of a known
+// pattern, as oneDNN's JIT f32 GEMM runs, until a thread of its own sees the stop asked; then
+// checks the pattern. A SIGTERM to the process while it spins must leave the buffer untouched.
+// Returns 0 when it did, 4 when a signal frame was written into it, -1 when the stop never came.
+int stop_while_the_stack_pointer_is_in_the_heap() {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const InterruptGuard guard("");
+    std::atomic<int> seen{0};
+    std::thread poller([&] {
+      while (!interrupt_requested()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      seen.store(1);
+    });
+    constexpr std::uint64_t kPattern = 0x5a5a'a5a5'5a5a'a5a5;
+    std::vector<std::uint64_t> heap(64 * 1024 / 8, kPattern);
+    void* top = heap.data() + heap.size();
+    const int* flag = reinterpret_cast<const int*>(&seen);
+    static_assert(sizeof(std::atomic<int>) == sizeof(int));
+    asm volatile(
+        "mov %%rsp, %%r12\n\t"
+        "mov %[top], %%rsp\n\t"
+        "1: pause\n\t"
+        "cmpl $0, (%[flag])\n\t"
+        "je 1b\n\t"
+        "mov %%r12, %%rsp\n\t"
+        :
+        : [top] "r"(top), [flag] "r"(flag)
+        : "r12", "memory", "cc");
+    poller.join();
+    for (const std::uint64_t word : heap)
+      if (word != kPattern) ::_exit(4);
+    ::_exit(0);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // spinning by then
+  ::kill(pid, SIGTERM);
+  return wait_for(pid, std::chrono::seconds(10));
+}
+
+TEST(InterruptGuard, AStopNeverWritesASignalFrameAtTheTrainingThreadsStackPointer) {
+  EXPECT_EQ(stop_while_the_stack_pointer_is_in_the_heap(), 0)
+      << "4: the signal was handled on the spinning thread, its frame written into the heap "
+         "buffer its stack pointer held; -1: the stop never reached the flag";
+}
+#endif
+
+// Without a guard a stop signal ends the process by that signal, as its default action does;
+// under one, a second SIGINT does.
+TEST(InterruptGuard, WithoutAGuardOrOnASecondSignalTheProcessEndsByIt) {
+  for (const bool guarded : {false, true}) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      take_stop_signals_on_a_watcher();
+      if (guarded) {
+        const InterruptGuard guard("");
+        for (;;) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      for (;;) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ::kill(pid, SIGINT);
+    if (guarded) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      ::kill(pid, SIGINT);
+    }
+    int status = 0;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (::waitpid(pid, &status, WNOHANG) != pid) {
+      if (std::chrono::steady_clock::now() > until) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &status, 0);
+        FAIL() << (guarded ? "a second SIGINT" : "SIGINT without a guard")
+               << " left the process running";
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT)
+        << (guarded ? "a second SIGINT" : "SIGINT without a guard") << ": status " << status;
+  }
 }
 
 }  // namespace
