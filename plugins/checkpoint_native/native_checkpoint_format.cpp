@@ -561,8 +561,9 @@ class CheckpointReader {
       const bool looks_like_safetensors = bytes[8] == std::byte{'{'};
       fail("not a mixtrain native checkpoint (the file does not start with \"MIXTRAIN\")",
            looks_like_safetensors
-               ? "this looks like a safetensors file; load it with the 'safetensors' format "
-                 "([checkpoint] init_from) instead"
+               ? "this looks like a safetensors file, which the safetensors format reads: "
+                 "a file is read by the format its extension names, so name it *.safetensors "
+                 "(for init_from, --checkpoint or eval)"
                : "give a .mxt file written by mixtrain's native checkpoint format");
     }
     if (p.format_version == 0 || p.format_version > kFormatVersion)

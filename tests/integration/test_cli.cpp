@@ -320,6 +320,16 @@ TEST_F(Cli, ExistingRunFolderIsNeverOverwritten) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("already holds a run"), std::string::npos) << r.err;
   EXPECT_EQ(slurp(run_dir / "metrics.jsonl"), "{\"step\": 1, \"loss\": 42}\n");
+  // Stopped before its first checkpoint: no --resume to offer (it would fail).
+  EXPECT_EQ(r.err.find("--resume"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no checkpoint"), std::string::npos) << r.err;
+  // With one, the hint offers to continue it.
+  fs::create_directories(run_dir / "checkpoints");
+  std::ofstream(run_dir / "checkpoints" / "step-00000001.mxt") << "x";
+  r = run("train " + quickstart() + " --set run.steps=5 --run-dir " + run_dir.string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--resume " + (run_dir / "checkpoints").string()), std::string::npos)
+      << r.err;
 }
 
 TEST_F(Cli, CorruptCheckpointExits2AndNamesIt) {

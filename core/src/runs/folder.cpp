@@ -101,11 +101,23 @@ std::pair<fs::path, RunFolderLock> claim_run_dir(const fs::path& requested, bool
     if (holds_foreign_config(requested)) refuse_foreign_config(requested);
     auto lock = try_lock(requested);
     if (!lock) refuse_in_use(requested);
-    if (holds_run(requested))
-      throw sdk::UserError("run folder " + requested.string() + " already holds a run",
-                           "choose a new run folder (train --run-dir), or continue that run "
-                           "with --resume " +
-                               (requested / "checkpoints").string());
+    if (holds_run(requested)) {
+      // A run stopped before its first checkpoint left nothing to resume: say so, rather than
+      // offer a --resume that fails.
+      bool resumable = false;
+      std::error_code ec;
+      for (fs::directory_iterator it(requested / "checkpoints", ec), end; !ec && it != end;
+           it.increment(ec))
+        resumable = resumable || it->is_regular_file(ec);
+      throw sdk::UserError(
+          "run folder " + requested.string() + " already holds a run",
+          resumable ? "choose a new run folder (train --run-dir), or continue that run with "
+                      "--resume " +
+                          (requested / "checkpoints").string()
+                    : "choose a new run folder (train --run-dir); that run wrote no checkpoint "
+                      "to resume from, so to train it again remove " +
+                          requested.string() + " first");
+    }
     return {requested, std::move(*lock)};
   }
   for (int i = 1;; ++i) {
