@@ -460,6 +460,15 @@ TEST_F(Toolbox, EarlyStoppingCountsOnAcrossAResume) {
   EXPECT_EQ(sum["steps"], 15);
   EXPECT_EQ(sum["stopped_early"], true);
   EXPECT_EQ(sum["early_stopping"]["best_step"], 5);
+  // Resuming the stopped run trains on to the next evaluation, which counts a third: the reason
+  // says 3, as the count does, not the patience of 2.
+  r = run("train " + quickstart() + never_improving(200) + " --resume " + dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json again = summary(dir);
+  EXPECT_EQ(again["steps"], 20);
+  EXPECT_EQ(again["early_stopping"]["evaluations_without_improvement"], 3);
+  EXPECT_TRUE(has(again["early_stopping"]["reason"].get<std::string>(), "in 3 evaluations"))
+      << again["early_stopping"].dump();
 
   // A checkpoint without the state (an older one, or a run without early stopping) resumes and
   // starts counting afresh: best at 15, then 20 and 25 bad.

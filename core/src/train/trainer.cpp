@@ -78,8 +78,10 @@ std::string early_stopping_reason(const MetricWatch& w, std::int64_t patience) {
                   static_cast<long long>(w.state.best_step));
   char delta[48] = "";
   if (w.min_delta > 0.0) std::snprintf(delta, sizeof delta, " by more than %g", w.min_delta);
-  return w.state.metric + " did not improve" + delta + " in " + std::to_string(patience) +
-         " evaluation" + (patience == 1 ? "" : "s") + " in a row (" + best +
+  // The evaluations counted, which a resumed stopped run's carry past the patience.
+  const std::int64_t bad = std::max<std::int64_t>(w.state.bad_evals, patience);
+  return w.state.metric + " did not improve" + delta + " in " + std::to_string(bad) +
+         " evaluation" + (bad == 1 ? "" : "s") + " in a row (" + best +
          "; run.early_stopping_patience = " + std::to_string(patience) + ")";
 }
 
