@@ -71,7 +71,7 @@ __attribute__((target("ssse3"))) void lookup_block_bytes(const std::uint8_t* cod
 
 // `blocks` whole blocks of `block` 16-bit values (a multiple of 32) from element `first` (even),
 // block b through its 16 values at tables + 16 b, 32 elements a step with vpermw (AVX-512 BW):
-// 16 code bytes widen to 16 words pairs, each pair's low word the byte's high nibble (the even
+// 16 code bytes widen to 16 pairs of words, each pair's low word its byte's high nibble (the even
 // element) and its high word the low nibble, so one permute of the block's table in a register
 // writes the 32 values in order. The same lookups as lookup_block, so the same bits; one call a
 // run, so the blocks' lookups are inlined into one loop.
