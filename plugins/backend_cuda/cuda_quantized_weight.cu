@@ -17,7 +17,9 @@ struct Nf4Levels {
 // codes [ceil(n / 2)], absmax [ceil(n / block)], out [n] in storage OS. The levels are a grid
 // constant: indexed at run time, a plain by-value parameter is copied into each thread's local
 // memory first (64 bytes a thread, ptxas's stack frame), where a grid constant is read in place.
-template <class OS>
+// Indices in I: 32-bit wherever n fits (every weight), so an element's block is a 32-bit
+// division, not a 64-bit one (as in the block-scaled decode below).
+template <class OS, class I>
 __global__ void __launch_bounds__(kThreads)
     dequantize_nf4_kernel(const std::uint8_t* codes, const float* absmax, std::int64_t block,
                           std::int64_t n, const __grid_constant__ Nf4Levels levels,
@@ -25,9 +27,11 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float level[16];
   if (threadIdx.x < 16) level[threadIdx.x] = levels.level[threadIdx.x];
   __syncthreads();
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads())
+  const I count = static_cast<I>(n), per_block = static_cast<I>(block);
+  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride)
     out[i] = OS::store(
-        quantized::nf4_value(quantized::nf4_code(codes, i), absmax[i / block], level), false);
+        quantized::nf4_value(quantized::nf4_code(codes, i), absmax[i / per_block], level), false);
 }
 
 // w [rows, cols] decoded into out [rows, cols] in storage OS. Rows r = blockIdx.y, + gridDim.y,
@@ -64,8 +68,13 @@ cudaError_t dequantize_nf4(const std::uint8_t* codes, const float* absmax, std::
   bool known = with_float_storage(out_elem, [&](auto os) {
     using OS = decltype(os);
     if (n == 0) return;
-    dequantize_nf4_kernel<OS><<<grid_for(n), kThreads, 0, stream>>>(codes, absmax, block, n, table,
-                                                                    static_cast<elem_t<OS>*>(out));
+    auto* y = static_cast<elem_t<OS>*>(out);
+    if (n <= std::numeric_limits<std::uint32_t>::max() / 2)
+      dequantize_nf4_kernel<OS, std::uint32_t>
+          <<<grid_for(n), kThreads, 0, stream>>>(codes, absmax, block, n, table, y);
+    else
+      dequantize_nf4_kernel<OS, std::int64_t>
+          <<<grid_for(n), kThreads, 0, stream>>>(codes, absmax, block, n, table, y);
   });
   return known ? cudaGetLastError() : cudaErrorInvalidValue;
 }
