@@ -5,9 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <string>
-#include <vector>
 
 #include "backend_error_text.h"
+#include "fake_device_memory.h"
 #include "mixtrain/sdk/backend_gemm.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/support/backend_argument_checks.h"
@@ -22,9 +22,8 @@ using sdk::Shape;
 using sdk::TensorView;
 
 // Fake device memory (never dereferenced), one region per tensor, 4 KiB apart.
-std::vector<unsigned char> g_memory(1 << 16);
 void* at(int region) {
-  return g_memory.data() + 4096 * region;
+  return mixtrain::test::fake_device_address(4096 * static_cast<std::size_t>(region));
 }
 
 const sdk::BackendArgumentChecks kChecks("backend_test");

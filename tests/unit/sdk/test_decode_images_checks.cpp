@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <limits>
 #include <string>
-#include <vector>
 
 #include "backend_error_text.h"
+#include "fake_device_memory.h"
 #include "mixtrain/sdk/backend_image_input.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/support/backend_argument_checks.h"
@@ -24,12 +24,11 @@ using sdk::Shape;
 using sdk::TensorView;
 
 // Distinct fake device addresses (never dereferenced): the table's 4 KiB, then y well after it.
-std::vector<unsigned char> g_memory(1 << 20);
 void* table_data() {
-  return g_memory.data();
+  return mixtrain::test::fake_device_address(0);
 }
 void* y_data() {
-  return g_memory.data() + (1 << 16);
+  return mixtrain::test::fake_device_address(1 << 16);
 }
 
 const std::uint8_t kPixels[1] = {0};

@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
-#include <vector>
 
 #include "backend_error_text.h"
+#include "fake_device_memory.h"
 #include "mixtrain/sdk/backend_quantized_weight.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/support/backend_argument_checks.h"
@@ -26,9 +26,8 @@ using sdk::Shape;
 using sdk::TensorView;
 
 // Fake device addresses (never dereferenced).
-std::vector<unsigned char> g_memory(1 << 20);
 void* at(std::size_t offset) {
-  return g_memory.data() + offset;
+  return mixtrain::test::fake_device_address(offset);
 }
 
 const sdk::BackendArgumentChecks kChecks("backend_test");
