@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,18 +25,25 @@
 namespace mixtrain::core {
 namespace {
 
-// Waits up to `limit` for `pid`; its exit status, or -1 (then killed) when it is still running.
-int wait_for(pid_t pid, std::chrono::milliseconds limit) {
+// Waits up to `limit` for `pid`; its waitpid status, or nothing (then killed) when it is still
+// running.
+std::optional<int> wait_status(pid_t pid, std::chrono::milliseconds limit) {
   const auto until = std::chrono::steady_clock::now() + limit;
   int status = 0;
   while (std::chrono::steady_clock::now() < until) {
-    if (::waitpid(pid, &status, WNOHANG) == pid)
-      return WIFEXITED(status) ? WEXITSTATUS(status) : -2;
+    if (::waitpid(pid, &status, WNOHANG) == pid) return status;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ::kill(pid, SIGKILL);
   ::waitpid(pid, &status, 0);
-  return -1;
+  return std::nullopt;
+}
+
+// Its exit status, -2 when a signal ended it, or -1 (then killed) when it is still running.
+int wait_for(pid_t pid, std::chrono::milliseconds limit) {
+  const std::optional<int> status = wait_status(pid, limit);
+  if (!status) return -1;
+  return WIFEXITED(*status) ? WEXITSTATUS(*status) : -2;
 }
 
 // A child with stderr on a pipe the parent never reads, under `mpi`'s environment, writing lines
@@ -142,19 +150,11 @@ TEST(InterruptGuard, WithoutAGuardOrOnASecondSignalTheProcessEndsByIt) {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       ::kill(pid, SIGINT);
     }
-    int status = 0;
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (::waitpid(pid, &status, WNOHANG) != pid) {
-      if (std::chrono::steady_clock::now() > until) {
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, &status, 0);
-        FAIL() << (guarded ? "a second SIGINT" : "SIGINT without a guard")
-               << " left the process running";
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT)
-        << (guarded ? "a second SIGINT" : "SIGINT without a guard") << ": status " << status;
+    const std::optional<int> status = wait_status(pid, std::chrono::seconds(10));
+    ASSERT_TRUE(status.has_value())
+        << (guarded ? "a second SIGINT" : "SIGINT without a guard") << " left the process running";
+    EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGINT)
+        << (guarded ? "a second SIGINT" : "SIGINT without a guard") << ": status " << *status;
   }
 }
 
