@@ -58,6 +58,16 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Calls launch with a value of the index type the kernels above take for `extent` elements:
+// 32-bit wherever a grid-stride index and its stride (at most 2^21) stay below 2^32, else 64-bit.
+template <class F>
+void with_index_type(std::int64_t extent, F&& launch) {
+  if (extent <= std::numeric_limits<std::uint32_t>::max() / 2)
+    launch(std::uint32_t{});
+  else
+    launch(std::int64_t{});
+}
+
 }  // namespace
 
 cudaError_t dequantize_nf4(const std::uint8_t* codes, const float* absmax, std::int64_t block,
@@ -69,12 +79,10 @@ cudaError_t dequantize_nf4(const std::uint8_t* codes, const float* absmax, std::
     using OS = decltype(os);
     if (n == 0) return;
     auto* y = static_cast<elem_t<OS>*>(out);
-    if (n <= std::numeric_limits<std::uint32_t>::max() / 2)
-      dequantize_nf4_kernel<OS, std::uint32_t>
+    with_index_type(n, [&](auto index) {
+      dequantize_nf4_kernel<OS, decltype(index)>
           <<<grid_for(n), kThreads, 0, stream>>>(codes, absmax, block, n, table, y);
-    else
-      dequantize_nf4_kernel<OS, std::int64_t>
-          <<<grid_for(n), kThreads, 0, stream>>>(codes, absmax, block, n, table, y);
+    });
   });
   return known ? cudaGetLastError() : cudaErrorInvalidValue;
 }
@@ -88,12 +96,10 @@ cudaError_t dequantize_block_scaled(const BlockScaledSource& w, std::int64_t row
     const dim3 grid(std::min(grid_for(cols), 64u),
                     static_cast<unsigned>(std::min<std::int64_t>(rows, 65535)));
     auto* y = static_cast<elem_t<OS>*>(out);
-    if (cols <= std::numeric_limits<std::uint32_t>::max() / 2)
-      dequantize_block_scaled_kernel<OS, std::uint32_t>
+    with_index_type(cols, [&](auto index) {
+      dequantize_block_scaled_kernel<OS, decltype(index)>
           <<<grid, kThreads, 0, stream>>>(w, rows, cols, y);
-    else
-      dequantize_block_scaled_kernel<OS, std::int64_t>
-          <<<grid, kThreads, 0, stream>>>(w, rows, cols, y);
+    });
   });
   return known ? cudaGetLastError() : cudaErrorInvalidValue;
 }
