@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -141,10 +142,12 @@ class BlockRowTables {
 // block shares its table with every block of the same code, found by the code itself.
 class CodeTables {
  public:
-  explicit CodeTables(const TableSource& s) : s_(s), tables_(256 * 256) {}
+  // Not zeroed: a table is read only once built (256 of them are 128 KiB, per thread and call).
+  explicit CodeTables(const TableSource& s)
+      : s_(s), tables_(std::make_unique_for_overwrite<std::uint16_t[]>(256 * 256)) {}
   const std::uint16_t* table(std::int64_t r, std::int64_t b) {
     const std::uint8_t code = s_.scales.codes[(r / s_.block_rows) * s_.scales.grid_cols + b];
-    std::uint16_t* t = tables_.data() + code * 256;
+    std::uint16_t* t = tables_.get() + code * 256;
     if (!built_[code]) {
       block_table(s_.values, (*s_.scales.code_values)[code], s_.tensor_scale, s_.dtype, t);
       built_[code] = true;
@@ -154,7 +157,7 @@ class CodeTables {
 
  private:
   const TableSource& s_;
-  std::vector<std::uint16_t> tables_;
+  std::unique_ptr<std::uint16_t[]> tables_;
   std::array<bool, 256> built_{};
 };
 
