@@ -416,6 +416,22 @@ sdk::SourceLocation Config::location(std::string_view dotted) const {
   return {impl_->source, 0, 0};
 }
 
+sdk::SourceLocation Config::key_location(std::string_view dotted) const {
+  // A --set names its argument, and a merge's copy of a key has no source region (TOML++ does
+  // not copy it): both keep location().
+  if (layer(dotted) != Layer::file) return location(dotted);
+  const auto dot = dotted.rfind('.');
+  const toml::node* parent =
+      dot == std::string_view::npos ? &impl_->root : lookup(impl_->root, dotted.substr(0, dot));
+  const auto* table = parent != nullptr ? parent->as_table() : nullptr;
+  if (table == nullptr) return location(dotted);
+  const auto it = table->find(dot == std::string_view::npos ? dotted : dotted.substr(dot + 1));
+  if (it == table->end() || it->first.source().begin.line == 0) return location(dotted);
+  const auto& s = it->first.source();
+  return {s.path && !s.path->empty() ? *s.path : impl_->source,
+          static_cast<std::uint32_t>(s.begin.line), static_cast<std::uint32_t>(s.begin.column)};
+}
+
 bool Config::is_override(std::string_view dotted) const {
   return enclosing_override(impl_->override_locations, dotted) != nullptr;
 }

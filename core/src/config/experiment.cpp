@@ -598,11 +598,26 @@ Experiment read_experiment(const Config& config, const PluginRegistry& registry)
   return e;
 }
 
+// An unknown key's error points at the key, not at its value: the key is what to mend. The
+// schemas report every option at its value (sdk::RawOption has one location, and a wrong type
+// or range is the value's fault); a location placed elsewhere on purpose is kept.
+sdk::ConfigError at_the_key(const sdk::ConfigError& e, const Config& config) {
+  const std::string what = e.what();
+  const std::string tail = ": unknown key";
+  if (what.size() < tail.size() || what.compare(what.size() - tail.size(), tail.size(), tail) != 0)
+    return e;
+  const auto value_at = config.location(e.key());
+  if (e.where().file != value_at.file || e.where().line != value_at.line ||
+      e.where().column != value_at.column)
+    return e;
+  return sdk::ConfigError(config.key_location(e.key()), e.key(), "unknown key", e.hint());
+}
+
 }  // namespace
 
 Experiment parse_experiment(const Config& config, const PluginRegistry& registry) {
   const auto pointed = [&](const sdk::ConfigError& e) {
-    return with_owner_hint(e, registry).value_or(e);
+    return at_the_key(with_owner_hint(e, registry).value_or(e), config);
   };
   try {
     return read_experiment(config, registry);
@@ -611,8 +626,7 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
     for (const auto& e : all.errors()) errors.push_back(pointed(e));
     throw ConfigErrors(std::move(errors), all.others());
   } catch (const sdk::ConfigError& e) {
-    if (auto owner = with_owner_hint(e, registry)) throw *owner;
-    throw;
+    throw pointed(e);
   }
 }
 

@@ -153,6 +153,16 @@ TEST(sdk_Config, ValuesAndTablesPointAtTheirLines) {
   EXPECT_EQ(c.location("model.layers.2.out").to_string(), "demo.toml:13:28");
   EXPECT_EQ(c.location("nothing.here").to_string(), "demo.toml");
 
+  // The key's own place, for errors about the key (an unknown one): its name, not its value.
+  EXPECT_EQ(c.key_location("optimizer.lr").to_string(), "demo.toml:7:1");
+  EXPECT_EQ(c.key_location("run.steps").to_string(), "demo.toml:3:1");
+  EXPECT_EQ(c.key_location("model.layers.2.out").to_string(), "demo.toml:13:22");
+  EXPECT_EQ(c.key_location("nothing.here").to_string(), "demo.toml");
+  // A --set key has no place in the file: it names the --set, as location() does.
+  const auto set = parse({"optimizer.lr=0.5"});
+  EXPECT_EQ(set.key_location("optimizer.lr").to_string(), set.location("optimizer.lr").to_string());
+  EXPECT_NE(set.key_location("optimizer.lr").to_string(), "demo.toml:7:1");
+
   auto raw = c.table_options("optimizer");
   ASSERT_EQ(raw.size(), 2u);
   const auto* lr = find(raw, "lr");

@@ -222,7 +222,7 @@ TEST(sdk_Experiment, UnknownKeyInOptimizerWithDidYouMean) {
   text.replace(text.find("warmup_steps = 5"), 16, "warmup_step = 5");
   e = error_of<sdk::ConfigError>(text);
   ASSERT_TRUE(e.has_value());
-  EXPECT_TRUE(contains(e->what(), "exp.toml:30:15: 'optimizer.warmup_step': unknown key"))
+  EXPECT_TRUE(contains(e->what(), "exp.toml:30:1: 'optimizer.warmup_step': unknown key"))
       << e->what();
   EXPECT_TRUE(contains(e->hint(), "did you mean 'warmup_steps'?")) << e->hint();
 }

@@ -47,6 +47,10 @@ class Config {
   std::vector<std::string> top_level_keys() const;
   bool has_table(std::string_view dotted) const;
   sdk::SourceLocation location(std::string_view dotted) const;  // of a table or a key
+  // Where the key itself was written, for errors about the key rather than its value (an
+  // unknown key): its name's file:line:col in the file; a --set's or a --merge's key gives
+  // location(), as does a key the file does not hold.
+  sdk::SourceLocation key_location(std::string_view dotted) const;
   // Whether `--set` wrote this key, or a table that holds it (`--set 'data.npy={...}'`): such
   // paths resolve against the current folder, as every command line does, while paths written
   // in the file stay relative to the file. location() names that --set for such keys too.
