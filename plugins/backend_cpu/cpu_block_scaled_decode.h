@@ -26,7 +26,11 @@
 //   same bits: a table per block where a block holds at least 4,096 elements (fp8-block's
 //   128x128), else, where the scales are byte codes and a block's row holds at least 32 codes
 //   (MX along the columns), a table per scale code, indexed by the code itself. The codes are
-//   looked up 32 at a time (vpermi2w).
+//   looked up 32 at a time (vpermi2w), in half the table where its upper half is the lower one
+//   negated (an FP8 element's sign bit). Into bf16 with power-of-two scale codes (MX's E8M0) and
+//   no tensor scale, one table of the codes' own values serves every block: its exponents are
+//   shifted by the block's (exact while the results stay normal bf16 numbers; a scale code that
+//   would leave that range keeps its own table). bench/RESULTS.md, session 81.
 #pragma once
 
 #include <array>

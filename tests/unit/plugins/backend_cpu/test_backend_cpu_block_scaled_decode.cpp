@@ -136,5 +136,65 @@ TEST(backend_cpu_block_scaled_decode, EveryScaleCodeDecodesItsBlocks) {
   }
 }
 
+// The lookups take half a table where the upper half of the codes is the lower half negated (an
+// FP8 format's sign bit) and the whole table otherwise. Element values without that symmetry (all
+// positive, each code its own value) take the whole-table lookups, in blocks of 128 x 128 (a table
+// per block), of 32 along the rows with byte-coded power-of-two scales (one table, its exponents
+// shifted per block) and with byte-coded scales that are not powers of two (a table per code).
+TEST(backend_cpu_block_scaled_decode, ElementValuesWithoutASignBitTakeTheWholeTable) {
+  std::array<float, 256> values{};
+  for (int code = 0; code < 256; ++code) values[static_cast<std::size_t>(code)] = 0.25f * code;
+  const std::int64_t rows = 256, cols = 256;
+  std::vector<std::uint8_t> codes(static_cast<std::size_t>(rows * cols));
+  for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<std::uint8_t>(i * 37 % 256);
+  struct Case {
+    const char* name;
+    std::int64_t block_rows, block_cols;
+    sdk::BlockScale coded;  // fp32 for fp32 values
+  };
+  for (const Case& c : {Case{"128x128 fp32", 128, 128, sdk::BlockScale::fp32},
+                        Case{"1x32 e8m0", 1, 32, sdk::BlockScale::e8m0},
+                        Case{"1x32 e4m3", 1, 32, sdk::BlockScale::e4m3}}) {
+    const std::int64_t grid_rows = rows / c.block_rows, grid_cols = cols / c.block_cols;
+    std::vector<std::uint8_t> scale_codes(static_cast<std::size_t>(grid_rows * grid_cols));
+    for (std::size_t b = 0; b < scale_codes.size(); ++b)  // scales of about 2^-4 .. 2^4
+      scale_codes[b] = static_cast<std::uint8_t>((c.coded == sdk::BlockScale::e8m0 ? 123 : 40) +
+                                                 static_cast<int>(b * 7 % 9));
+    std::array<float, 256> code_values{};
+    std::vector<float> scale_values(scale_codes.size());
+    if (c.coded != sdk::BlockScale::fp32) {
+      code_values = scale_code_values(c.coded);
+      for (std::size_t b = 0; b < scale_codes.size(); ++b)
+        scale_values[b] = code_values[scale_codes[b]];
+    } else {
+      for (std::size_t b = 0; b < scale_codes.size(); ++b)
+        scale_values[b] = std::ldexp(1.0f, static_cast<int>(b % 9) - 4);
+    }
+    std::vector<float> want(codes.size());
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t col = 0; col < cols; ++col) {
+        const std::size_t i = static_cast<std::size_t>(r * cols + col);
+        want[i] = values[codes[i]] * scale_values[static_cast<std::size_t>(
+                                         (r / c.block_rows) * grid_cols + col / c.block_cols)];
+      }
+    const BlockScales scales =
+        c.coded == sdk::BlockScale::fp32
+            ? BlockScales{.grid_cols = grid_cols, .values = scale_values.data()}
+            : BlockScales{
+                  .grid_cols = grid_cols, .codes = scale_codes.data(), .code_values = &code_values};
+    for (const DType dtype : {DType::bf16, DType::fp16})
+      for (const auto& [threads, isa] : thread_and_isa_runs()) {
+        const IsaScope scope(isa);
+        CpuBackend be(threads);
+        std::vector<std::uint8_t> raw(want.size() * sdk::dtype_size(dtype), 0xee);
+        decode_block_scaled(codes.data(), false, values, scales, c.block_rows, c.block_cols, 1.0f,
+                            {raw.data(), dtype, Shape{rows, cols}});
+        EXPECT_EQ(output_bits(raw, dtype), reference_bits(want, dtype))
+            << c.name << ", " << sdk::dtype_name(dtype) << ", " << isa_name(isa) << ", " << threads
+            << " thread(s)";
+      }
+  }
+}
+
 }  // namespace
 }  // namespace mixtrain::backend_cpu::testing
