@@ -292,7 +292,10 @@ int train_with(core::Experiment& experiment, core::Components components,
                                                      : ", use a dynamic loss scaler (scaler.type = "
                                                        "\"dynamic\"; this run's is \"" +
                                                            s.scaler + "\")";
-    if (speaks)
+    if (speaks && !s.divergence_remedy.empty())
+      std::fprintf(stderr, "\nerror: the run diverged: %s\n  HINT: %s\n", s.divergence.c_str(),
+                   s.divergence_remedy.c_str());
+    else if (speaks)
       std::fprintf(stderr,
                    "\nerror: the run diverged: %s\n  HINT: lower optimizer.lr%s or a wider "
                    "precision.policy; metrics.jsonl names the first non-finite tensor of each "

@@ -19,8 +19,11 @@ void load_whole_optimizer_state(const sdk::Optimizer& optimizer, const WholeTens
   for (const auto& t : optimizer.state_tensors()) {
     const sdk::HostTensor* h = find(t.name);
     if (h == nullptr)
-      throw sdk::CheckpointError(where + ": no optimizer state '" + t.name + "'",
-                                 "resume with the same optimizer as the original run");
+      throw sdk::CheckpointError(
+          where + ": no optimizer state '" + t.name + "'",
+          "the file holds no state of this optimizer: resume with the optimizer that wrote it, or, "
+          "if it was the same, its checkpoint format did not keep the state; to start from its "
+          "weights alone, give it as checkpoint.init_from");
     load(*h, t.view);
   }
 }

@@ -74,6 +74,20 @@ NonfiniteSite locate_first_nonfinite(Model& model, std::int64_t rows, float grad
   return found;
 }
 
+std::string first_nonfinite_parameter(Model& model) {
+  std::vector<TensorView> stored;
+  std::vector<const ModelParameter*> owners;
+  for (const ModelParameter* p : model.parameters()) {
+    if (p->quantized()) continue;
+    stored.push_back(p->value());
+    owners.push_back(p);
+  }
+  if (stored.empty()) return {};
+  const int first =
+      model.facets().call(sdk::GradientCheckOp::first_nonfinite)->first_nonfinite(stored);
+  return first < 0 ? std::string() : owners[static_cast<std::size_t>(first)]->name;
+}
+
 namespace {
 
 NonfiniteSite replay_checked(Model& model, std::int64_t rows, float grad_scale) {

@@ -24,6 +24,7 @@
 #include "mixtrain/core/checkpoint/weights_read.h"
 #include "mixtrain/core/data/data_shape.h"
 #include "mixtrain/core/graph/lora.h"
+#include "train/host_tensor.h"
 #include "train/planned_model.h"
 #include "train/resume_terms.h"
 #include "train/trainer_state.h"
@@ -38,8 +39,17 @@ namespace {
 // h holds what v expects: its dtype, shape and bytes.
 void check_host_tensor(const sdk::HostTensor& h, sdk::DType dtype, const sdk::Shape& shape,
                        const fs::path& file) {
-  if (h.dtype != dtype || h.shape != shape.to_vector() ||
-      h.bytes.size() != static_cast<std::size_t>(shape.numel()) * sdk::dtype_size(dtype))
+  const std::size_t want = static_cast<std::size_t>(shape.numel()) * sdk::dtype_size(dtype);
+  // The dtype and shape the model expects, but not their bytes: the file's fault (damaged, or a
+  // checkpoint format that read it wrong), not another model's.
+  if (h.dtype == dtype && h.shape == shape.to_vector() && h.bytes.size() != want)
+    throw sdk::CheckpointError(
+        file.string() + ": tensor '" + h.name + "' is " + std::string(sdk::dtype_name(dtype)) +
+            " " + shape.to_string() + ", which takes " + std::to_string(want) +
+            " bytes, but the file gave " + std::to_string(h.bytes.size()),
+        "the file is damaged, or the checkpoint format that read it (checkpoint.format) read it "
+        "wrong; use an earlier checkpoint");
+  if (h.dtype != dtype || h.shape != shape.to_vector())
     throw sdk::CheckpointError(
         file.string() + ": tensor '" + h.name + "' is " + std::string(sdk::dtype_name(h.dtype)) +
             " " + sdk::Shape::from_vector(h.shape).to_string() + " but the model expects " +
@@ -343,6 +353,15 @@ void load_parameter(Trainer::State& s, const CheckpointFile& file, const sdk::Ho
   const auto expected = p.shape().to_vector();
   if (t.shape != expected)
     throw_misshapen_parameter(file, t, p.name, expected, weights_only, layout);
+  // Training from weights that are not finite skips every step (no loss scale helps), so a run
+  // refuses them here; eval, predict and export read them and say what their loss shows.
+  if ((s.loading_initial_weights && s.opt.write_outputs) || !weights_only)
+    if (const auto bad = first_nonfinite_fp32(t))
+      throw sdk::CheckpointError(
+          file.path.string() + ": tensor '" + file.name_in_file(t) + "' holds " + *bad +
+              ": training from weights that are not finite would skip every step",
+          "use a checkpoint written before the weights went bad (mixtrain writes none of "
+          "weights that are not finite)");
   if (!p.master.empty()) {
     from_host(*s.c.backend, t, p.master.view(), file.path);
     return;

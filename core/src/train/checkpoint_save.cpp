@@ -19,6 +19,7 @@
 #include "mixtrain/core/graph/lora.h"
 #include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "mixtrain/sdk/version.h"
+#include "train/host_tensor.h"
 #include "train/planned_model.h"
 #include "train/resume_terms.h"
 #include "train/trainer_state.h"
@@ -138,6 +139,15 @@ sdk::TrainingState Trainer::training_state(bool weights_only) const {
   return capture_state(*s_, weights_only);
 }
 
+// trainer_state.h
+std::optional<fs::path> newest_checkpoint_before(const Trainer::State& s, std::int64_t step) {
+  const auto extension = s.c.checkpoint_format->file_extension();
+  std::optional<fs::path> last;
+  for (const auto& file : step_checkpoints(s.run_dir / "checkpoints", extension))
+    if (checkpoint_step(file, extension).value_or(0) < step) last = file;
+  return last;
+}
+
 fs::path Trainer::save_checkpoint() {
   auto& s = *s_;
   const sdk::TrainingState st = capture_state(s, /*weights_only=*/false);
@@ -151,15 +161,26 @@ fs::path Trainer::save_checkpoint() {
   // that no live writer holds.
   for (const auto& stale : sdk::remove_stale_temp_files(dir))
     s.log.info("removed " + stale.string() + ", left by an interrupted checkpoint write");
+  // Weights that are not finite are never written: with checkpoint.keep, the file would push out
+  // the last good one. A skipped step stops the run first where they feed the loss (trainer.cpp);
+  // this holds for any other (a weight the loss does not read).
+  for (const auto& t : st.tensors)
+    if (const auto bad = first_nonfinite_fp32(t); bad && t.name.starts_with("param/")) {
+      const auto last = newest_checkpoint_before(s, s.position.step);
+      throw sdk::CheckpointError(
+          "not writing " + path.string() + ": tensor '" + t.name + "' holds " + *bad +
+              "; a checkpoint of weights that are not finite would replace the run's good ones",
+          last ? "the newest checkpoint this run has is " + last->string() +
+                     ": resume from it (--resume " + s.run_dir.string() +
+                     ") with a lower optimizer.lr, or check the optimizer plugin that made them"
+               : "this run has no checkpoint yet: check optimizer.lr and the weights it started "
+                 "from");
+    }
   try {
     s.c.checkpoint_format->write(path, st);
   } catch (const sdk::UserError& e) {
     // The run ends here: say what it leaves to continue from (a full disk is the usual cause).
-    std::optional<fs::path> last;
-    for (const auto& file : step_checkpoints(dir, s.c.checkpoint_format->file_extension()))
-      if (checkpoint_step(file, s.c.checkpoint_format->file_extension()).value_or(0) <
-          s.position.step)
-        last = file;
+    const std::optional<fs::path> last = newest_checkpoint_before(s, s.position.step);
     throw sdk::CheckpointError(
         std::string(e.what()) + (last ? "; the newest checkpoint this run has is " + last->string()
                                       : "; this run has no checkpoint yet"),

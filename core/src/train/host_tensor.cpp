@@ -1,8 +1,10 @@
 #include "train/host_tensor.h"
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "mixtrain/core/graph/layer.h"
@@ -68,6 +70,31 @@ sdk::HostTensor parameter_to_host(const std::shared_ptr<sdk::DeviceBackend>& b,
   h.bytes.resize(values.size() * sizeof(float));
   std::memcpy(h.bytes.data(), values.data(), h.bytes.size());
   return h;
+}
+
+std::optional<std::string> first_nonfinite_fp32(const sdk::HostTensor& t) {
+  if (t.dtype != sdk::DType::fp32) return std::nullopt;
+  const std::size_t n = t.bytes.size() / sizeof(float);
+  // One pass without an early exit first (it vectorises: a checkpoint's weights, at memory speed),
+  // then the element, only when there is one.
+  constexpr std::uint32_t kExponent = 0x7F800000u;
+  bool any = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, t.bytes.data() + i * sizeof bits, sizeof bits);
+    any |= (bits & kExponent) == kExponent;
+  }
+  if (!any) return std::nullopt;
+  for (std::size_t i = 0; i < n; ++i) {
+    float v;
+    std::memcpy(&v, t.bytes.data() + i * sizeof(float), sizeof v);
+    if (!std::isfinite(v))
+      return std::string(std::isnan(v) ? "nan"
+                         : v > 0       ? "inf"
+                                       : "-inf") +
+             " at element " + std::to_string(i);
+  }
+  return std::nullopt;
 }
 
 }  // namespace mixtrain::core

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "mixtrain/sdk/device_backend.h"
@@ -21,5 +22,8 @@ sdk::HostTensor to_host_fp32(const std::shared_ptr<sdk::DeviceBackend>& b, const
 // parameter_to_host_fp32 (graph/layer.h), named `name`.
 sdk::HostTensor parameter_to_host(const std::shared_ptr<sdk::DeviceBackend>& b,
                                   const std::string& name, const ModelParameter& p);
+// For an fp32 tensor, its first element that is not finite, as "nan at element 12" / "inf at
+// element 3"; nullopt when all are finite or the tensor is of another dtype.
+std::optional<std::string> first_nonfinite_fp32(const sdk::HostTensor& t);
 
 }  // namespace mixtrain::core

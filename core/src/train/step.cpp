@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <string>
+#include <string_view>
 
 #include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/core/graph/diagnostics.h"
@@ -306,10 +308,10 @@ double apply_update(Trainer::State& s, const StepRequest& request, double sum_sq
 // them on the device (it skips on found_inf and clips from Σg²), and the host then waits for the
 // status alone while the update runs. The scaler is asked first what it decides for finite
 // gradients (its state saved): only if it would apply is the update queued; if the gradients
-// were not finite after all, its state is restored and it decides again, and a step it applies
-// anyway is made now, ungated. Returns nullopt, having queued nothing but the check, when the
-// scaler would skip even finite gradients: the caller then decides as without a gate, from
-// `totals`, which this fills in either case.
+// were not finite after all, its state is restored and it decides again (a step it applies
+// anyway is skipped all the same: refuse_nonfinite_update). Returns nullopt, having queued nothing
+// but the check, when the scaler would skip even finite gradients: the caller then decides as
+// without a gate, from `totals`, which this fills in either case.
 std::optional<sdk::ScalerDecision> decide_with_gated_update(Trainer::State& s,
                                                             const StepRequest& request, float scale,
                                                             double lr, StepTotals& totals) {
@@ -395,10 +397,50 @@ bool scaler_backs_off(sdk::LossScaler& scaler, const sdk::ScalerDecision& decisi
 // afterwards, so it discards the replays' amaxes too. Each rank replays its own rows without
 // communicating; the lowest rank that found something names it for all, so every rank logs and
 // escalates the same.
-SkipBlame skip_update(Trainer::State& s, const sdk::ScalerDecision& decision) {
+// The scaler's scale for this step: a finite number above 0 (sdk/loss_scaler.h), or the step
+// would seed the backward with it and fail far from the cause.
+float checked_loss_scale(Trainer::State& s) {
+  const float scale = s.c.scaler->scale();
+  if (!std::isfinite(scale) || scale <= 0.0f)
+    throw sdk::PluginError("scaler '" + s.e.scaler_type + "' gave a loss scale of " +
+                               std::to_string(scale) + " at step " +
+                               std::to_string(s.position.step),
+                           "a loss scale is a finite number above 0: fix the scaler plugin, or "
+                           "choose another (scaler.type)");
+  return scale;
+}
+
+// A scaler that applies a step whose gradients are not finite (sdk/loss_scaler.h: update(true)
+// skips): the optimizer would write them into the weights, and every later step would skip. The
+// host skips it all the same, and says so once.
+void refuse_nonfinite_update(Trainer::State& s, sdk::ScalerDecision& decision) {
+  decision.apply_step = false;
+  if (s.warned_of_scaler_contract || !s.reducer->leads()) return;
+  s.warned_of_scaler_contract = true;
+  s.log.warn("scaler '" + s.e.scaler_type + "' applied step " + std::to_string(s.position.step) +
+             ", whose gradients are not finite; mixtrain skips such steps whatever the scaler "
+             "answers (said once). A scaler's update(found_inf = true) must skip the step");
+}
+
+SkipBlame skip_update(Trainer::State& s, const sdk::ScalerDecision& decision,
+                      std::string& nonfinite_weights) {
   ++s.position.skipped;
-  SkipBlame blame =
-      s.reducer->agree_on_blame(replay_first_nonfinite(s, loss_seed(s, decision.scale_before)));
+  // Weights that are not finite (an update made them so, or the run started from them) make every
+  // later step skip at any scale: named as such, without a replay, whose forward they would fail.
+  // Not an op's fault, so escalation blames none (no node).
+  SkipBlame blame;
+  {
+    const auto alone = s.reducer->local_only();
+    if (const std::string weights = first_nonfinite_parameter(*s.model); !weights.empty())
+      blame = SkipBlame{"weights " + weights, ""};
+  }
+  blame = s.reducer->agree_on_blame(blame);
+  if (blame.found()) {
+    nonfinite_weights = blame.tensor.substr(std::string_view("weights ").size());
+    s.c.policy->on_step_end(false);
+    return blame;
+  }
+  blame = s.reducer->agree_on_blame(replay_first_nonfinite(s, loss_seed(s, decision.scale_before)));
   // A backward overflow under a scaler that reacts to it: when loss scale 1 does not repeat it,
   // the scale made it (a dynamic scaler's growth, or a start too high) and the back-off is the
   // fix, not a wider format. Only escalation reads the answer, so only it pays the second replay.
@@ -481,7 +523,7 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
   auto& model = *s.model;
   auto& policy = *s.c.policy;
   s.reducer->begin_step();
-  const float scale = s.c.scaler->scale();
+  const float scale = checked_loss_scale(s);
   const float seed = loss_seed(s, scale);
   const bool fp8_statistics = request.statistics && policy.uses_scaled_operands();
   if (policy.uses_scaled_operands() && s.e.run.underflow_every > 0)
@@ -509,6 +551,7 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
   if (policy.uses_scaled_operands()) s.reducer->flush_operand_amaxes(model);
   s.reducer->reduce_totals(totals, [&] { return read_step_loss(s); });
   out.decision = gated_decision ? *gated_decision : s.c.scaler->update(totals.found_inf);
+  if (totals.found_inf && out.decision.apply_step) refuse_nonfinite_update(s, out.decision);
   out.loss_read = totals.loss.has_value() || request.read_loss || !out.decision.apply_step;
   out.loss = step_loss(s, request, out.decision.apply_step, totals.loss);
   // The device applied the gated update exactly when the scaler was asked and the gradients were
@@ -518,7 +561,7 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
   else if (out.decision.apply_step)
     out.grad_norm = apply_update(s, request, totals.sum_squares, out.lr);
   else
-    out.blame = skip_update(s, out.decision);
+    out.blame = skip_update(s, out.decision, out.nonfinite_weights);
   // The diagnostics of a skipped step measured an overflowed pass: tagged, not mixed in.
   auto write_diagnostic = [&](nlohmann::json record) {
     if (!out.decision.apply_step) record["skipped"] = true;

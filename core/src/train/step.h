@@ -47,6 +47,9 @@ struct StepOutcome {
   double grad_norm = std::numeric_limits<double>::quiet_NaN();  // when wants_norm and applied
   SkipBlame blame;         // skipped: what the replay found first (the same on every rank)
   bool loss_read = false;  // `loss` is this step's (else the last value read)
+  // A skipped step whose weights themselves are not finite: the first such parameter (the same on
+  // every rank). No loss scale recovers them, so the run stops (trainer.cpp). Empty otherwise.
+  std::string nonfinite_weights;
 };
 
 StepOutcome run_training_step(Trainer::State& s, const StepRequest& request);

@@ -341,6 +341,10 @@ struct RunEnd {
   std::string stopped_by;     // run.on_nonfinite = "stop": why
   std::string stopped_early;  // early stopping: why
   std::int64_t nonfinite_tail = 0;  // the last steps in a row whose loss was not finite
+  // The weights are not finite (StepOutcome::nonfinite_weights): the run stops, writes no
+  // checkpoint of them and skips the final evaluation; `remedy` is the hint its end gives.
+  bool weights_not_finite = false;
+  std::string remedy;
   bool stopping() const { return interrupted || !stopped_by.empty() || !stopped_early.empty(); }
 };
 
@@ -383,6 +387,25 @@ StepPlan plan_step(Trainer::State& s, const ProgressReport& progress, std::int64
 }
 
 void note_divergence(const Trainer::State& s, const StepOutcome& step, RunEnd& end) {
+  if (!step.nonfinite_weights.empty()) {
+    // No loss scale brings them back: every later step would be skipped, and a checkpoint of them
+    // would rotate out the good ones (checkpoint.keep). Stopped here, without writing one.
+    end.weights_not_finite = true;
+    end.nonfinite_tail += 1;
+    end.stopped_by = "the weights are not finite at step " + std::to_string(s.position.step) +
+                     " (first: " + step.nonfinite_weights +
+                     "), so every step would be skipped at any loss scale: the run stopped there "
+                     "and wrote no checkpoint of them";
+    const auto last = newest_checkpoint_before(s, s.position.step);
+    end.remedy =
+        "an optimizer update made them so (an optimizer.lr too large, or an optimizer "
+        "plugin's fault) unless the run started from them. " +
+        (last ? "The newest checkpoint, " + last->string() +
+                    ", holds finite weights: resume from it (--resume " + s.run_dir.string() +
+                    ") with a lower optimizer.lr"
+              : std::string("This run has no checkpoint from before them"));
+    return;
+  }
   // An applied step had finite gradients, so a finite loss, whether or not it was read.
   end.nonfinite_tail =
       !step.decision.apply_step && !std::isfinite(step.loss.loss) ? end.nonfinite_tail + 1 : 0;
@@ -530,6 +553,7 @@ void summarize_run(Trainer::State& s, TrainSummary& sum, const RunEnd& end,
   sum.interrupted = end.interrupted;
   sum.divergence = divergence_reason(sum, end.stopped_by);
   sum.diverged = !sum.divergence.empty();
+  sum.divergence_remedy = end.remedy;
   summarize_watches(s, sum, end);
   s.reducer->report_run(
       sum, *s.c.optimizer, [&] { return replica_state(s); }, s.log);
@@ -858,13 +882,14 @@ TrainSummary Trainer::run() {
   // An interrupted run goes straight to its checkpoint; the evaluation would make the user wait.
   // A step_limit run (calibration's) never evaluates, even when the limit reaches run.steps.
   const bool limited = s.opt.step_limit > 0;
-  if (!end.interrupted && !limited && !(sum.evaluated && sum.eval_step == s.position.step))
+  if (!end.interrupted && !limited && !end.weights_not_finite &&
+      !(sum.evaluated && sum.eval_step == s.position.step))
     evaluate_and_log(*this, s, sum, end);
   measured.training_peak_rss = peak_rss_bytes();
   fs::path last_checkpoint;
   // A run that stops at a step the loop has just checkpointed (Ctrl-C during that write or, with
   // checkpoint.final = false, during the step) has its checkpoint already: nothing changed since.
-  if (s.opt.write_outputs && e.checkpoint.write_final)
+  if (s.opt.write_outputs && e.checkpoint.write_final && !end.weights_not_finite)
     last_checkpoint =
         periodic_checkpoint_step == s.position.step ? periodic_checkpoint : save_checkpoint();
   summarize_run(s, sum, end, measured);

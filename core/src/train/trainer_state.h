@@ -97,6 +97,7 @@ struct Trainer::State {
   // never trains batches inputs of its own (predict's) at data.eval_batch_size.
   std::int64_t eval_batch_rows = 0;
   bool writes = true;
+  bool warned_of_scaler_contract = false;  // a scaler applied a non-finite step (step.cpp)
 };
 
 // Copies the given rows of `d` (features or token ids, and their labels) into the model's batch;
@@ -114,6 +115,10 @@ void feed_batch(Trainer::State& s, const Dataset& d, std::span<const std::int64_
 // (checkpoint/state.h) in both. weights_only is what `export --initial` writes. Under data
 // parallelism every rank must call it (the optimizer's gather), not only the one that writes.
 sdk::TrainingState capture_state(Trainer::State& s, bool weights_only);
+// The newest step checkpoint this run's folder holds from before `step`, if any: what a run that
+// ends without writing one leaves to continue from.
+std::optional<std::filesystem::path> newest_checkpoint_before(const Trainer::State& s,
+                                                              std::int64_t step);
 // The frozen parameters' names, sorted: what a resume must freeze again (the "resume" record).
 std::vector<std::string> frozen_names(Model& model);
 

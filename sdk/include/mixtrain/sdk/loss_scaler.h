@@ -9,7 +9,9 @@
 // host may ask first, before the check is read, save_state(), update(false), and, when the
 // gradients were not finite after all, load_state() of that state and update(true). So update()
 // keeps no effect outside its saved state (a counter of calls, a log line of a change it made)
-// that a load_state() would not undo. Not thread-safe.
+// that a load_state() would not undo. update(true) skips the step: the host skips a step whose
+// gradients are not finite whatever update() answers, and warns once of a scaler that applied one.
+// scale() is a finite number above 0; any other is the scaler's PluginError. Not thread-safe.
 #pragma once
 
 #include "mixtrain/sdk/export.h"

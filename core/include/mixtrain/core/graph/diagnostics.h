@@ -17,6 +17,11 @@
 //   step already uses. Under
 //   the chunked loss (chunked_loss.h) each block's logits and then its gradient are checked in
 //   block order, and the name says from which row the block starts.
+// - first_nonfinite_parameter names the first parameter (parameters() order) whose stored weights
+//   (the FP32 master, or a frozen parameter's one copy) hold an inf or NaN; empty when all are
+//   finite. A quantized weight is never checked: its formats encode finite values only. One
+//   facet call over them all, and no device memory: cheap enough for every skipped step, where it
+//   tells weights that no loss scale can recover from an overflow that the next scale avoids.
 // - measure_gradient_underflow replays the loss and backward of the last forward with every
 //   activation gradient kept in FP32, and counts for each layer boundary the non-zero values that
 //   would round to zero when stored (still multiplied by grad_scale) in the planned dtype. It
@@ -41,6 +46,7 @@ struct NonfiniteSite {
   std::string node;   // "fc2"; empty for the input batch and the loss
 };
 NonfiniteSite locate_first_nonfinite(Model& model, std::int64_t rows, float grad_scale);
+std::string first_nonfinite_parameter(Model& model);
 
 struct UnderflowCount {
   std::string tensor;  // "fc2 input gradient", "logits gradient"

@@ -4,8 +4,8 @@
 // Contract
 // - A run diverged when none of its steps was applied (every step skipped: non-finite gradients
 //   at any loss scale) and it was not interrupted, when its final loss is not finite, or when
-//   run.on_nonfinite = "stop" stopped it. `divergence` then says which, in one sentence; it is
-//   empty otherwise.
+//   the trainer stopped it (run.on_nonfinite = "stop", or weights that are not finite).
+//   `divergence` then says which, in one sentence; it is empty otherwise.
 // - An interrupted run (Ctrl-C, SIGTERM) stopped after a completed step; its checkpoint for that
 //   step was written and `evaluated` is false unless an evaluation ran at that step.
 // - A run stopped early (run.early_stopping_patience) stopped after the evaluation that used up
@@ -85,6 +85,9 @@ struct TrainSummary {
   std::filesystem::path run_dir;
   bool diverged = false;
   std::string divergence;  // why it diverged, one sentence; empty when it did not
+  // The remedy where the usual one (the learning rate, the scaler, a wider policy) is not it:
+  // weights that are not finite. Empty otherwise; not in summary.json.
+  std::string divergence_remedy;
   bool interrupted = false;
   // run.early_stopping_patience > 0: the watched metric, and why the run stopped when it did.
   bool early_stopping = false;
