@@ -37,7 +37,25 @@ std::string unusable_plugin_folder(const fs::path& entry) {
          "libmixtrain_ (or name the file itself in paths)";
 }
 
+std::vector<std::string>& outside_plugin_list() {
+  static std::vector<std::string> list;
+  return list;
+}
+
+// Whether `library` lies in one of mixtrain's own plugin folders.
+bool builtin_library(const fs::path& library) {
+  std::error_code ec;
+  const fs::path folder = fs::weakly_canonical(library.parent_path(), ec);
+  for (const auto& own : core::PluginRegistry::builtin_search_path())
+    if (fs::weakly_canonical(own, ec) == folder) return true;
+  return false;
+}
+
 }  // namespace
+
+const std::vector<std::string>& outside_plugins() {
+  return outside_plugin_list();
+}
 
 std::unique_ptr<core::PluginRegistry> make_registry(const core::Config* config) {
   auto reg = std::make_unique<core::PluginRegistry>(&core::host_log_sink());
@@ -46,6 +64,13 @@ std::unique_ptr<core::PluginRegistry> make_registry(const core::Config* config) 
   if (config != nullptr) config_paths = core::config_plugin_paths(*config);
   for (const auto& p : config_paths) paths.push_back(p);
   reg->scan(paths);
+  for (const auto& l : reg->libraries()) {
+    if (!l.loaded || builtin_library(l.path)) continue;
+    const std::string text =
+        l.path.string() + " (plugin " + l.plugin_name + " " + l.plugin_version + ")";
+    auto& list = outside_plugin_list();
+    if (std::find(list.begin(), list.end(), text) == list.end()) list.push_back(text);
+  }
   // `plugins` lists failures itself; a run says so once, so a half-copied plugin whose
   // components go missing is not a silent surprise.
   if (config != nullptr) {

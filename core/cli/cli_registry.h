@@ -6,6 +6,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "mixtrain/core/config/config.h"
 #include "mixtrain/core/plugins/registry.h"
@@ -13,5 +15,10 @@
 namespace mixtrain::cli {
 
 std::unique_ptr<core::PluginRegistry> make_registry(const core::Config* config);
+
+// The plugin libraries the registries of this command loaded from outside mixtrain's own plugin
+// folder, one text each ("libchaos.so (plugin chaos 0.1)"): where an error that is not one of
+// mixtrain's own may come from. Empty when it loaded none.
+const std::vector<std::string>& outside_plugins();
 
 }  // namespace mixtrain::cli

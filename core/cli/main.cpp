@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli_registry.h"
 #include "commands.h"
 #include "integer_flag.h"
 #include "mixtrain/core/config/experiment.h"
@@ -437,6 +438,17 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "\nerror: %s\n", mixtrain::cli::with_rank(e.what()).c_str());
+    // Not one of mixtrain's own errors, which name what to fix: where it may have come from.
+    if (const auto& outside = mixtrain::cli::outside_plugins(); !outside.empty()) {
+      std::string names;
+      for (const auto& p : outside) names += (names.empty() ? "" : ", ") + p;
+      std::fprintf(stderr,
+                   "  HINT: not one of mixtrain's own errors; this command loaded plugins from "
+                   "outside mixtrain's plugin folder, whose code may have thrown it: %s. Run "
+                   "without them to tell (docs/writing-plugins.md: a plugin throws "
+                   "sdk::UserError subclasses for what a user can fix)\n",
+                   names.c_str());
+    }
     return 1;
   } catch (...) {
     // Not ours to name: only a plugin's code can throw what no std::exception is.

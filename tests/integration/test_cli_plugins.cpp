@@ -101,6 +101,25 @@ TEST_F(CliPlugins, AComponentThrowingANonStandardExceptionExitsOneWithAMessage) 
       << r.err;
 }
 
+// A plugin's component that throws a std::exception of its own after it was built: exit 1, its
+// message, and the plugins loaded from outside mixtrain's folder named as where it may come from.
+TEST_F(CliPlugins, AnInternalErrorNamesThePluginsFromOutsideMixtrainsFolder) {
+  const std::string folder = std::string(MIXTRAIN_TEST_PLUGIN_DIR) + "/throwing_factory";
+  auto cfg =
+      write_file("cfg.toml", slurp(quickstart()) + "\n[plugins]\npaths = [\"" + folder + "\"]\n");
+  auto r = run("train " + cfg.string() + " --set scaler.type=test_update_throws_runtime " +
+               "--run-dir " + (dir_ / "run").string());
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("error: update boom"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("loaded plugins from outside mixtrain's plugin folder"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find(folder + "/libmixtrain_test_throwing_factory.so (plugin "),
+            std::string::npos)
+      << r.err;
+  // mixtrain's own plugins are not suspects.
+  EXPECT_EQ(r.err.find("libmixtrain_scalers"), std::string::npos) << r.err;
+}
+
 // A copy of the executable with its libraries but no plugin folder (a broken install): `plugins`
 // says where the folder should be.
 TEST_F(CliPlugins, AnInstallWithoutItsPluginFolderIsNamed) {

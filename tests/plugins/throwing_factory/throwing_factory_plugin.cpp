@@ -1,6 +1,7 @@
 // Scalers whose factories fail in the ways a plugin can fail: an internal error, a user error,
 // a config error about one of its options, a null result and an object of the wrong interface;
-// and one built fine that throws a non-standard exception from its first update().
+// and two built fine that throw from their first update(): a non-standard exception, and a
+// std::runtime_error (a fault of the plugin's, which the command's end names the plugins for).
 #include <stdexcept>
 
 #include "mixtrain/sdk/loss_scaler.h"
@@ -48,6 +49,15 @@ class UpdateThrowsInt final : public sdk::LossScaler {
   void load_state(const sdk::ComponentState&) override {}
 };
 
+class UpdateThrowsRuntime final : public sdk::LossScaler {
+ public:
+  UpdateThrowsRuntime(const sdk::Options&, const sdk::PluginContext&) {}
+  float scale() const override { return 1.0f; }
+  sdk::ScalerDecision update(bool) override { throw std::runtime_error("update boom"); }
+  sdk::ComponentState save_state() const override { return {}; }
+  void load_state(const sdk::ComponentState&) override {}
+};
+
 std::vector<sdk::ComponentInfo> components() {
   using sdk::ComponentKind;
   return {
@@ -77,6 +87,11 @@ std::vector<sdk::ComponentInfo> components() {
        "update() throws a non-standard exception",
        {},
        &sdk::make_component<UpdateThrowsInt>},
+      {ComponentKind::scaler,
+       "test_update_throws_runtime",
+       "update() throws std::runtime_error",
+       {},
+       &sdk::make_component<UpdateThrowsRuntime>},
       {ComponentKind::scaler,
        "test_wrong_interface",
        "registered as a scaler, builds a policy",
