@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -333,6 +334,31 @@ TEST(registry_Isolation, EachBadLibraryAloneStillLetsTheGoodOneLoad) {
     EXPECT_TRUE(r.libraries()[1].loaded) << bad << ": " << r.libraries()[1].error;
     EXPECT_NE(r.find(ComponentKind::scaler, "test_constant"), nullptr) << bad;
   }
+}
+
+// A static initializer that throws during dlopen cannot be caught (the process aborts): the last
+// line before the abort names the library, what it threw and the fix. In a child process.
+TEST(registry_ThrowingInitializerDeathTest, TheAbortNamesTheLibraryWhatItThrewAndTheFix) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const auto lib = case_dir("throwing_initializer") / "libmixtrain_test_throwing_initializer.so";
+  ASSERT_TRUE(fs::exists(lib));
+  EXPECT_DEATH(
+      {
+        PluginRegistry r;
+        r.scan({case_dir("good"), case_dir("throwing_initializer")});
+      },
+      "error: the plugin library " + lib.string() +
+          " threw while it was being loaded \\(its static initializers threw 'static init "
+          "boom'\\).*HINT: fix or remove the plugin, or drop its folder from "
+          "MIXTRAIN_PLUGIN_PATH");
+}
+
+// The handler is the loader's only while a library loads: afterwards terminate is as before.
+TEST(registry_ThrowingInitializer, TheTerminateHandlerIsRestoredAfterLoading) {
+  const auto before = std::get_terminate();
+  PluginRegistry r;
+  r.scan({case_dir("good")});
+  EXPECT_EQ(std::get_terminate(), before);
 }
 
 TEST_F(registry_AllCases, RequireUnknownNameListsAvailableAndSuggestsAndNamesFailures) {
