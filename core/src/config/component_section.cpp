@@ -266,7 +266,8 @@ ResolvedComponentSection resolve_component_section(const Config& config,
       std::find_if(section.components.begin(), section.components.end(),
                    [&](const ComponentSchema& c) { return c.name == section.selected; });
   // A component option named like one of the host's keys would be reachable only from its own
-  // sub-table, the flat key always going to the host: a plugin's mistake, refused by name.
+  // sub-table, the flat key always going to the host: a plugin's mistake, refused by name. The
+  // registry ignores such a plugin component at load already; this holds for any section.
   if (selected != section.components.end())
     for (const auto& o : selected->options)
       if (o.name == section.selector || declares(section.host, o.name))

@@ -13,6 +13,8 @@
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/dll/shared_library.hpp>
 
+#include "mixtrain/core/config/component_section.h"
+#include "mixtrain/core/config/section_catalog.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/options.h"
 #include "mixtrain/sdk/support/elf_file_check.h"
@@ -197,15 +199,21 @@ std::vector<sdk::ComponentInfo> read_components(const sdk::PluginDescriptor& d,
   return {};
 }
 
-// What is wrong with a component's option schema, or "" when nothing is: a name empty or declared
-// twice, or a default its own rules refuse (outside the range, not a choice, NaN). Such a default
-// would reach the factory unchecked and fail only deep in a run; the host's own check of a given
-// value is the test, so a default means exactly what a user's value would.
-std::string schema_problem(const sdk::OptionSchema& schema) {
+// What is wrong with a component's option schema, or "" when nothing is: a name empty, declared
+// twice or one its section keeps for mixtrain (host_owned_keys: a flat key of that name goes to
+// the host, so the option could never be set flat), or a default its own rules refuse (outside
+// the range, not a choice, NaN). Such a default would reach the factory unchecked and fail only
+// deep in a run; the host's own check of a given value is the test, so a default means exactly
+// what a user's value would.
+std::string schema_problem(sdk::ComponentKind kind, const sdk::OptionSchema& schema) {
   std::set<std::string> names;
+  const auto host_owned = host_owned_keys(kind);
   for (const auto& o : schema) {
     if (o.name.empty()) return "an option has no name";
     if (!names.insert(o.name).second) return "option '" + o.name + "' is declared twice";
+    if (std::find(host_owned.begin(), host_owned.end(), o.name) != host_owned.end())
+      return "it declares option '" + o.name + "', which [" + config_section_of(kind) +
+             "] keeps for mixtrain itself (keys of its own: " + join(host_owned) + ")";
     if (std::holds_alternative<std::monostate>(o.default_value)) continue;  // required
     try {
       sdk::Options::resolve("default", {o}, {{o.name, o.default_value, {}}}, {}, {});
@@ -365,7 +373,7 @@ void PluginRegistry::register_components(LibraryRecord& rec, std::shared_ptr<voi
                                    "rebuild the plugin");
       continue;
     }
-    if (auto problem = schema_problem(info.options); !problem.empty()) {
+    if (auto problem = schema_problem(info.kind, info.options); !problem.empty()) {
       rec.warnings.push_back(who + " ignored: " + problem +
                              "; fix its option_schema() and rebuild the plugin");
       continue;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "mixtrain/core/plugins/registry.h"
@@ -284,6 +285,31 @@ TEST_F(registry_AllCases, AComponentWithABrokenSchemaIsIgnoredNamingTheOption) {
   }
   // The good plugin's schema (a range and a choice, both met by its defaults) passes.
   EXPECT_NE(registry.find(ComponentKind::scaler, "test_constant"), nullptr);
+}
+
+// An option named like a key its section keeps for mixtrain ([scaler] type, [optimizer]
+// warmup_steps) could never be set flat: the component is ignored at load, as for any other schema
+// fault, not only refused once a config selects it.
+TEST_F(registry_AllCases, AComponentDeclaringAHostKeyIsIgnoredNamingTheKey) {
+  const auto* rec = record_in(registry, "duplicate");
+  ASSERT_NE(rec, nullptr);
+  EXPECT_TRUE(rec->loaded) << rec->error;
+  EXPECT_NE(registry.find(ComponentKind::scaler, "test_dup_only"), nullptr);
+  for (const auto& [kind, name, says] :
+       std::vector<std::tuple<ComponentKind, std::string, std::string>>{
+           {ComponentKind::scaler, "test_declares_type",
+            "scaler 'test_declares_type' of libmixtrain_test_duplicate.so ignored: it declares "
+            "option 'type', which [scaler] keeps for mixtrain itself (keys of its own: type)"},
+           {ComponentKind::optimizer, "test_declares_warmup_steps",
+            "optimizer 'test_declares_warmup_steps' of libmixtrain_test_duplicate.so ignored: it "
+            "declares option 'warmup_steps', which [optimizer] keeps for mixtrain itself (keys of "
+            "its own: type, "}}) {
+    EXPECT_EQ(registry.find(kind, name), nullptr) << name;
+    bool warned = false;
+    for (const auto& w : rec->warnings)
+      warned = warned || (contains(w, says) && contains(w, "fix its option_schema()"));
+    EXPECT_TRUE(warned) << name << ": " << ::testing::PrintToString(rec->warnings);
+  }
 }
 
 // A name a config cannot write as `type = "NAME"` and `[scaler.NAME]` (a TOML bare key), or a kind
