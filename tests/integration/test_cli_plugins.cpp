@@ -96,6 +96,28 @@ TEST_F(CliPlugins, AComponentOptionNamedLikeAHostKeyIsIgnoredAtLoad) {
   EXPECT_NE((r.out + r.err).find(warning), std::string::npos) << r.out << r.err;
 }
 
+// A run trained with a plugin scaler keeps its [scaler.NAME] table in config.toml: eval and
+// predict, which use no scaler, read that config without the plugin (a warning names the table),
+// while check, which trains, still refuses the table.
+TEST_F(CliPlugins, AScalerTableOfAPluginNotLoadedIsAWarningForEval) {
+  ASSERT_EQ(
+      run("train " + quickstart() + " --set run.steps=10 --run-dir " + (dir_ / "run").string())
+          .exit_code,
+      0);
+  auto cfg = write_file("cfg.toml", slurp(quickstart()) + "\n[scaler.chaos]\nlevel = 3\n");
+  const std::string warning = "[scaler.chaos] (" + cfg.string() + ":";
+  auto r = run("eval " + cfg.string() + " --checkpoint " + (dir_ / "run").string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find(warning), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no scaler named 'chaos' is loaded, and this command does not use the "
+                       "scaler"),
+            std::string::npos)
+      << r.err;
+  r = run("check " + cfg.string() + " --skip-rehearsal");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("'scaler.chaos': no scaler named 'chaos'"), std::string::npos) << r.err;
+}
+
 // A component that throws what no std::exception is, after it was built (the registry catches a
 // factory's): the command ends with exit 1 and a message, not std::terminate's abort.
 TEST_F(CliPlugins, AComponentThrowingANonStandardExceptionExitsOneWithAMessage) {

@@ -139,6 +139,14 @@ void read_component_tables(SectionReading& r) {
       std::vector<std::string> candidates = names;
       candidates.insert(candidates.end(), section.host_tables.begin(), section.host_tables.end());
       auto near = sdk::closest_match(sub, candidates);
+      if (section.unknown_tables_are_warnings) {
+        r.out.warnings.push_back(
+            "[" + dotted + "] (" + r.config.location(dotted).to_string() + ") is not read: no " +
+            section.noun + " named '" + sub + "' is loaded, and this command does not use the " +
+            section.noun + " (train and check refuse the table" +
+            (near.empty() ? std::string() : "; did you mean [" + table + "." + near + "]?") + ")");
+        continue;
+      }
       throw sdk::ConfigError(
           r.config.location(dotted), dotted, "no " + section.noun + " named '" + sub + "'",
           (near.empty() ? "" : "did you mean [" + table + "." + near + "]? ") + "a sub-table of [" +
