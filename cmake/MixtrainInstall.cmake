@@ -48,3 +48,8 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/samples/ DESTINATION ${CMAKE_INSTALL_DOC
   FILES_MATCHING PATTERN "*.md" PATTERN "*.txt" PATTERN "*.cpp" PATTERN "*.h" PATTERN "*.py"
                  PATTERN "*.toml"
   PATTERN "build*" EXCLUDE)
+# The documents' links into the source tree's headers (sdk/include/, core/include/) lead to the
+# installed headers instead: an install has no sdk/ folder. Last, after every document is in place.
+install(CODE "set(MIXTRAIN_DOC_DIR \"${CMAKE_INSTALL_DOCDIR}\")
+set(MIXTRAIN_INCLUDE_DIR \"${CMAKE_INSTALL_INCLUDEDIR}\")
+include(\"${CMAKE_CURRENT_LIST_DIR}/MixtrainDocLinks.cmake\")")

@@ -18,7 +18,11 @@ ModelSession open_model_session(const ConfigArgs& cfg, SessionWeights weights, b
   ModelSession s;
   auto config = load_config(cfg);
   s.registry = make_registry(&config);
-  s.experiment = core::parse_experiment(config, *s.registry);
+  // Only check rehearses a training step: the others never use [scaler] or [optimizer], so the
+  // tables there of a plugin they do not load (the run's own) are a warning.
+  s.experiment = core::parse_experiment(
+      config, *s.registry,
+      rehearses ? core::ExperimentUse::training : core::ExperimentUse::model_only);
   auto components = core::create_components(s.experiment, *s.registry);
   s.policy = components.policy;
   s.checkpoint_format = components.checkpoint_format;

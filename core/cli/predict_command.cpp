@@ -171,6 +171,9 @@ int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
     j["labelled_rows"] = data.labelled_rows;
     j["loss"] = result.loss;
     j["accuracy"] = result.accuracy;
+    // eval's numbers for these rows (README), which for a language model cover every position of
+    // every window, not only the last positions `--positions last` writes: the line says so.
+    j["loss_over"] = trained.is_tokens() ? "all positions" : "rows";
   }
   // A path is bytes: one that is not UTF-8 is written with U+FFFD where a byte is not, rather than
   // failing the command after its file is written.

@@ -71,20 +71,51 @@ TEST_F(CliPlugins, ConfigPathsThatLoadNothingAreWarnedAtTheirLine) {
 }
 
 // A plugin component whose option shares a name with a key the host keeps ([scaler] type) could
-// never be set flat: selecting it exits 2 naming the component and the option.
-TEST_F(CliPlugins, AComponentOptionNamedLikeAHostKeyIsRefusedWhenSelected) {
-  auto cfg = write_file("cfg.toml", slurp(quickstart()) + "\n[plugins]\npaths = [\"" +
-                                        std::string(MIXTRAIN_TEST_PLUGIN_DIR) + "/duplicate\"]\n");
+// never be set flat: it is ignored at load with a warning naming the option, as other schema
+// faults are, so `plugins` shows it and selecting it says why it is missing.
+TEST_F(CliPlugins, AComponentOptionNamedLikeAHostKeyIsIgnoredAtLoad) {
+  const std::string lib_dir = std::string(MIXTRAIN_TEST_PLUGIN_DIR) + "/duplicate";
+  auto cfg =
+      write_file("cfg.toml", slurp(quickstart()) + "\n[plugins]\npaths = [\"" + lib_dir + "\"]\n");
+  const std::string warning =
+      "scaler 'test_declares_type' of libmixtrain_test_duplicate.so ignored: it declares option "
+      "'type', which [scaler] keeps for mixtrain itself";
   auto r = run("check " + cfg.string() + " --skip-rehearsal --set scaler.type=test_declares_type");
   EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find("the scaler component 'test_declares_type' declares option 'type', which "
-                       "[scaler] keeps for mixtrain itself"),
-            std::string::npos)
-      << r.err;
+  EXPECT_NE(r.err.find("no scaler named 'test_declares_type'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(warning), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("option_schema()"), std::string::npos) << r.err;
-  // Loaded beside it, but not selected, it is harmless.
+  // Not selected, the run goes on, and the warning is still given.
   r = run("check " + cfg.string() + " --skip-rehearsal");
   EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find(warning), std::string::npos) << r.err;
+  // `plugins` shows it too, before any config selects it.
+  const ScopedEnv env("MIXTRAIN_PLUGIN_PATH", lib_dir.c_str());
+  r = run("plugins");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE((r.out + r.err).find(warning), std::string::npos) << r.out << r.err;
+}
+
+// A run trained with a plugin scaler keeps its [scaler.NAME] table in config.toml: eval and
+// predict, which use no scaler, read that config without the plugin (a warning names the table),
+// while check, which trains, still refuses the table.
+TEST_F(CliPlugins, AScalerTableOfAPluginNotLoadedIsAWarningForEval) {
+  ASSERT_EQ(
+      run("train " + quickstart() + " --set run.steps=10 --run-dir " + (dir_ / "run").string())
+          .exit_code,
+      0);
+  auto cfg = write_file("cfg.toml", slurp(quickstart()) + "\n[scaler.chaos]\nlevel = 3\n");
+  const std::string warning = "[scaler.chaos] (" + cfg.string() + ":";
+  auto r = run("eval " + cfg.string() + " --checkpoint " + (dir_ / "run").string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find(warning), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no scaler named 'chaos' is loaded, and this command does not use the "
+                       "scaler"),
+            std::string::npos)
+      << r.err;
+  r = run("check " + cfg.string() + " --skip-rehearsal");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("'scaler.chaos': no scaler named 'chaos'"), std::string::npos) << r.err;
 }
 
 // A component that throws what no std::exception is, after it was built (the registry catches a

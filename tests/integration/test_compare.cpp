@@ -175,6 +175,21 @@ TEST_F(CompareCli, AMissingFolderExitsTwoNamingIt) {
   EXPECT_NE(r.err.find("HINT"), std::string::npos) << r.err;
 }
 
+// --out in a folder that does not exist exits 2 with a hint and makes no folder, as predict's and
+// export's --out do.
+TEST_F(CompareCli, AnOutInAMissingFolderExitsTwoAndCreatesNothing) {
+  const auto a = train("adamw");
+  ASSERT_FALSE(HasFailure());
+  const auto out = dir_ / "missing" / "report";
+  auto r = run("compare " + a.string() + " --out " + out.string());
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find((dir_ / "missing").string() + ", does not exist"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("HINT: create it first"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "missing"));
+  EXPECT_FALSE(fs::exists(a / "compare.json"));
+}
+
 TEST_F(CompareCli, NoFolderAtAllIsAUsageError) {
   auto r = run("compare");
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;

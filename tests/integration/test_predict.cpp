@@ -77,6 +77,7 @@ TEST_F(Predict, OnTheRowsEvalReadsItGivesEvalsLossAccuracyAndArgmax) {
   EXPECT_EQ(pred["loss"].get<double>(), eval["eval_loss"].get<double>());
   EXPECT_EQ(pred["accuracy"].get<double>(), eval["eval_accuracy"].get<double>());
   EXPECT_EQ(pred["labelled_rows"], 90);
+  EXPECT_EQ(pred["loss_over"], "rows");
   EXPECT_EQ(pred["shape"], json::array({90, 3}));
   EXPECT_GT(pred["accuracy"].get<double>(), 0.8) << "the model learnt the clusters";
   const auto logits = read_npy_floats(dir_ / "p.npy");
@@ -401,6 +402,8 @@ TEST_F(Predict, ALanguageModelWritesTheLastOrEveryPositionAndEvalsHeldOutLoss) {
   const json pred = json::parse(r.out);
   EXPECT_EQ(pred["loss"].get<double>(), eval["eval_loss"].get<double>());
   EXPECT_EQ(pred["accuracy"].get<double>(), eval["eval_accuracy"].get<double>());
+  // eval's numbers cover every position of every window, not the last ones written: said so.
+  EXPECT_EQ(pred["loss_over"], "all positions");
   EXPECT_EQ(pred["shape"], json::array({10, 256}));
   r = run("predict " + cfg + " --checkpoint run --input eval.txt --out all.npy --positions all",
           dir_);

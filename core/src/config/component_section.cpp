@@ -139,6 +139,14 @@ void read_component_tables(SectionReading& r) {
       std::vector<std::string> candidates = names;
       candidates.insert(candidates.end(), section.host_tables.begin(), section.host_tables.end());
       auto near = sdk::closest_match(sub, candidates);
+      if (section.unknown_tables_are_warnings) {
+        r.out.warnings.push_back(
+            "[" + dotted + "] (" + r.config.location(dotted).to_string() + ") is not read: no " +
+            section.noun + " named '" + sub + "' is loaded, and this command does not use the " +
+            section.noun + " (train and check refuse the table" +
+            (near.empty() ? std::string() : "; did you mean [" + table + "." + near + "]?") + ")");
+        continue;
+      }
       throw sdk::ConfigError(
           r.config.location(dotted), dotted, "no " + section.noun + " named '" + sub + "'",
           (near.empty() ? "" : "did you mean [" + table + "." + near + "]? ") + "a sub-table of [" +
@@ -266,7 +274,8 @@ ResolvedComponentSection resolve_component_section(const Config& config,
       std::find_if(section.components.begin(), section.components.end(),
                    [&](const ComponentSchema& c) { return c.name == section.selected; });
   // A component option named like one of the host's keys would be reachable only from its own
-  // sub-table, the flat key always going to the host: a plugin's mistake, refused by name.
+  // sub-table, the flat key always going to the host: a plugin's mistake, refused by name. The
+  // registry ignores such a plugin component at load already; this holds for any section.
   if (selected != section.components.end())
     for (const auto& o : selected->options)
       if (o.name == section.selector || declares(section.host, o.name))

@@ -224,6 +224,8 @@ struct PluginSectionSpec {
   std::string noun;
   sdk::OptionSchema host = {};
   std::vector<std::string> host_tables = {}, host_lists = {};
+  // Read only for training: a model-only command passes over a table of an unknown component.
+  bool training_only = false;
 };
 
 // Reads plugin-backed sections: the plugin named by the selector must be registered, and its
@@ -231,6 +233,8 @@ struct PluginSectionSpec {
 struct PluginSections {
   const Config& config;
   const PluginRegistry& registry;
+  ExperimentUse use;
+  std::vector<std::string>& warnings;  // Experiment::config_warnings
 
   // The host's options; the plugin's name and options go to name_out and plugin_out.
   sdk::Options read(PluginSectionSpec spec, std::string& name_out, sdk::Options& plugin_out) const {
@@ -248,8 +252,10 @@ struct PluginSections {
                              std::move(spec.host),
                              registered(registry, spec.kind),
                              std::move(spec.host_tables),
-                             std::move(spec.host_lists)};
+                             std::move(spec.host_lists),
+                             spec.training_only && use == ExperimentUse::model_only};
     auto r = resolve_component_section(config, section);
+    warnings.insert(warnings.end(), r.warnings.begin(), r.warnings.end());
     plugin_out = r.component;
     return r.host;
   }
@@ -302,8 +308,9 @@ void read_precision(const PluginSections& plugins, const std::vector<TableEntry>
 }
 
 void read_scaler(const PluginSections& plugins, Experiment& e) {
-  auto host = plugins.read({"scaler", "type", "none", ComponentKind::scaler, "scaler"},
-                           e.scaler_type, e.scaler_options);
+  PluginSectionSpec spec{"scaler", "type", "none", ComponentKind::scaler, "scaler"};
+  spec.training_only = true;
+  auto host = plugins.read(std::move(spec), e.scaler_type, e.scaler_options);
   push_component(e.core_sections, "scaler", "type", e.scaler_type, host, e.scaler_options);
 }
 
@@ -316,7 +323,8 @@ void read_optimizer(const PluginSections& plugins, Experiment& e) {
                              "optimizer",
                              schedule_schema(),
                              {},
-                             {"milestones"}},
+                             {"milestones"},
+                             /*training_only=*/true},
                             e.optimizer_type, e.optimizer_options);
   read_schedule(plugins.config, sched, e);
   push_component(e.core_sections, "optimizer", "type", e.optimizer_type, sched,
@@ -565,7 +573,8 @@ class SectionReads {
   std::set<std::string> failed_;
 };
 
-Experiment read_experiment(const Config& config, const PluginRegistry& registry) {
+Experiment read_experiment(const Config& config, const PluginRegistry& registry,
+                           ExperimentUse use) {
   Experiment e;
   e.source_name = config.source_name();
   check_top_level_tables(config);
@@ -580,7 +589,7 @@ Experiment read_experiment(const Config& config, const PluginRegistry& registry)
   reads.read("run", {}, [&] { run = read_run(config, e); });
   reads.read("data", {}, [&] { read_data_config(config, e); });
   reads.read("model", {"data"}, [&] { read_model_config(config, e); });  // vocab and block size
-  const PluginSections plugins{config, registry};
+  const PluginSections plugins{config, registry, use, e.config_warnings};
   reads.read("backend", {}, [&] { read_backend(plugins, e); });
   reads.read("precision", {}, [&] { read_precision(plugins, overrides, e); });
   reads.read("scaler", {}, [&] { read_scaler(plugins, e); });
@@ -615,12 +624,13 @@ sdk::ConfigError at_the_key(const sdk::ConfigError& e, const Config& config) {
 
 }  // namespace
 
-Experiment parse_experiment(const Config& config, const PluginRegistry& registry) {
+Experiment parse_experiment(const Config& config, const PluginRegistry& registry,
+                            ExperimentUse use) {
   const auto pointed = [&](const sdk::ConfigError& e) {
     return at_the_key(with_owner_hint(e, registry).value_or(e), config);
   };
   try {
-    return read_experiment(config, registry);
+    return read_experiment(config, registry, use);
   } catch (const ConfigErrors& all) {
     std::vector<sdk::ConfigError> errors;
     for (const auto& e : all.errors()) errors.push_back(pointed(e));

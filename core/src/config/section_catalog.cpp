@@ -163,6 +163,14 @@ std::vector<SectionKey> section_keys(const sdk::OptionSchema& schema,
   return rows;
 }
 
+std::vector<std::string> host_owned_keys(ComponentKind kind) {
+  std::vector<std::string> out;
+  for (const auto& t : kComponentTables)
+    if (t.kind == kind) out.push_back(t.selector);
+  for (const auto& k : host_keys_of(kind)) out.push_back(k.name);
+  return out;
+}
+
 std::vector<ConfigSection> config_sections(const PluginRegistry& registry) {
   std::vector<ConfigSection> out;
   out.push_back(plain("run",

@@ -1,8 +1,11 @@
 #include "mixtrain/core/plugins/registry.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
 #include <set>
 #include <variant>
@@ -10,6 +13,8 @@
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/dll/shared_library.hpp>
 
+#include "mixtrain/core/config/component_section.h"
+#include "mixtrain/core/config/section_catalog.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/options.h"
 #include "mixtrain/sdk/support/elf_file_check.h"
@@ -37,7 +42,6 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
-// The library at `path`, mapped and kept loaded, or the reason it cannot be.
 // What the loader said: Boost wraps dlerror()'s text as "boost::dll::shared_library::load()
 // failed (dlerror system message: TEXT): STRERROR", and its errno part is whatever errno held
 // then (often unrelated: "Bad file descriptor"), so only TEXT is the loader's.
@@ -51,6 +55,62 @@ std::string loader_message(const std::exception& e) {
   return what.substr(from + marker.size(), to - from - marker.size());
 }
 
+// A static initializer that throws while dlopen runs it cannot be caught: the exception meets
+// the loader's C frames, and the runtime calls std::terminate, whose default message names
+// neither the library nor the fix. Catching it there would not help either: dlopen would be left
+// half done, holding its lock. So, only while one library loads, the terminate handler names the
+// library, what it threw and the fix, then aborts as before. Loads are serialised (dlopen is
+// anyway), so one handler and one library name serve.
+std::mutex& loading_mutex() {
+  static auto* mutex = new std::mutex();
+  return *mutex;
+}
+// Per thread: a terminate in another thread while a library loads is not this library's.
+thread_local const fs::path* t_loading = nullptr;
+std::atomic<std::terminate_handler> g_previous_terminate = nullptr;
+
+[[noreturn]] void report_throwing_initializer() {
+  if (t_loading == nullptr) {
+    if (const auto previous = g_previous_terminate.load()) previous();
+    std::abort();
+  }
+  std::string what = "no exception (std::terminate was called directly)";
+  if (const auto current = std::current_exception()) {
+    try {
+      std::rethrow_exception(current);
+    } catch (const std::exception& e) {
+      what = std::string("'") + e.what() + "'";
+    } catch (...) {
+      what = "an exception that is not a std::exception";
+    }
+  }
+  std::fprintf(stderr,
+               "\nerror: the plugin library %s threw while it was being loaded (its static "
+               "initializers threw %s); mixtrain cannot continue past it\n  HINT: fix or remove "
+               "the plugin, or drop its folder from MIXTRAIN_PLUGIN_PATH (or [plugins] paths)\n",
+               t_loading->c_str(), what.c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
+class ThrowingInitializerReport {
+ public:
+  explicit ThrowingInitializerReport(const fs::path& path) : lock_(loading_mutex()) {
+    t_loading = &path;
+    g_previous_terminate = std::set_terminate(&report_throwing_initializer);
+  }
+  ~ThrowingInitializerReport() {
+    std::set_terminate(g_previous_terminate.load());
+    t_loading = nullptr;
+  }
+  ThrowingInitializerReport(const ThrowingInitializerReport&) = delete;
+  ThrowingInitializerReport& operator=(const ThrowingInitializerReport&) = delete;
+
+ private:
+  std::lock_guard<std::mutex> lock_;
+};
+
+// The library at `path`, mapped and kept loaded, or the reason it cannot be.
 std::shared_ptr<dll::shared_library> open_library(const fs::path& path, std::string& error) {
   // dlopen maps the file's segments as they are: a truncated file (a half-copied plugin) makes
   // it touch pages past the end and die of SIGBUS, so the headers are checked first. The file can
@@ -63,6 +123,7 @@ std::shared_ptr<dll::shared_library> open_library(const fs::path& path, std::str
   }
   auto lib = std::make_shared<dll::shared_library>();
   try {
+    const ThrowingInitializerReport report(path);
     // rtld_now: an unresolved symbol is reported here, with the loader's message, instead of
     // killing the process at first call.
     lib->load(path, dll::load_mode::rtld_now | dll::load_mode::rtld_local);
@@ -138,15 +199,21 @@ std::vector<sdk::ComponentInfo> read_components(const sdk::PluginDescriptor& d,
   return {};
 }
 
-// What is wrong with a component's option schema, or "" when nothing is: a name empty or declared
-// twice, or a default its own rules refuse (outside the range, not a choice, NaN). Such a default
-// would reach the factory unchecked and fail only deep in a run; the host's own check of a given
-// value is the test, so a default means exactly what a user's value would.
-std::string schema_problem(const sdk::OptionSchema& schema) {
+// What is wrong with a component's option schema, or "" when nothing is: a name empty, declared
+// twice or one its section keeps for mixtrain (host_owned_keys: a flat key of that name goes to
+// the host, so the option could never be set flat), or a default its own rules refuse (outside
+// the range, not a choice, NaN). Such a default would reach the factory unchecked and fail only
+// deep in a run; the host's own check of a given value is the test, so a default means exactly
+// what a user's value would.
+std::string schema_problem(sdk::ComponentKind kind, const sdk::OptionSchema& schema) {
   std::set<std::string> names;
+  const auto host_owned = host_owned_keys(kind);
   for (const auto& o : schema) {
     if (o.name.empty()) return "an option has no name";
     if (!names.insert(o.name).second) return "option '" + o.name + "' is declared twice";
+    if (std::find(host_owned.begin(), host_owned.end(), o.name) != host_owned.end())
+      return "it declares option '" + o.name + "', which [" + config_section_of(kind) +
+             "] keeps for mixtrain itself (keys of its own: " + join(host_owned) + ")";
     if (std::holds_alternative<std::monostate>(o.default_value)) continue;  // required
     try {
       sdk::Options::resolve("default", {o}, {{o.name, o.default_value, {}}}, {}, {});
@@ -306,7 +373,7 @@ void PluginRegistry::register_components(LibraryRecord& rec, std::shared_ptr<voi
                                    "rebuild the plugin");
       continue;
     }
-    if (auto problem = schema_problem(info.options); !problem.empty()) {
+    if (auto problem = schema_problem(info.kind, info.options); !problem.empty()) {
       rec.warnings.push_back(who + " ignored: " + problem +
                              "; fix its option_schema() and rebuild the plugin");
       continue;

@@ -436,30 +436,56 @@ std::string comparison_svg(const RunComparison& c) {
 }
 
 std::vector<fs::path> write_comparison(const RunComparison& c, const fs::path& out_dir) {
-  if (fs::exists(out_dir) && !fs::is_directory(out_dir))
+  std::error_code ec;
+  if (fs::exists(out_dir, ec) && !fs::is_directory(out_dir, ec))
     throw sdk::UserError(out_dir.string() + ": exists and is not a folder",
                          "pass --out a folder (it is created when missing)");
-  std::error_code ec;
-  fs::create_directories(out_dir, ec);
+  // The folder itself may be new, its parent not: a typo in a parent is not made into folders.
+  const fs::path named = out_dir.has_filename() ? out_dir : out_dir.parent_path();
+  const fs::path parent = named.parent_path().empty() ? fs::path(".") : named.parent_path();
+  if (!fs::is_directory(out_dir, ec) && !fs::is_directory(parent, ec))
+    throw sdk::UserError(
+        "the folder of " + out_dir.string() + ", " + parent.string() +
+            (fs::exists(parent, ec) ? ", is not a folder" : ", does not exist"),
+        "create it first (mkdir -p " + parent.string() + "), or choose another --out");
+  fs::create_directory(out_dir, ec);
   if (ec)
     throw sdk::UserError("cannot create " + out_dir.string() + ": " + ec.message(),
                          "pass --out a folder you can write to");
   const std::string contents[] = {comparison_json(c), comparison_markdown(c), comparison_svg(c)};
-  // Each file whole beside its target first, then the three renamed into place: a failure (a
-  // full disk) leaves the previous comparison's three files as they were, never a torn one or a
-  // mix of two comparisons.
-  std::vector<std::unique_ptr<sdk::AtomicFileWriter>> writers;
-  std::vector<fs::path> written;
-  for (std::size_t i = 0; i < std::size(kCompareOutputNames); ++i) {
-    const auto p = out_dir / kCompareOutputNames[i];
-    if (fs::exists(p) && !fs::is_regular_file(p))
+  std::vector<fs::path> written, staged;
+  for (const char* name : kCompareOutputNames) {
+    const auto p = out_dir / name;
+    if (fs::exists(p, ec) && !fs::is_regular_file(p, ec))
       throw sdk::UserError(p.string() + ": exists and is not a file; refusing to replace it",
                            "pass --out another folder");
-    writers.push_back(std::make_unique<sdk::AtomicFileWriter>(p, /*durable=*/false, "comparison"));
-    writers.back()->write(contents[i].data(), contents[i].size());
     written.push_back(p);
+    staged.push_back(out_dir / ("." + std::string(name) + ".staged"));
   }
-  for (auto& w : writers) w->commit();
+  // All three whole on disk under staging names first (each committed: flushed and closed, so a
+  // full disk fails here, whichever file it hits), then renamed into place, which takes no space:
+  // a failure leaves the previous comparison's three files as they were, never a torn one or a
+  // mix of two comparisons. Committing each file to its target in turn left the first two new
+  // when the third's flush failed. A staging file left by a killed compare is replaced by the next.
+  struct RemoveStaged {
+    const std::vector<fs::path>& paths;
+    ~RemoveStaged() {
+      std::error_code ignored;
+      for (const auto& p : paths) fs::remove(p, ignored);
+    }
+  } remove_staged{staged};
+  for (std::size_t i = 0; i < staged.size(); ++i) {
+    sdk::AtomicFileWriter w(staged[i], /*durable=*/false, "comparison");
+    w.write(contents[i].data(), contents[i].size());
+    w.commit();
+  }
+  for (std::size_t i = 0; i < staged.size(); ++i) {
+    fs::rename(staged[i], written[i], ec);
+    if (ec)
+      throw sdk::UserError(
+          "cannot move " + staged[i].string() + " to " + written[i].string() + ": " + ec.message(),
+          "check the folder's permissions, then compare again");
+  }
   return written;
 }
 

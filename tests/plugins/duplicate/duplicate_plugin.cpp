@@ -1,8 +1,9 @@
 // Provides "test_constant" again (good provides it first), one new scaler, one component without a
 // factory, and five whose option schemas are broken (a default outside its range, a NaN or an
 // infinite default, a default that is not one of its choices, a name declared twice): all but the
-// new scaler are ignored with warnings, and the new one is still registered. One more loads but
-// declares an option named like the host's selector, which a config that selects it is refused for.
+// new scaler are ignored with warnings, and the new one is still registered. Two more declare an
+// option named like a key the host keeps in their section ([scaler]'s selector, [optimizer]'s
+// warmup_steps), and are ignored with warnings as well.
 // Four more no config could select (an empty name, a dot, a space, a kind out of the enum) are
 // ignored with warnings.
 #include <limits>
@@ -62,11 +63,27 @@ std::vector<sdk::ComponentInfo> components() {
        "an option named like [scaler]'s selector",
        {sdk::OptionSpec::string("type", "mine", "shadowed by the host's selector")},
        &sdk::make_component<OtherScaler>},
-      {ComponentKind::scaler, "", "an empty name", {}, &sdk::make_component<OtherScaler>},
-      {ComponentKind::scaler, "test.dotted", "a dotted name", {}, &sdk::make_component<OtherScaler>},
-      {ComponentKind::scaler, "test spaced", "a name with a space", {},
+      // Never created (it is ignored at load), so a scaler's factory serves.
+      {ComponentKind::optimizer,
+       "test_declares_warmup_steps",
+       "an option named like one of [optimizer]'s schedule keys",
+       {sdk::OptionSpec::integer("warmup_steps", 0, "shadowed by the host's schedule key")},
        &sdk::make_component<OtherScaler>},
-      {static_cast<ComponentKind>(99), "test_kind_99", "a kind out of the enum", {},
+      {ComponentKind::scaler, "", "an empty name", {}, &sdk::make_component<OtherScaler>},
+      {ComponentKind::scaler,
+       "test.dotted",
+       "a dotted name",
+       {},
+       &sdk::make_component<OtherScaler>},
+      {ComponentKind::scaler,
+       "test spaced",
+       "a name with a space",
+       {},
+       &sdk::make_component<OtherScaler>},
+      {static_cast<ComponentKind>(99),
+       "test_kind_99",
+       "a kind out of the enum",
+       {},
        &sdk::make_component<OtherScaler>},
       {ComponentKind::scaler,
        "test_option_twice",

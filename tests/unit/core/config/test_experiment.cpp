@@ -521,6 +521,44 @@ TEST(sdk_Experiment, OnlyTheSelectedComponentsTableIsUsed) {
   EXPECT_TRUE(contains(err->full_message(), "exp.toml:27:")) << err->full_message();
 }
 
+// A config a run trained with a plugin scaler or optimizer wrote holds that component's table.
+// A command that never uses [scaler] or [optimizer] (eval, predict, sample, export) reads the
+// config without that plugin: the table is a warning there. Training still refuses it, as it
+// refuses a typo next to the selected component; other sections refuse it in both.
+TEST(sdk_Experiment, AnUnknownScalerOrOptimizerTableIsAWarningOnlyWhereTheyAreNotUsed) {
+  std::string text = kFull;
+  text += "\n[scaler.chaos]\nlevel = 3\n\n[optimizer.lion]\nbeta1 = 0.9\n";
+  const auto config = [&] { return Config::from_string(text, "exp.toml"); };
+  using mixtrain::core::ExperimentUse;
+  try {
+    mixtrain::core::parse_experiment(config(), registry(), ExperimentUse::training);
+    ADD_FAILURE() << "training read the unknown tables";
+  } catch (const mixtrain::core::ConfigErrors& all) {
+    EXPECT_TRUE(contains(all.what(), "no scaler named 'chaos'")) << all.what();
+    EXPECT_TRUE(contains(all.what(), "no optimizer named 'lion'")) << all.what();
+  }
+  const auto e = mixtrain::core::parse_experiment(config(), registry(), ExperimentUse::model_only);
+  EXPECT_EQ(e.scaler_type, "dynamic");
+  EXPECT_EQ(e.optimizer_type, "adamw");
+  int named = 0;
+  for (const auto& w : e.config_warnings) {
+    if (contains(w, "[scaler.chaos] (exp.toml:54:") &&
+        contains(w, "no scaler named 'chaos' is loaded, and this command does not use the scaler"))
+      ++named;
+    if (contains(w, "[optimizer.lion] (exp.toml:57:") && contains(w, "does not use the optimizer"))
+      ++named;
+  }
+  EXPECT_EQ(named, 2) << ::testing::PrintToString(e.config_warnings);
+  // A known component's table is still checked against its schema, and other sections are not
+  // relaxed.
+  text = std::string(kFull) + "\n[scaler.static]\nscael = 2.0\n";
+  EXPECT_THROW(mixtrain::core::parse_experiment(config(), registry(), ExperimentUse::model_only),
+               sdk::ConfigError);
+  text = std::string(kFull) + "\n[checkpoint.nativ]\nx = 1\n";
+  EXPECT_THROW(mixtrain::core::parse_experiment(config(), registry(), ExperimentUse::model_only),
+               sdk::ConfigError);
+}
+
 TEST(sdk_Experiment, ComponentTablesSwapWithNoEdit) {
   std::string text = kFull;
   // kFull's flat dynamic-scaler keys move into [scaler.dynamic]; eps into [optimizer.adamw].

@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "mixtrain/core/plugins/registry.h"
@@ -285,6 +287,31 @@ TEST_F(registry_AllCases, AComponentWithABrokenSchemaIsIgnoredNamingTheOption) {
   EXPECT_NE(registry.find(ComponentKind::scaler, "test_constant"), nullptr);
 }
 
+// An option named like a key its section keeps for mixtrain ([scaler] type, [optimizer]
+// warmup_steps) could never be set flat: the component is ignored at load, as for any other schema
+// fault, not only refused once a config selects it.
+TEST_F(registry_AllCases, AComponentDeclaringAHostKeyIsIgnoredNamingTheKey) {
+  const auto* rec = record_in(registry, "duplicate");
+  ASSERT_NE(rec, nullptr);
+  EXPECT_TRUE(rec->loaded) << rec->error;
+  EXPECT_NE(registry.find(ComponentKind::scaler, "test_dup_only"), nullptr);
+  for (const auto& [kind, name, says] :
+       std::vector<std::tuple<ComponentKind, std::string, std::string>>{
+           {ComponentKind::scaler, "test_declares_type",
+            "scaler 'test_declares_type' of libmixtrain_test_duplicate.so ignored: it declares "
+            "option 'type', which [scaler] keeps for mixtrain itself (keys of its own: type)"},
+           {ComponentKind::optimizer, "test_declares_warmup_steps",
+            "optimizer 'test_declares_warmup_steps' of libmixtrain_test_duplicate.so ignored: it "
+            "declares option 'warmup_steps', which [optimizer] keeps for mixtrain itself (keys of "
+            "its own: type, "}}) {
+    EXPECT_EQ(registry.find(kind, name), nullptr) << name;
+    bool warned = false;
+    for (const auto& w : rec->warnings)
+      warned = warned || (contains(w, says) && contains(w, "fix its option_schema()"));
+    EXPECT_TRUE(warned) << name << ": " << ::testing::PrintToString(rec->warnings);
+  }
+}
+
 // A name a config cannot write as `type = "NAME"` and `[scaler.NAME]` (a TOML bare key), or a kind
 // outside the enum, is ignored with a warning naming the library; the library's others load.
 TEST_F(registry_AllCases, ComponentsAConfigCannotNameAreIgnoredNamingTheLibrary) {
@@ -333,6 +360,31 @@ TEST(registry_Isolation, EachBadLibraryAloneStillLetsTheGoodOneLoad) {
     EXPECT_TRUE(r.libraries()[1].loaded) << bad << ": " << r.libraries()[1].error;
     EXPECT_NE(r.find(ComponentKind::scaler, "test_constant"), nullptr) << bad;
   }
+}
+
+// A static initializer that throws during dlopen cannot be caught (the process aborts): the last
+// line before the abort names the library, what it threw and the fix. In a child process.
+TEST(registry_ThrowingInitializerDeathTest, TheAbortNamesTheLibraryWhatItThrewAndTheFix) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const auto lib = case_dir("throwing_initializer") / "libmixtrain_test_throwing_initializer.so";
+  ASSERT_TRUE(fs::exists(lib));
+  EXPECT_DEATH(
+      {
+        PluginRegistry r;
+        r.scan({case_dir("good"), case_dir("throwing_initializer")});
+      },
+      "error: the plugin library " + lib.string() +
+          " threw while it was being loaded \\(its static initializers threw 'static init "
+          "boom'\\).*HINT: fix or remove the plugin, or drop its folder from "
+          "MIXTRAIN_PLUGIN_PATH");
+}
+
+// The handler is the loader's only while a library loads: afterwards terminate is as before.
+TEST(registry_ThrowingInitializer, TheTerminateHandlerIsRestoredAfterLoading) {
+  const auto before = std::get_terminate();
+  PluginRegistry r;
+  r.scan({case_dir("good")});
+  EXPECT_EQ(std::get_terminate(), before);
 }
 
 TEST_F(registry_AllCases, RequireUnknownNameListsAvailableAndSuggestsAndNamesFailures) {

@@ -1,7 +1,13 @@
 // Run comparison: reading run folders, the parity numbers, and the three renderings.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <csignal>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -375,6 +381,63 @@ TEST_F(Compare, WritesExactlyTheThreeFilesAndNothingElse) {
   EXPECT_THROW(core::write_comparison(c, root_ / "afile"), sdk::UserError);
   fs::create_directories(root_ / "clash" / "compare.svg");
   EXPECT_THROW(core::write_comparison(c, root_ / "clash"), sdk::UserError);
+}
+
+// An --out whose parent folder is missing is refused, as predict's and export's are: a typo in a
+// parent is not made into folders. The last folder alone is created.
+TEST_F(Compare, AnOutFolderInAMissingFolderIsRefused) {
+  auto c = compare_runs({baseline()});
+  try {
+    core::write_comparison(c, root_ / "missing" / "report");
+    ADD_FAILURE() << "no error";
+  } catch (const sdk::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find((root_ / "missing").string() + ", does not exist"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(e.hint().find("mkdir -p"), std::string::npos) << e.hint();
+  }
+  EXPECT_FALSE(fs::exists(root_ / "missing"));
+  EXPECT_EQ(core::write_comparison(c, root_ / "new").size(), 3u);
+  EXPECT_EQ(core::write_comparison(c, root_ / "new2/").size(), 3u);
+}
+
+// A write that fails after some of the three files are whole (past a file-size limit, as a full
+// disk fails it: the small JSON and markdown fit, the SVG does not) leaves the previous
+// comparison's three files as they were and nothing else: no new one beside old ones, no staging
+// or temporary file. In a child process, whose file-size limit is its own.
+TEST_F(Compare, AWriteFailingAtTheLastFileLeavesThePreviousThreeWhole) {
+  const auto old = compare_runs({baseline()});
+  const auto out = root_ / "report";
+  core::write_comparison(old, out);
+  std::map<std::string, std::string> before;
+  for (const char* f : core::kCompareOutputNames) before[f] = slurp(out / f);
+
+  const auto c = compare_runs({baseline(), fp16_run()});
+  const auto json_size = core::comparison_json(c).size(),
+             md_size = core::comparison_markdown(c).size();
+  const auto limit = std::max(json_size, md_size) + 1;
+  ASSERT_GT(core::comparison_svg(c).size(), limit) << "the SVG must be the one that does not fit";
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);  // a write past the limit fails with EFBIG instead
+    const rlimit fsize{limit, limit};
+    if (::setrlimit(RLIMIT_FSIZE, &fsize) != 0) ::_exit(4);
+    try {
+      core::write_comparison(c, out);
+    } catch (const std::exception&) {
+      ::_exit(3);
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 3) << "the write should have failed";
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(out)) names.insert(e.path().filename().string());
+  EXPECT_EQ(names, (std::set<std::string>{"compare.json", "compare.md", "compare.svg"}));
+  for (const auto& [name, text] : before) EXPECT_EQ(slurp(out / name), text) << name;
 }
 
 TEST_F(Compare, AutoIsLabelledWithThePolicyItResolvedTo) {

@@ -17,6 +17,9 @@
 //   unknown keys, types and ranges, not for missing required keys.
 // - A table named after no installed component is an error (with a "did you mean"), as an
 //   unknown key is: a value written as a table (beta1 = { ... }) is never silently dropped.
+//   Unless the section says `unknown_tables_are_warnings` (a command that does not use the
+//   section: ExperimentUse::model_only), where it is one line in ResolvedComponentSection::warnings
+//   and its contents are not read.
 //
 // Errors are sdk::ConfigError at the key's file:line:col (or the --set that wrote it).
 #pragma once
@@ -53,6 +56,8 @@ struct ComponentSection {
   // location, was_set and the resolved config work as for scalars, and the reader takes the
   // entries with Config::integer_array. A scalar there is a ConfigError asking for a list.
   std::vector<std::string> host_lists = {};
+  // A table named after no known component is a warning, not an error (see the layout above).
+  bool unknown_tables_are_warnings = false;
 };
 
 struct ResolvedComponentSection {
@@ -61,6 +66,8 @@ struct ResolvedComponentSection {
   // For each component option given in the config: the dotted key it was read from
   // ("data.npy.features" or "data.features"), so paths resolve against the right base.
   std::map<std::string, std::string> origin;
+  // With unknown_tables_are_warnings: one line per table named after no known component.
+  std::vector<std::string> warnings;
 };
 
 // The config section that selects components of `kind`: "precision" for policies, "checkpoint"

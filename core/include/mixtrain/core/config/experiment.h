@@ -286,7 +286,16 @@ struct Components {
 // is scanned, because the plugins' schemas are needed to validate the rest.
 std::vector<std::filesystem::path> config_plugin_paths(const Config& config);
 
-Experiment parse_experiment(const Config& config, const PluginRegistry& registry);
+// What the command that parses a config does with it. `model_only`: eval, predict, sample and
+// export run the model and never scale a loss or step the optimizer, so a table of [scaler] or
+// [optimizer] named after no loaded component (the run trained with a plugin this command does
+// not load, [scaler.chaos]) is a warning in config_warnings, not an error. The selected scaler
+// and optimizer must still exist, and every other section reads as for `training` (train,
+// check), which refuses such a table: there it is most likely a typo next to the selected one.
+enum class ExperimentUse { training, model_only };
+
+Experiment parse_experiment(const Config& config, const PluginRegistry& registry,
+                            ExperimentUse use = ExperimentUse::training);
 Components create_components(const Experiment& e, const PluginRegistry& registry);
 // For `train --resume RUN` with the run's own config.toml: a [distributed] table the run was
 // trained under gives way to one process when no MPI launcher started this one (a checkpoint

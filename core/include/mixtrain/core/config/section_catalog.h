@@ -54,6 +54,12 @@ std::vector<SectionKey> section_keys(const sdk::OptionSchema& schema,
 
 std::vector<ConfigSection> config_sections(const PluginRegistry& registry);
 
+// The keys the section of `kind` keeps for mixtrain beside its component's options: the selector
+// and the host's keys ([optimizer]'s schedule, [checkpoint]'s every, keep, ...). A flat key of
+// such a name always goes to the host, so a component option of one could never be set flat:
+// the registry ignores such a component at load, with a warning (plugins/registry.h).
+std::vector<std::string> host_owned_keys(sdk::ComponentKind kind);
+
 const ConfigSection& find_config_section(const std::vector<ConfigSection>& sections,
                                          const std::string& name);
 

@@ -8,9 +8,14 @@
 //   abi_version: facets are versioned apart, at plan time) or fingerprint mismatch, a throwing
 //   components() — is recorded with its reason and never prevents the others from loading. A
 //   component without a factory, or whose option schema its own rules refuse (an empty or twice
-//   declared name, a default outside its range or choices, NaN), is ignored with a warning. An
-//   entry that does not exist is recorded in missing_paths() (a typo in MIXTRAIN_PLUGIN_PATH or
-//   [plugins] paths would otherwise only show as a missing component).
+//   declared name, a name its config section keeps for mixtrain (host_owned_keys(),
+//   config/section_catalog.h), a default outside its range or choices, NaN), is ignored with a
+//   warning. An entry that does not exist is recorded in missing_paths() (a typo in
+//   MIXTRAIN_PLUGIN_PATH or [plugins] paths would otherwise only show as a missing component).
+//   One failure cannot be recorded: a library whose static initializers throw while dlopen runs
+//   them (the exception cannot cross the loader, and dlopen cannot be left half done), so the
+//   process aborts as std::terminate does, after one error line naming the library, what it threw
+//   and the fix.
 // - require() returns the component or throws sdk::PluginError listing what exists, a "did you
 //   mean", every library that failed to load and every search path entry that does not exist.
 // - create<T>() calls the factory; any exception is rethrown as sdk::PluginError carrying the

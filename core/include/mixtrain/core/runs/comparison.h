@@ -169,8 +169,12 @@ std::string comparison_svg(const RunComparison& c);
 
 inline constexpr const char* kCompareOutputNames[] = {"compare.json", "compare.md", "compare.svg"};
 
-// Writes compare.json, compare.md and compare.svg into out_dir (created if missing) and returns
-// their paths. A non-folder at out_dir, or a folder where one of the three files goes, is refused.
+// Writes compare.json, compare.md and compare.svg into out_dir (created if missing, but not its
+// parent: sdk::UserError, as `predict` and `export` refuse an --out in a missing folder) and
+// returns their paths. A non-folder at out_dir, or a folder where one of the three files goes,
+// is refused. All or nothing: the three are written whole under staging
+// names (.compare.json.staged, ...) and only then renamed into place, so a failure (a full disk)
+// leaves the previous three as they were and no staging file behind.
 std::vector<std::filesystem::path> write_comparison(const RunComparison& c,
                                                     const std::filesystem::path& out_dir);
 
