@@ -3,8 +3,8 @@
 
 Usage: docs_links_resolve.py ROOT [ROOT...]
 
-Each ROOT is a folder whose *.md files are checked, recursively (folders named build*, .git and
-third_party are passed over): a source tree, or an installed <docdir> (share/doc/mixtrain). A
+Each ROOT is a folder whose *.md files are checked, recursively (folders named build*, hidden
+ones such as .git or the GPU kit's .debs, and third_party are passed over): a source tree, or an installed <docdir> (share/doc/mixtrain). A
 link is a markdown target `](target)` that names no scheme (http:, mailto:) and is not an anchor
 alone; it must name a file or folder relative to the document (its #anchor aside). The install
 rewrites the links into the source tree's headers to the installed ones (cmake/MixtrainDocLinks.cmake),
@@ -18,7 +18,7 @@ import re
 import sys
 
 LINK = re.compile(r"\]\(([^()\s]+)\)")
-SKIP = re.compile(r"^(build.*|\.git|third_party|_deps)$")
+SKIP = re.compile(r"^(build.*|\..*|third_party|_deps)$")
 
 
 def broken_links(root):
