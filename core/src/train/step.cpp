@@ -393,10 +393,6 @@ bool scaler_backs_off(sdk::LossScaler& scaler, const sdk::ScalerDecision& decisi
   return backs_off;
 }
 
-// Names the first non-finite tensor by replaying the step; the policy hears of the skip
-// afterwards, so it discards the replays' amaxes too. Each rank replays its own rows without
-// communicating; the lowest rank that found something names it for all, so every rank logs and
-// escalates the same.
 // The scaler's scale for this step: a finite number above 0 (sdk/loss_scaler.h), or the step
 // would seed the backward with it and fail far from the cause.
 float checked_loss_scale(Trainer::State& s) {
@@ -422,6 +418,11 @@ void refuse_nonfinite_update(Trainer::State& s, sdk::ScalerDecision& decision) {
              "answers (said once). A scaler's update(found_inf = true) must skip the step");
 }
 
+// Names the first non-finite tensor by replaying the step; the policy hears of the skip
+// afterwards, so it discards the replays' amaxes too. Each rank replays its own rows without
+// communicating; the lowest rank that found something names it for all, so every rank logs and
+// escalates the same.
+// Weights that are not finite come first: then nonfinite_weights names the first such parameter.
 SkipBlame skip_update(Trainer::State& s, const sdk::ScalerDecision& decision,
                       std::string& nonfinite_weights) {
   ++s.position.skipped;

@@ -338,7 +338,7 @@ void open_run_folder(Trainer::State& s) {
 // How a run ends before run.steps, and why.
 struct RunEnd {
   bool interrupted = false;
-  std::string stopped_by;     // run.on_nonfinite = "stop": why
+  std::string stopped_by;     // run.on_nonfinite = "stop", or weights not finite: why
   std::string stopped_early;  // early stopping: why
   std::int64_t nonfinite_tail = 0;  // the last steps in a row whose loss was not finite
   // The weights are not finite (StepOutcome::nonfinite_weights): the run stops, writes no
