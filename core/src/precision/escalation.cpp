@@ -104,12 +104,18 @@ std::optional<Escalation::Event> Escalation::observe(std::int64_t step, bool ski
   if (!settings_.enabled) return std::nullopt;
   if (!skipped) {
     ++clean_steps_;
+    // The most recent promotion standing whose node is not pinned at its rung.
+    auto latest = promotion_order_.rbegin();
+    while (latest != promotion_order_.rend() &&
+           nodes_.at(*latest).stack.size() <= nodes_.at(*latest).pinned_size)
+      ++latest;
     if (settings_.deescalate_after > 0 && clean_steps_ >= settings_.deescalate_after &&
-        !promotion_order_.empty()) {
+        latest != promotion_order_.rend()) {
       clean_steps_ = 0;
-      const std::string name = promotion_order_.back();
-      promotion_order_.pop_back();
+      const std::string name = *latest;
+      promotion_order_.erase(std::next(latest).base());
       auto& n = nodes_.at(name);
+      n.demoted_from = std::max(n.demoted_from, n.stack.size());
       Event e{Event::Kind::demote, step, name, n.stack.back(), n.stack[n.stack.size() - 2], {}};
       n.stack.pop_back();
       n.blames.clear();
@@ -140,6 +146,10 @@ std::optional<Escalation::Event> Escalation::observe(std::int64_t step, bool ski
   n.stack.push_back(widen(current));
   promotion_order_.push_back(node);
   Event e{Event::Kind::promote, step, node, current, n.stack.back(), std::move(blames)};
+  if (n.stack.size() <= n.demoted_from) {
+    n.pinned_size = std::max(n.pinned_size, n.stack.size());
+    e.pinned = true;
+  }
   events_.push_back(e);
   return e;
 }
@@ -203,6 +213,7 @@ json escalation_event_json(const Escalation::Event& e) {
             {"from_plan", precision_json(e.from)},
             {"to_plan", precision_json(e.to)}};
   if (!e.blames.empty()) j["blamed_at"] = e.blames;
+  if (e.pinned) j["pinned"] = true;
   return j;
 }
 
@@ -213,7 +224,9 @@ json Escalation::to_json() const {
     for (const auto& p : n.stack) stack.push_back(precision_json(p));
     nodes[name] = {{"stack", stack},
                    {"blames", std::vector<std::int64_t>(n.blames.begin(), n.blames.end())},
-                   {"reported_stuck", n.reported_stuck}};
+                   {"reported_stuck", n.reported_stuck},
+                   {"demoted_from", n.demoted_from},
+                   {"pinned_size", n.pinned_size}};
   }
   json events = json::array();
   for (const auto& e : events_) events.push_back(escalation_event_json(e));
@@ -255,6 +268,10 @@ std::vector<Escalation::Event> events_from_json(const json& events, const std::s
       if (!b->is_array()) bad(file, at + ".blamed_at", "is not an array");
       for (const auto& s : *b) ev.blames.push_back(read_step(s, file, at + ".blamed_at"));
     }
+    if (auto p = e.find("pinned"); p != e.end()) {
+      if (!p->is_boolean()) bad(file, at + ".pinned", "is not a boolean");
+      ev.pinned = p->get<bool>();
+    }
     out.push_back(std::move(ev));
   }
   return out;
@@ -288,6 +305,16 @@ Escalation Escalation::from_json(const json& j, EscalationSettings settings,
     for (const auto& b : n["blames"]) s.blames.push_back(read_step(b, file, at + ".blames"));
     if (!std::is_sorted(s.blames.begin(), s.blames.end()))
       bad(file, at + ".blames", "is not in step order");
+    // Checkpoints written before pinning have neither (nothing pinned, nothing demoted).
+    for (const char* key : {"demoted_from", "pinned_size"})
+      if (n.contains(key)) {
+        const json& v = n[key];
+        if (!v.is_number_unsigned() || v.get<std::size_t>() > 64)
+          bad(file, at + "." + key, "is not a stack size (an integer from 0 to 64)");
+        (std::string(key) == "demoted_from" ? s.demoted_from : s.pinned_size) =
+            v.get<std::size_t>();
+      }
+    if (s.pinned_size > s.stack.size()) bad(file, at + ".pinned_size", "is above the node's stack");
     if (n.contains("reported_stuck")) {
       if (!n["reported_stuck"].is_boolean()) bad(file, at + ".reported_stuck", "is not a boolean");
       s.reported_stuck = n["reported_stuck"].get<bool>();

@@ -12,7 +12,11 @@
 //   blame within the window promotes the node (its stack gains widen(current)) and clears its
 //   blames. A blamed node that cannot widen is reported once (Event::stuck) and never promoted.
 //   With deescalate_after > 0, after that many applied steps in a row with no skip, the most
-//   recent promotion still standing is undone (demoted one rung) and the count restarts.
+//   recent promotion still standing is undone (demoted one rung) and the count restarts. A node
+//   promoted again to a rung it was demoted from is pinned there (Event::pinned): its overflow
+//   was no transient, so de-escalation passes over its rungs up to that one for the rest of the
+//   run, where each demote-and-fail cycle would cost `after` skipped steps and as many halvings
+//   of a dynamic loss scale.
 //   At most one event per step; without `enabled` nothing fires but the promotions restored from
 //   a checkpoint stand.
 // - start_from(node, plan): the node's plan before any promotion (the config's), needed once per
@@ -55,6 +59,7 @@ class Escalation {
     std::string node;
     sdk::OpPrecision from, to;
     std::vector<std::int64_t> blames;  // the steps that promoted it (promote only)
+    bool pinned = false;  // a promotion back to a rung it was demoted from: never undone again
   };
 
   explicit Escalation(EscalationSettings settings = {}) : settings_(settings) {}
@@ -92,6 +97,9 @@ class Escalation {
     std::vector<sdk::OpPrecision> stack;  // [config's plan, after 1st promotion, ...]
     std::deque<std::int64_t> blames;
     bool reported_stuck = false;
+    // The highest stack size a demotion took it down from (0: never demoted), and the stack size
+    // up to which its promotions are pinned (0: none).
+    std::size_t demoted_from = 0, pinned_size = 0;
   };
   EscalationSettings settings_;
   std::map<std::string, NodeState> nodes_;

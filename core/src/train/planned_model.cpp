@@ -225,7 +225,10 @@ std::optional<Escalation::Event> escalate_after_step(Trainer::State& s, std::int
                 "' held the first non-finite value of " + std::to_string(event->blames.size()) +
                 " skipped steps within " + std::to_string(settings.window) + " (steps " + steps +
                 "); promoted " + precision_text(event->from) + " -> " + precision_text(event->to) +
-                " from step " + std::to_string(step + 1);
+                " from step " + std::to_string(step + 1) +
+                (event->pinned ? "; it overflowed again after a de-escalation, so it stays "
+                                 "promoted for the rest of the run (de-escalation passes over it)"
+                               : "");
       break;
     case Escalation::Event::Kind::demote:
       message = "precision de-escalation at step " + std::to_string(step) + ": " +

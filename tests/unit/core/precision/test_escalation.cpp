@@ -150,6 +150,48 @@ TEST(Escalation, PromotesRungByRungThenDemotesTheLatestAfterACleanStretch) {
   EXPECT_EQ(esc.promotions_standing(), 1);
 }
 
+// A node that overflows again after its de-escalation was no transient: promoted back, it stays
+// (de-escalation passes over it to the promotion before), where each demote-and-fail cycle would
+// cost `after` skipped steps and as many halvings of a dynamic loss scale. The state round-trips
+// through a checkpoint, and one written before pinning (no such fields) still loads.
+TEST(Escalation, ANodePromotedAgainAfterItsDemotionStaysPromoted) {
+  Escalation esc(on(1, 10, 2));
+  esc.start_from("fc1", kFp16);
+  esc.start_from("fc2", kFp16);
+  ASSERT_TRUE(esc.observe(1, true, "fc2"));  // fc2 fp16 -> fp32
+  ASSERT_TRUE(esc.observe(2, true, "fc1"));  // fc1 fp16 -> fp32
+  EXPECT_FALSE(esc.observe(3, false, ""));
+  auto d = esc.observe(4, false, "");
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->node, "fc1");
+  const auto again = esc.observe(5, true, "fc1");  // it overflows in fp16 again
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->kind, Escalation::Event::Kind::promote);
+  EXPECT_TRUE(again->pinned);
+  EXPECT_EQ(escalation_event_json(*again).value("pinned", false), true);
+  const auto saved = esc.to_json();
+  Escalation back = Escalation::from_json(saved, on(1, 10, 2), "ck.mxt");
+  EXPECT_EQ(back.to_json(), saved);
+  for (Escalation* e : {&esc, &back}) {
+    EXPECT_FALSE(e->observe(6, false, ""));
+    d = e->observe(7, false, "");
+    ASSERT_TRUE(d);
+    EXPECT_EQ(d->node, "fc2") << "the pinned fc1 was demoted again";
+    for (std::int64_t step = 8; step < 40; ++step) EXPECT_FALSE(e->observe(step, false, ""));
+    EXPECT_EQ(e->promotions_standing(), 1);
+    ASSERT_EQ(e->overrides().size(), 1u);
+    EXPECT_EQ(e->overrides()[0].pattern, "fc1");
+  }
+  // A node promoted for the first time is not pinned.
+  EXPECT_FALSE(esc.events().front().pinned);
+  auto old = saved;
+  for (auto& [name, node] : old["nodes"].items()) {
+    node.erase("demoted_from");
+    node.erase("pinned_size");
+  }
+  EXPECT_NO_THROW(Escalation::from_json(old, on(1, 10, 2), "old.mxt"));
+}
+
 TEST(Escalation, TheCheckpointFormRoundTripsAndCountsOn) {
   Escalation esc(on(3, 50));
   esc.start_from("fc1", kFp16);
@@ -197,6 +239,12 @@ TEST(Escalation, MalformedCheckpointStateIsRefusedByName) {
   j = good;
   j["promotion_order"] = {"fc1", "fc1"};
   expect_bad(j, "promotion_order");
+  j = good;
+  j["nodes"]["fc1"]["pinned_size"] = 3;  // above its stack of 2
+  expect_bad(j, "nodes.fc1.pinned_size");
+  j = good;
+  j["nodes"]["fc1"]["demoted_from"] = -1;
+  expect_bad(j, "nodes.fc1.demoted_from");
   j = good;
   j["promotion_order"] = nlohmann::json::array();
   expect_bad(j, "nodes.fc1.stack");
