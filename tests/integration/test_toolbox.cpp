@@ -470,6 +470,19 @@ TEST_F(Toolbox, EarlyStoppingCountsOnAcrossAResume) {
   EXPECT_TRUE(has(again["early_stopping"]["reason"].get<std::string>(), "in 3 evaluations"))
       << again["early_stopping"].dump();
 
+  // A run that ends off the evaluation grid (step 7) evaluates there, but that evaluation counts
+  // for neither patience nor the best: resumed, it stops at 15 as the uninterrupted run does (one
+  // more bad evaluation would stop it at 10).
+  const auto off_grid = dir_ / "off-grid";
+  r = run("train " + quickstart() + never_improving(7) + " --run-dir " + off_grid.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(summary(off_grid)["eval_step"], 7);
+  EXPECT_EQ(summary(off_grid)["early_stopping"]["evaluations_without_improvement"], 0);
+  r = run("train " + quickstart() + never_improving(200) + " --resume " + off_grid.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(summary(off_grid)["steps"], 15);
+  EXPECT_EQ(summary(off_grid)["early_stopping"]["best_step"], 5);
+
   // A checkpoint without the state (an older one, or a run without early stopping) resumes and
   // starts counting afresh: best at 15, then 20 and 25 bad.
   const auto plain = dir_ / "plain";

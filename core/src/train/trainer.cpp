@@ -481,6 +481,10 @@ void evaluate_and_log(Trainer& trainer, Trainer::State& s, TrainSummary& sum, Ru
     std::snprintf(line + n, sizeof line - static_cast<std::size_t>(n), " top-%lld %.4f",
                   static_cast<long long>(sum.eval.top_k), sum.eval.top_k_accuracy);
   s.log.info(line);
+  // Only the evaluations every run.eval_every steps count: the one at the end of a run that stops
+  // off that grid (run.steps not a multiple) would be one more for patience and the best than a
+  // run continued past it has, and a resume would then decide otherwise than the uninterrupted run.
+  if (e.run.eval_every <= 0 || s.position.step % e.run.eval_every != 0) return;
   if (s.metrics.early_stopping) {
     auto& w = *s.metrics.early_stopping;
     w.observe(eval_metric_value(sum.eval, w.state.metric), s.position.step);
