@@ -7,6 +7,8 @@
 //   under test; each becomes one instantiation of every test of its suite ("scaler/<name>",
 //   "optimizer/<name>"). A factory that throws makes that component's tests skip, visibly, with
 //   its message.
+// - A program may register only scalers and optimizers, no backend: it passes (exit 0) when they
+//   do.
 // - The optimizer suite runs on set_reference()'s backend (backend_conformance.h), the CPU
 //   backend in practice: an optimizer author calls set_reference() too.
 // - Scalers (ScalerConformance): update(true) never applies a step; the scale is a finite number
