@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <tuple>
 #include <utility>
 
@@ -188,7 +189,13 @@ Dataset load_table(const DataSettings& settings) {
 void check_named_files_exist(const DataSettings& settings) {
   for (const auto& f : settings.named_files) {
     std::error_code ec;
-    if (!std::filesystem::exists(f.path, ec))
+    const bool exists = std::filesystem::exists(f.path, ec);
+    if (ec == std::errc::too_many_symbolic_link_levels)
+      throw sdk::ConfigError(
+          f.where, f.key,
+          "names " + sdk::option_value_to_string(f.path.string()) + ", a loop of symbolic links",
+          "point it at the file itself");
+    if (!exists)
       throw sdk::ConfigError(f.where, f.key,
                              "names " + sdk::option_value_to_string(f.path.string()) +
                                  ", which does not exist",
