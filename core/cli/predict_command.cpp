@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <system_error>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -66,10 +67,20 @@ class PredictProgress {
 int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
   const fs::path out = args.out, input = args.input;
   for (const auto& [option, path] :
-       {std::pair<std::string, std::string>{"--input", args.input}, {"--labels", args.labels}})
-    if (!path.empty() && !fs::is_regular_file(path))
-      throw sdk::DataError(option + " " + path + " is not a file",
-                           "check the path; predict reads one file of inputs (and one of labels)");
+       {std::pair<std::string, std::string>{"--input", args.input}, {"--labels", args.labels}}) {
+    if (path.empty()) continue;
+    // fs::is_regular_file(path) throws a bare filesystem_error on a loop of symbolic links: asked
+    // with an error code, the loop is said as what it is.
+    std::error_code ec;
+    const auto status = fs::status(path, ec);
+    if (ec == std::errc::too_many_symbolic_link_levels)
+      throw sdk::DataError(option + " " + path + " is a loop of symbolic links",
+                           "point it at the file itself");
+    if (!fs::is_regular_file(status))
+      throw sdk::DataError(
+          option + " " + path + (fs::exists(status) ? " is not a file" : " does not exist"),
+          "check the path; predict reads one file of inputs (and one of labels)");
+  }
   CommandInputs inputs = config_inputs(cfg);
   inputs.insert(inputs.end(),
                 {{"--input", input}, {"--labels", args.labels}, {"--checkpoint", args.checkpoint}});

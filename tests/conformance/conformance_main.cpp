@@ -120,6 +120,12 @@ int main(int argc, char** argv) {
     const auto sgd = conformance::optimizer_from_plugin(plugins, "sgd");
     conformance::add_optimizer("faulty_stale_working_copies",
                                [sgd] { return std::make_shared<StaleWorkingCopies>(sgd()); });
+    // Factories that throw, as a typo makes them: their tests must fail, never skip.
+    conformance::add_scaler("faulty_unknown_name",
+                            conformance::scaler_from_plugin(plugins, "no_such_scaler"));
+    conformance::add_optimizer(
+        "faulty_unknown_option",
+        conformance::optimizer_from_plugin(plugins, "sgd", {{"no_such_option", 1.0}}));
   }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();

@@ -408,6 +408,24 @@ TEST_F(CliImages, NormalizeErrorsPointAtTheConfigLine) {
   EXPECT_NE(r.err.find("needs image data"), std::string::npos) << r.err;
 }
 
+// A crop padding of half the image's side or more leaves most crops mostly black: said once, at
+// startup, naming the key and the image size; below it, nothing is said.
+TEST_F(CliImages, ACropPaddingOfHalfTheImageSideIsWarnedOf) {
+  const auto cfg =
+      write_file("images.toml", std::string(kImages) + "[data.augment]\ncrop_padding = 4\n");
+  auto r = run("check " + cfg.string() + " --skip-rehearsal");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const std::string warning = "data.augment.crop_padding = 4 ([data.augment] at ";
+  EXPECT_NE(r.err.find(warning), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("images.toml:14:1) on 8x8 images: a crop keeps as little as 4x4"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find(warning), r.err.rfind(warning)) << "said twice: " << r.err;
+  r = run("check " + cfg.string() + " --skip-rehearsal --set data.augment.crop_padding=3");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("crop_padding"), std::string::npos) << r.err;
+}
+
 // The augmented batch of a step is a function of (seed, batch number, rows) only, so a run resumed
 // from a checkpoint sees the batches of the uninterrupted run and its losses are bit-identical.
 TEST_F(CliImages, AnAugmentedRunResumesBitForBit) {

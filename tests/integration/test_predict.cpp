@@ -495,7 +495,17 @@ TEST_F(Predict, BadInputExits2NamingTheFixAndNeverOverwritesWithoutForce) {
   // A missing input file, named as the option that gave it.
   r = run(base + "--input nothere.npy --out p.npy", dir_);
   EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find("--input nothere.npy is not a file"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--input nothere.npy does not exist"), std::string::npos) << r.err;
+  // A loop of symbolic links, said as such by predict and by the config's data keys alike.
+  fs::create_symlink("loop2.npy", dir_ / "loop1.npy");
+  fs::create_symlink("loop1.npy", dir_ / "loop2.npy");
+  r = run(base + "--input loop1.npy --out p.npy", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--input loop1.npy is a loop of symbolic links"), std::string::npos)
+      << r.err;
+  r = run("check " + cfg + " --set data.npy.features=loop1.npy", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("loop1.npy\", a loop of symbolic links"), std::string::npos) << r.err;
   // An output in a missing folder, before anything is loaded.
   r = run(base + "--input x.npy --out missing/p.npy", dir_);
   EXPECT_EQ(r.exit_code, 2) << r.err;

@@ -394,6 +394,9 @@ TEST_F(Toolbox, TopKOfOneOrAboveTheClassesExits2AtTheKey) {
   r = run("check " + quickstart() + " --set eval.top_k=11");
   expect_config_error(r, "--set eval.top_k=11", "eval.top_k");
   EXPECT_TRUE(has(r.err, "the model has only 10 classes")) << r.err;
+  // The hint names the bound, never a "usual" value the model may refuse too.
+  EXPECT_TRUE(has(r.err, "a top_k of at most the number of classes, 10, or 0")) << r.err;
+  EXPECT_FALSE(has(r.err, "usual")) << r.err;
   r = run("check " + quickstart() + " --set eval.top_k=-2");
   expect_config_error(r, "--set eval.top_k=-2", "eval.top_k");
 }

@@ -242,9 +242,19 @@ struct PluginSections {
     for (auto& sub : host_tables_given_as_arrays(config, spec.table, spec.host_tables))
       read_elsewhere.push_back(std::move(sub));
     name_out = section_selector(config, spec.table, spec.selector, spec.fallback, read_elsewhere);
-    registry.require(spec.kind, name_out,
-                     config.location(spec.table + "." + spec.selector).to_string() + ": " +
-                         spec.table + "." + spec.selector);
+    try {
+      registry.require(spec.kind, name_out,
+                       config.location(spec.table + "." + spec.selector).to_string() + ": " +
+                           spec.table + "." + spec.selector);
+    } catch (const sdk::PluginError& e) {
+      if (!spec.training_only || use != ExperimentUse::model_only) throw;
+      // The run trained with a plugin this command does not load. The command never uses the
+      // section, so a built-in choice does as well, and is simpler than finding the plugin.
+      throw sdk::PluginError(
+          e.what(), "this command does not use [" + spec.table + "]: `--set " + spec.table + "." +
+                        spec.selector + "=" + spec.fallback +
+                        "` (built in) works here. To load the plugin instead: " + e.hint());
+    }
     ComponentSection section{spec.table,
                              spec.selector,
                              spec.noun,

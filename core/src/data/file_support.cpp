@@ -35,6 +35,8 @@ std::string quoted(std::string_view s) {
 FileReader::FileReader(const fs::path& path) : path_(path) {
   std::error_code ec;
   const auto status = fs::status(path, ec);
+  if (ec == std::errc::too_many_symbolic_link_levels)
+    fail(path, "is a loop of symbolic links", "point the path at the file itself");
   if (!fs::exists(status))
     fail(path, "no such file", "check the path in the [data] section of the config");
   if (fs::is_directory(status))

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <tuple>
 #include <utility>
 
@@ -188,7 +189,13 @@ Dataset load_table(const DataSettings& settings) {
 void check_named_files_exist(const DataSettings& settings) {
   for (const auto& f : settings.named_files) {
     std::error_code ec;
-    if (!std::filesystem::exists(f.path, ec))
+    const bool exists = std::filesystem::exists(f.path, ec);
+    if (ec == std::errc::too_many_symbolic_link_levels)
+      throw sdk::ConfigError(
+          f.where, f.key,
+          "names " + sdk::option_value_to_string(f.path.string()) + ", a loop of symbolic links",
+          "point it at the file itself");
+    if (!exists)
       throw sdk::ConfigError(f.where, f.key,
                              "names " + sdk::option_value_to_string(f.path.string()) +
                                  ", which does not exist",
@@ -196,6 +203,25 @@ void check_named_files_exist(const DataSettings& settings) {
                              "file that sets it, or from the current folder when given with "
                              "--set)");
   }
+}
+
+// The crop window shifts up to p pixels each way, so a crop keeps as little as (side - p) of each
+// side: from p = side / 2 on, a crop may be three quarters black and is nearly half black on
+// average (torchvision's CIFAR pipeline pads 4 of 32). Said, not refused: it may be meant.
+void warn_of_a_wide_crop(const DataSettings& settings, const Dataset& train) {
+  const std::int64_t p = settings.augment.spec.crop_padding;
+  if (p <= 0 || !train.is_image()) return;
+  const std::int64_t h = train.sample_shape[1], w = train.sample_shape[2];
+  if (2 * p < std::min(h, w)) return;
+  const auto kept = [p](std::int64_t side) {
+    return std::to_string(std::max<std::int64_t>(side - p, 0));
+  };
+  core_logger("data").warn(
+      "data.augment.crop_padding = " + std::to_string(p) + " ([data.augment] at " +
+      settings.augment.where.to_string() + ") on " + std::to_string(h) + "x" + std::to_string(w) +
+      " images: a crop keeps as little as " + kept(h) + "x" + kept(w) +
+      " of the image's pixels, the rest black padding; a padding under half the side keeps most "
+      "of each image (torchvision's CIFAR pipeline pads 4 of 32)");
 }
 
 }  // namespace
@@ -238,7 +264,10 @@ void check_data_settings_fit(const DataSettings& settings, const Dataset& train)
         "[N, H, W] or [N, C, H, W], synthetic kind = \"images\"");
 }
 
-LoadedData load_data(const DataSettings& settings, std::uint64_t seed) {
+namespace {
+
+// load_data(); `training`: the batches will be augmented, so an augmentation is worth a warning.
+LoadedData load_splits(const DataSettings& settings, std::uint64_t seed, bool training) {
   check_named_files_exist(settings);
   LoadedData out;
   if (is_token_source(settings.source)) {
@@ -251,6 +280,7 @@ LoadedData load_data(const DataSettings& settings, std::uint64_t seed) {
     std::tie(out.train, out.eval) = split_holdout(std::move(all), settings.eval_fraction, seed);
   }
   check_data_settings_fit(settings, out.train);
+  if (training) warn_of_a_wide_crop(settings, out.train);
   if (settings.normalize.enabled())
     out.normalization = normalize_splits(settings, out.train, out.eval);
   if (out.train.is_image()) {
@@ -264,9 +294,15 @@ LoadedData load_data(const DataSettings& settings, std::uint64_t seed) {
   return out;
 }
 
+}  // namespace
+
+LoadedData load_data(const DataSettings& settings, std::uint64_t seed) {
+  return load_splits(settings, seed, /*training=*/true);
+}
+
 LoadedData load_held_out_data(const DataSettings& settings, std::uint64_t seed) {
   if (!is_token_source(settings.source) || settings.eval_token_paths.empty())
-    return load_data(settings, seed);
+    return load_splits(settings, seed, /*training=*/false);
   // The held-out key's files alone (data.tokens.eval, data.text.eval), named at that key.
   DataSettings held_out = settings;
   std::erase_if(held_out.named_files,

@@ -142,13 +142,15 @@ PredictionInput load_table(const PredictionInputSpec& spec, const Dataset& train
   // (a uint8 input held as floats peaked at six times its size), decoded batch by batch through
   // the same table, so the predictions are the same bits.
   const bool bytes = trained.is_bytes();
+  // The loaders infer the classes from the labels (0): their own check would say to raise the
+  // config's classes, but the model's are the checkpoint's, checked below.
   switch (kind) {
     case TableFile::npy:
-      data = labelled ? load_npy(file, spec.labels, trained.classes, /*channels_last=*/false, bytes)
+      data = labelled ? load_npy(file, spec.labels, /*classes=*/0, /*channels_last=*/false, bytes)
                       : load_npy_features(file, bytes);
       break;
     case TableFile::idx:
-      data = labelled ? load_idx(file, spec.labels, trained.classes, bytes)
+      data = labelled ? load_idx(file, spec.labels, /*classes=*/0, bytes)
                       : load_idx_images(file, bytes);
       break;
     case TableFile::cifar10:
@@ -159,12 +161,18 @@ PredictionInput load_table(const PredictionInputSpec& spec, const Dataset& train
                                  spec.labels.string() + " was given too",
                              "leave out --labels");
       data = load_cifar10(std::span<const fs::path>(&file, 1), bytes);
-      // The .npy and IDX loaders check labels against trained.classes; CIFAR-10 has its 10.
-      if (data.classes > trained.classes)
-        throw sdk::DataError(file.string() + ": labels of " + std::to_string(data.classes) +
-                                 " classes, but the model has " + std::to_string(trained.classes),
-                             "give labels of the classes the model was trained on");
       break;
+  }
+  const auto max_label = std::max_element(data.y.begin(), data.y.end());
+  if (max_label != data.y.end() && *max_label >= trained.classes) {
+    const fs::path& labels = kind == TableFile::cifar10 ? file : spec.labels;
+    throw sdk::DataError(labels.string() + ": label " + std::to_string(*max_label) + " (row " +
+                             std::to_string(max_label - data.y.begin()) +
+                             ") does not fit the checkpoint's " + std::to_string(trained.classes) +
+                             " classes",
+                         "the model predicts the classes it was trained on: give labels 0 to " +
+                             std::to_string(trained.classes - 1) +
+                             (kind == TableFile::cifar10 ? "" : " (or leave out --labels)"));
   }
   out.labelled_rows = data.y.empty() ? 0 : data.rows;
   if (data.y.empty()) data.y.assign(static_cast<std::size_t>(data.rows), 0);

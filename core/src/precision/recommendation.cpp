@@ -456,7 +456,7 @@ Recommendation recommend(const Calibration& c) {
       r.scaler.needed = false;
       r.scaler.reason =
           "no loss scale needed: the ops whose fp16 gradients flush at scale 1 "
-          "are raised out of fp16 below, and a scale keeps no op at a lower rung";
+          "are recommended out of fp16, and a scale keeps no op at a lower rung";
       r.scaler.scale_log2 = 0;
     }
   }

@@ -223,9 +223,12 @@ std::string diagnostics_text(const RunComparison& c) {
                     100.0 * d.max_underflow_share);
       out += buf;
     }
-    // The worst few tensors are what a reader acts on.
+    // The worst few tensors are what a reader acts on. One that would read "0.0%" tells nothing
+    // to act on and crowds out the others: left out, and said once when none is left.
+    constexpr double kShown = 0.0005;  // 0.05%: a smaller share prints as 0.0%
     std::vector<std::pair<double, std::string>> worst;
-    for (const auto& [t, v] : run.max_gradient_underflow) worst.emplace_back(v, t);
+    for (const auto& [t, v] : run.max_gradient_underflow)
+      if (v >= kShown) worst.emplace_back(v, t);
     std::sort(worst.rbegin(), worst.rend());
     for (std::size_t i = 0; i < worst.size() && i < 5; ++i) {
       std::snprintf(buf, sizeof buf,
@@ -233,6 +236,10 @@ std::string diagnostics_text(const RunComparison& c) {
                     worst[i].second.c_str(), 100.0 * worst[i].first);
       out += buf;
     }
+    if (worst.empty() && !run.max_gradient_underflow.empty())
+      out +=
+          "  gradient underflow: every gradient measured flushed under 0.05% of its non-zero "
+          "values\n";
   }
   return out;
 }

@@ -73,11 +73,12 @@ void build_model(Trainer::State& s) {
   input.sample_shape = s.train.sample_shape;
   s.model = std::make_unique<Model>(s.c.backend, e.model, s.train.features, s.train.classes, input);
   if (e.eval.top_k > s.model->classes())
-    throw sdk::ConfigError(
-        e.eval.top_k_where, "eval.top_k",
-        "is " + std::to_string(e.eval.top_k) + " but the model has only " +
-            std::to_string(s.model->classes()) + " classes",
-        "choose a top_k up to the number of classes (5 is usual), or 0 for none");
+    throw sdk::ConfigError(e.eval.top_k_where, "eval.top_k",
+                           "is " + std::to_string(e.eval.top_k) + " but the model has only " +
+                               std::to_string(s.model->classes()) + " classes",
+                           // No usual value here: it may be the refused one (5 of a 4-class model).
+                           "choose a top_k of at most the number of classes, " +
+                               std::to_string(s.model->classes()) + ", or 0 for none");
   auto caps = backend.capabilities();
   std::vector<PrecisionOverride> overrides = e.overrides;
   for (auto& o : s.precision.escalation.overrides()) overrides.push_back(std::move(o));

@@ -559,6 +559,37 @@ TEST(sdk_Experiment, AnUnknownScalerOrOptimizerTableIsAWarningOnlyWhereTheyAreNo
                sdk::ConfigError);
 }
 
+// The selected scaler or optimizer of a plugin such a command does not load is still an error,
+// but its hint offers the built-in one first: the command never uses the section.
+TEST(sdk_Experiment, AMissingScalerOrOptimizerPluginSuggestsTheBuiltInOneWhereNotUsed) {
+  using mixtrain::core::ExperimentUse;
+  const auto hint_of = [](const std::string& from, const std::string& to, ExperimentUse use) {
+    std::string text = kFull;
+    text.replace(text.find(from), from.size(), to);
+    try {
+      mixtrain::core::parse_experiment(Config::from_string(text, "exp.toml"), registry(), use);
+    } catch (const sdk::PluginError& e) {
+      return std::string(e.what()) + "\n" + e.hint();
+    }
+    return std::string("no PluginError");
+  };
+  const std::string scaler =
+      hint_of("type = \"dynamic\"", "type = \"chaos\"", ExperimentUse::model_only);
+  EXPECT_TRUE(contains(scaler, "no scaler named 'chaos'")) << scaler;
+  EXPECT_TRUE(contains(scaler, "this command does not use [scaler]: `--set scaler.type=none`"))
+      << scaler;
+  EXPECT_TRUE(contains(scaler, "mixtrain plugins")) << scaler;  // loading the plugin still works
+  const std::string optimizer =
+      hint_of("type = \"adamw\"", "type = \"lion\"", ExperimentUse::model_only);
+  EXPECT_TRUE(contains(optimizer, "no optimizer named 'lion'")) << optimizer;
+  EXPECT_TRUE(contains(optimizer, "`--set optimizer.type=adamw`")) << optimizer;
+  // Training uses the scaler: no such way out there.
+  const std::string training =
+      hint_of("type = \"dynamic\"", "type = \"chaos\"", ExperimentUse::training);
+  EXPECT_TRUE(contains(training, "no scaler named 'chaos'")) << training;
+  EXPECT_FALSE(contains(training, "does not use")) << training;
+}
+
 TEST(sdk_Experiment, ComponentTablesSwapWithNoEdit) {
   std::string text = kFull;
   // kFull's flat dynamic-scaler keys move into [scaler.dynamic]; eps into [optimizer.adamw].

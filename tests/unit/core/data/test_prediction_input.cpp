@@ -162,9 +162,16 @@ TEST(PredictionInput, LabelsAreCheckedAgainstTheModelsClasses) {
   EXPECT_EQ(in.labelled_rows, 2);
   EXPECT_EQ(in.data.y, (std::vector<std::int32_t>{3, 1}));
   EXPECT_EQ(in.data.classes, 4);
-  write_file(dir / "y.npy", npy_bytes(npy_dict("<i8", {2}), le_array<std::int64_t>({4, 1})));
+  // A label past them: the model's classes are the checkpoint's, which no config raises.
+  write_file(dir / "y.npy", npy_bytes(npy_dict("<i8", {2}), le_array<std::int64_t>({1, 4})));
   expect_data_error([&] { load(dir / "x.npy", trained, ImageLayout::automatic, dir / "y.npy"); },
-                    "y.npy", {"4"});
+                    "y.npy",
+                    {"label 4 (row 1) does not fit the checkpoint's 4 classes", "labels 0 to 3"});
+  try {
+    load(dir / "x.npy", trained, ImageLayout::automatic, dir / "y.npy");
+  } catch (const sdk::DataError& e) {
+    EXPECT_EQ(e.full_message().find("config"), std::string::npos) << e.full_message();
+  }
   // Features of another width: both counts named.
   write_file(dir / "x.npy", npy_bytes(npy_dict("<f4", {2, 5}), le_array(counting(10))));
   expect_data_error([&] { load(dir / "x.npy", trained); }, "x.npy", {"5 features", "3"});

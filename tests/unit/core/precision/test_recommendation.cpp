@@ -327,6 +327,12 @@ TEST(CalibrationRecommendation, AScaleThatKeepsNoOpNarrowerIsNotRecommended) {
   EXPECT_FALSE(r.scaler.needed) << r.scaler.reason;
   EXPECT_NE(r.scaler.reason.find("no loss scale needed"), std::string::npos) << r.scaler.reason;
   EXPECT_EQ(recommendation_toml(r, {}).find("[scaler]"), std::string::npos);
+  // The reason follows the recommendation in calibrate's table and precedes the overrides in the
+  // file: it points at neither place.
+  EXPECT_NE(r.scaler.reason.find("are recommended out of fp16"), std::string::npos)
+      << r.scaler.reason;
+  EXPECT_EQ(r.scaler.reason.find("below"), std::string::npos) << r.scaler.reason;
+  EXPECT_EQ(r.scaler.reason.find("above"), std::string::npos) << r.scaler.reason;
 }
 
 TEST(CalibrationRecommendation, SharesPrintWithoutRoundingToZeroOrHundred) {

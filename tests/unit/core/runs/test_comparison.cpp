@@ -186,6 +186,24 @@ TEST_F(Compare, DiagnosticsOfSkippedStepsAreLeftOut) {
   EXPECT_TRUE(run.steps[1].skipped);
 }
 
+// A gradient underflow share that would print as 0.0% is left out of the diagnostics: it tells
+// nothing and crowds out the ones that do. A run whose every share is that small says so once.
+TEST_F(Compare, UnderflowSharesThatRoundToZeroAreLeftOutOfTheDiagnostics) {
+  core::RunComparison c;
+  auto& run = c.runs.emplace_back();
+  run.name = "r";
+  run.max_gradient_underflow = {{"fc1 input gradient", 0.0004}, {"fc2 input gradient", 0.012}};
+  std::string text = core::diagnostics_text(c);
+  EXPECT_NE(text.find("fc2 input gradient"), std::string::npos) << text;
+  EXPECT_NE(text.find("up to 1.2%"), std::string::npos) << text;
+  EXPECT_EQ(text.find("fc1 input gradient"), std::string::npos) << text;
+  EXPECT_EQ(text.find("0.0%"), std::string::npos) << text;
+  run.max_gradient_underflow = {{"fc1 input gradient", 0.0004}, {"fc2 input gradient", 0.0}};
+  text = core::diagnostics_text(c);
+  EXPECT_EQ(text.find("input gradient"), std::string::npos) << text;
+  EXPECT_NE(text.find("every gradient measured flushed under 0.05%"), std::string::npos) << text;
+}
+
 // null is metrics.jsonl's spelling of a non-finite number: in an FP8 or underflow record (a
 // third-party policy's statistics) it is passed over as a NaN loss is, not an internal error; a
 // field of another type is damage named at its line.

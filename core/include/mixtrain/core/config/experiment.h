@@ -290,8 +290,8 @@ std::vector<std::filesystem::path> config_plugin_paths(const Config& config);
 // export run the model and never scale a loss or step the optimizer, so a table of [scaler] or
 // [optimizer] named after no loaded component (the run trained with a plugin this command does
 // not load, [scaler.chaos]) is a warning in config_warnings, not an error. The selected scaler
-// and optimizer must still exist, and every other section reads as for `training` (train,
-// check), which refuses such a table: there it is most likely a typo next to the selected one.
+// and optimizer must exist (the hint offers the built-in default, as good here), and every other
+// section reads as for `training` (train, check), which refuses such a table (likely a typo).
 enum class ExperimentUse { training, model_only };
 
 Experiment parse_experiment(const Config& config, const PluginRegistry& registry,

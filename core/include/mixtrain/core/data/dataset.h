@@ -343,7 +343,7 @@ void gather_tokens(const Dataset& data, std::span<const std::int64_t> rows, std:
 // [data.normalize]: given mean / std, or computed by channel_statistics() on the training split
 // only, applied to train and eval alike. A normalisation whose count differs from the images'
 // channels, or any [data.normalize] / [data.augment] on data that are not images, is an
-// sdk::ConfigError at the key's config location. Tokens
+// sdk::ConfigError at the key's config location (crop_padding >= half a side: a warning). Tokens
 // (tokens: an llm.c file; text: bytes of one or more files): the training stream with a window
 // at every start; eval from the eval file(s) in non-overlapping windows when given, else the
 // stream's tail (split_token_tail; eval_fraction). `seed` only matters for tables.

@@ -158,7 +158,7 @@ SmoothedPair smoothed_common_losses(const RunData& base, const RunData& run);
 std::vector<std::string> comparison_warnings(const RunComparison& c);
 
 std::string comparison_text(const RunComparison& c);  // aligned table for a terminal
-// The diagnostics of each run (FP8 operand slots, gradient underflow); empty when none logged.
+// Each run's diagnostics (FP8 operand slots, gradient underflow shares >= 0.05%); empty: none.
 std::string diagnostics_text(const RunComparison& c);
 std::string comparison_markdown(const RunComparison& c);  // a GitHub markdown table
 std::string comparison_json(const RunComparison& c);      // {"baseline": name, "runs": [...]}

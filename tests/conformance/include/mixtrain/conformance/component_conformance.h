@@ -5,8 +5,11 @@
 // Contract
 // - Before RUN_ALL_TESTS, a program calls add_scaler() and add_optimizer() once per component
 //   under test; each becomes one instantiation of every test of its suite ("scaler/<name>",
-//   "optimizer/<name>"). A factory that throws makes that component's tests skip, visibly, with
-//   its message.
+//   "optimizer/<name>"). A factory that throws (a wrong plugin folder, component name or option)
+//   makes each of that component's tests fail with its message: unlike a backend's, no machine
+//   lacks what a scaler or optimizer needs, so there is nothing to skip.
+// - A program may register only scalers and optimizers, no backend: it passes (exit 0) when they
+//   do.
 // - The optimizer suite runs on set_reference()'s backend (backend_conformance.h), the CPU
 //   backend in practice: an optimizer author calls set_reference() too.
 // - Scalers (ScalerConformance): update(true) never applies a step; the scale is a finite number
