@@ -8,6 +8,7 @@
 #include <exception>
 #include <mutex>
 #include <set>
+#include <string_view>
 #include <variant>
 
 #include <boost/dll/runtime_symbol_info.hpp>
@@ -69,28 +70,41 @@ std::mutex& loading_mutex() {
 thread_local const fs::path* t_loading = nullptr;
 std::atomic<std::terminate_handler> g_previous_terminate = nullptr;
 
+// What the library's static initializers threw: "'text'" for a std::exception.
+std::string thrown_text(const std::exception_ptr& thrown) {
+  if (!thrown) return "no exception (std::terminate was called directly)";
+  try {
+    std::rethrow_exception(thrown);
+  } catch (const std::exception& e) {
+    return std::string("'") + e.what() + "'";
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
+}
+
+[[noreturn]] void abort_for_throwing_initializer(const fs::path& library, const std::string& what) {
+  std::fprintf(stderr,
+               "\nerror: the plugin library %s threw while it was being loaded (its static "
+               "initializers threw %s); mixtrain cannot continue past it\n  HINT: fix or remove "
+               "the plugin, or drop its folder from MIXTRAIN_PLUGIN_PATH (or [plugins] paths)\n",
+               library.c_str(), what.c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
 [[noreturn]] void report_throwing_initializer() {
   if (t_loading == nullptr) {
     if (const auto previous = g_previous_terminate.load()) previous();
     std::abort();
   }
-  std::string what = "no exception (std::terminate was called directly)";
-  if (const auto current = std::current_exception()) {
-    try {
-      std::rethrow_exception(current);
-    } catch (const std::exception& e) {
-      what = std::string("'") + e.what() + "'";
-    } catch (...) {
-      what = "an exception that is not a std::exception";
-    }
-  }
-  std::fprintf(stderr,
-               "\nerror: the plugin library %s threw while it was being loaded (its static "
-               "initializers threw %s); mixtrain cannot continue past it\n  HINT: fix or remove "
-               "the plugin, or drop its folder from MIXTRAIN_PLUGIN_PATH (or [plugins] paths)\n",
-               t_loading->c_str(), what.c_str());
-  std::fflush(stderr);
-  std::abort();
+  abort_for_throwing_initializer(*t_loading, thrown_text(std::current_exception()));
+}
+
+// Boost.DLL's own report of a failed load (loader_message reads it); any other exception out of
+// load() is the library's static initializers', unwound through dlopen.
+bool is_loader_failure(const std::exception& e) {
+  return std::string_view(e.what()).find("boost::dll::shared_library::load() failed") !=
+         std::string_view::npos;
 }
 
 class ThrowingInitializerReport {
@@ -128,6 +142,12 @@ std::shared_ptr<dll::shared_library> open_library(const fs::path& path, std::str
     // killing the process at first call.
     lib->load(path, dll::load_mode::rtld_now | dll::load_mode::rtld_local);
   } catch (const std::exception& e) {
+    // A compiler whose static initializers do not call std::terminate on an escaping exception
+    // (clang's) lets it unwind through dlopen, whose state is then not to be trusted (its lock,
+    // half-run initializers): the same end as the terminate handler's, whichever compiler built
+    // the plugin.
+    if (!is_loader_failure(e))
+      abort_for_throwing_initializer(path, thrown_text(std::current_exception()));
     error = "cannot load the library: " + loader_message(e);
     // The descriptor's ABI check comes after loading; a symbol of the SDK that this build lacks
     // stops the loader first: the plugin was built against another SDK, or without the support
@@ -140,6 +160,8 @@ std::shared_ptr<dll::shared_library> open_library(const fs::path& path, std::str
           ", with mixtrain_add_plugin() or linking mixtrain::sdk_support, whose helpers "
           "each plugin carries)";
     return nullptr;
+  } catch (...) {
+    abort_for_throwing_initializer(path, thrown_text(std::current_exception()));
   }
   keep_loaded_forever(lib);
   return lib;

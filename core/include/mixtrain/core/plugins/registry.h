@@ -13,9 +13,9 @@
 //   warning. An entry that does not exist is recorded in missing_paths() (a typo in
 //   MIXTRAIN_PLUGIN_PATH or [plugins] paths would otherwise only show as a missing component).
 //   One failure cannot be recorded: a library whose static initializers throw while dlopen runs
-//   them (the exception cannot cross the loader, and dlopen cannot be left half done), so the
-//   process aborts as std::terminate does, after one error line naming the library, what it threw
-//   and the fix.
+//   them (GCC's initializers then call std::terminate; clang's let it unwind through dlopen, which
+//   is left half done), so the process aborts either way, after one error line naming the
+//   library, what it threw and the fix.
 // - require() returns the component or throws sdk::PluginError listing what exists, a "did you
 //   mean", every library that failed to load and every search path entry that does not exist.
 // - create<T>() calls the factory; any exception is rethrown as sdk::PluginError carrying the
