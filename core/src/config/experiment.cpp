@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <map>
 #include <set>
+#include <string_view>
 
 #include "config/data_section.h"
 #include "config/lora_section.h"
@@ -621,10 +622,7 @@ Experiment read_experiment(const Config& config, const PluginRegistry& registry,
 // schemas report every option at its value (sdk::RawOption has one location, and a wrong type
 // or range is the value's fault); a location placed elsewhere on purpose is kept.
 sdk::ConfigError at_the_key(const sdk::ConfigError& e, const Config& config) {
-  const std::string what = e.what();
-  const std::string tail = ": unknown key";
-  if (what.size() < tail.size() || what.compare(what.size() - tail.size(), tail.size(), tail) != 0)
-    return e;
+  if (!std::string_view(e.what()).ends_with(": unknown key")) return e;
   const auto value_at = config.location(e.key());
   if (e.where().file != value_at.file || e.where().line != value_at.line ||
       e.where().column != value_at.column)

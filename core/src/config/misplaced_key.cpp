@@ -2,23 +2,17 @@
 
 #include <algorithm>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "mixtrain/core/config/section_catalog.h"
 
 namespace mixtrain::core {
 
-namespace {
-
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
-}  // namespace
-
 std::optional<sdk::ConfigError> with_owner_hint(const sdk::ConfigError& e,
                                                 const PluginRegistry& registry) {
-  if (!ends_with(e.what(), ": unknown key") || e.hint().find("did you mean") != std::string::npos)
+  if (!std::string_view(e.what()).ends_with(": unknown key") ||
+      e.hint().find("did you mean") != std::string::npos)
     return std::nullopt;
   // No dot: a key outside any table (above the first header), whose table is none.
   const auto dot = e.key().rfind('.');

@@ -306,13 +306,13 @@ Escalation Escalation::from_json(const json& j, EscalationSettings settings,
     if (!std::is_sorted(s.blames.begin(), s.blames.end()))
       bad(file, at + ".blames", "is not in step order");
     // Checkpoints written before pinning have neither (nothing pinned, nothing demoted).
-    for (const char* key : {"demoted_from", "pinned_size"})
+    for (const auto& [key, field] :
+         {std::pair{"demoted_from", &s.demoted_from}, std::pair{"pinned_size", &s.pinned_size}})
       if (n.contains(key)) {
         const json& v = n[key];
         if (!v.is_number_unsigned() || v.get<std::size_t>() > 64)
           bad(file, at + "." + key, "is not a stack size (an integer from 0 to 64)");
-        (std::string(key) == "demoted_from" ? s.demoted_from : s.pinned_size) =
-            v.get<std::size_t>();
+        *field = v.get<std::size_t>();
       }
     if (s.pinned_size > s.stack.size()) bad(file, at + ".pinned_size", "is above the node's stack");
     if (n.contains("reported_stuck")) {
