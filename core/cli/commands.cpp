@@ -273,6 +273,10 @@ int train_with(core::Experiment& experiment, core::Components components,
                                 : "done",
               static_cast<long long>(s.steps), static_cast<long long>(s.skipped_steps),
               s.final_loss);
+  // A skipped last step's loss says little of the run: the last finite one says where it got.
+  if (s.last_finite_loss)
+    std::printf("(the last finite loss %.5f at step %lld), ", *s.last_finite_loss,
+                static_cast<long long>(s.last_finite_loss_step));
   if (s.evaluated)
     std::printf("eval accuracy %.4f (step %lld), ", s.eval.accuracy,
                 static_cast<long long>(s.eval_step));

@@ -10,12 +10,14 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include "built_plugins.h"
 #include "mixtrain/core/checkpoint/path.h"
@@ -222,6 +224,52 @@ TEST_F(NonfiniteGuards, NonFiniteWeightsStopTheRunAndKeepTheGoodCheckpoints) {
   for (const auto& name : checkpoints(run))
     for (const auto& t : format->read(run / "checkpoints" / name).tensors)
       EXPECT_TRUE(all_finite(t)) << name << " " << t.name;
+}
+
+// The last step alone overflows: its first layer's weights (master and fp16 copy) made 30000,
+// finite but past what fp16 sums without overflow, after step 5's update. Step 6 is skipped, which
+// is a transient, not a divergence (3 in a row make one), and the summary adds the last finite
+// loss, step 5's.
+TEST_F(NonfiniteGuards, ASkippedLastStepLeavesTheLastFiniteLossInTheSummary) {
+  const auto e = experiment(
+      {"precision.policy=fp16-mixed", "scaler.type=dynamic", "run.steps=6", "checkpoint.every=0"});
+  auto c = components(e);
+  const auto backend = c.backend;
+  core::TrainOptions opt;
+  opt.run_dir = dir_ / "last-skipped";
+  core::Trainer* trainer = nullptr;
+  opt.after_step = [&](std::int64_t step) {
+    if (step != 5) return;
+    auto& first = *trainer->model().parameters().front();
+    backend->fill(first.master.view(), 30000.0f);
+    if (!first.working.empty()) backend->fill(first.working.view(), 30000.0f);  // the fp16 copy
+  };
+  core::Trainer t(e, std::move(c), opt);
+  trainer = &t;
+  ::testing::internal::CaptureStderr();
+  const core::TrainSummary sum = t.run();
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(sum.steps, 6);
+  EXPECT_EQ(sum.skipped_steps, 1);
+  EXPECT_FALSE(sum.diverged) << sum.divergence;
+  EXPECT_FALSE(std::isfinite(sum.final_loss));
+  ASSERT_TRUE(sum.last_finite_loss.has_value());
+  EXPECT_TRUE(std::isfinite(*sum.last_finite_loss));
+  EXPECT_GT(*sum.last_finite_loss, 0.0);
+  EXPECT_EQ(sum.last_finite_loss_step, 5);
+  const nlohmann::json written = nlohmann::json::parse(std::ifstream(opt.run_dir / "summary.json"));
+  EXPECT_EQ(written.at("last_finite_loss_step"), 5);
+  EXPECT_DOUBLE_EQ(written.at("last_finite_loss").get<double>(), *sum.last_finite_loss);
+
+  // A healthy run's summary has none: its final loss is finite.
+  const auto healthy = experiment({"run.steps=3", "checkpoint.every=0"});
+  opt.after_step = nullptr;
+  opt.run_dir = dir_ / "healthy";
+  ::testing::internal::CaptureStderr();
+  const core::TrainSummary fine = core::Trainer(healthy, components(healthy), opt).run();
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(std::isfinite(fine.final_loss));
+  EXPECT_FALSE(fine.last_finite_loss.has_value());
 }
 
 // Weights made NaN just before step 6's checkpoint: that save refuses to write them, so the files

@@ -69,6 +69,10 @@ void write_run_summary(const std::filesystem::path& file, const TrainSummary& s)
     j["eval_step"] = s.eval_step;
     if (s.eval.top_k > 0) j[top_k_accuracy_key(s.eval.top_k)] = s.eval.top_k_accuracy;
   }
+  if (s.last_finite_loss) {
+    j["last_finite_loss"] = *s.last_finite_loss;
+    j["last_finite_loss_step"] = s.last_finite_loss_step;
+  }
   if (s.diverged) j["divergence"] = s.divergence;
   if (s.early_stopping) {
     const auto& w = s.early_stopping_watch;

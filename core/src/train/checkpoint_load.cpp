@@ -798,7 +798,7 @@ void restore_training_state(Trainer::State& s, const CheckpointFile& file) {
   s.position.step = progress.step;
   s.position.applied = progress.applied;
   s.position.skipped = progress.skipped;
-  s.metrics.last_loss = progress.last_loss;
+  s.metrics.note_loss(progress.last_loss, progress.step);
 }
 
 }  // namespace

@@ -270,7 +270,7 @@ LossValues step_loss(Trainer::State& s, const StepRequest& request, bool applied
     last.loss = s.metrics.last_loss;
     return last;
   }
-  s.metrics.last_loss = reduced->loss;
+  s.metrics.note_loss(reduced->loss, s.position.step);
   return *reduced;
 }
 
@@ -580,7 +580,7 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
 void read_loss_after_step(Trainer::State& s, StepOutcome& step) {
   if (step.loss_read) return;
   step.loss = read_step_loss(s);
-  s.metrics.last_loss = step.loss.loss;
+  s.metrics.note_loss(step.loss.loss, s.position.step);
   step.loss_read = true;
 }
 

@@ -535,6 +535,10 @@ void summarize_run(Trainer::State& s, TrainSummary& sum, const RunEnd& end,
   sum.applied_steps = s.position.applied;
   sum.skipped_steps = s.position.skipped;
   sum.final_loss = s.metrics.last_loss;
+  if (!std::isfinite(sum.final_loss) && s.metrics.last_finite_loss) {
+    sum.last_finite_loss = s.metrics.last_finite_loss->first;
+    sum.last_finite_loss_step = s.metrics.last_finite_loss->second;
+  }
   sum.trailing_nonfinite_steps = end.nonfinite_tail;
   sum.final_loss_scale = s.c.scaler->scale();
   sum.peak_memory_bytes = b.memory_stats().peak_bytes;

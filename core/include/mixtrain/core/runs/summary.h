@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -56,6 +57,9 @@ struct TrainSummary {
   std::int64_t applied_steps = 0;
   std::int64_t skipped_steps = 0;
   double final_loss = 0.0;
+  // Where final_loss is not finite (a skipped last step): the last finite loss read and its step.
+  std::optional<double> last_finite_loss;
+  std::int64_t last_finite_loss_step = 0;
   // The steps at the end of the run, in a row, whose loss was not finite (each one skipped).
   std::int64_t trailing_nonfinite_steps = 0;
   bool evaluated = false;  // `eval` holds an evaluation, made at `eval_step`
