@@ -415,12 +415,18 @@ TEST_F(CliImages, ACropPaddingOfHalfTheImageSideIsWarnedOf) {
       write_file("images.toml", std::string(kImages) + "[data.augment]\ncrop_padding = 4\n");
   auto r = run("check " + cfg.string() + " --skip-rehearsal");
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  const std::string warning = "data.augment.crop_padding = 4 ([data.augment] at ";
+  // The key's line, not its table's (line 14, [data.augment]).
+  const std::string warning = "data.augment.crop_padding = 4 (";
   EXPECT_NE(r.err.find(warning), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("images.toml:14:1) on 8x8 images: a crop keeps as little as 4x4"),
+  EXPECT_NE(r.err.find("images.toml:15:1) on 8x8 images: a crop keeps as little as 4x4"),
             std::string::npos)
       << r.err;
   EXPECT_EQ(r.err.find(warning), r.err.rfind(warning)) << "said twice: " << r.err;
+  // Given by --set, the warning names the --set.
+  r = run("check " + cfg.string() + " --skip-rehearsal --set data.augment.crop_padding=5");
+  EXPECT_NE(r.err.find("data.augment.crop_padding = 5 (--set data.augment.crop_padding=5) on"),
+            std::string::npos)
+      << r.err;
   r = run("check " + cfg.string() + " --skip-rehearsal --set data.augment.crop_padding=3");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err.find("crop_padding"), std::string::npos) << r.err;

@@ -182,6 +182,7 @@ void read_augment(const Config& config, Experiment& e) {
   auto& a = e.data.augment;
   a.where = config.location(table);
   a.spec.crop_padding = o.get_int("crop_padding");
+  a.crop_padding_where = config.key_location(table + ".crop_padding");
   a.spec.horizontal_flip = o.get_bool("horizontal_flip");
   if (const auto why = not_images(e.data); !why.empty() && a.spec.enabled())
     throw sdk::ConfigError(a.where, table, "augmentation needs image data, but " + why,

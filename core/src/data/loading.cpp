@@ -217,9 +217,9 @@ void warn_of_a_wide_crop(const DataSettings& settings, const Dataset& train) {
     return std::to_string(std::max<std::int64_t>(side - p, 0));
   };
   core_logger("data").warn(
-      "data.augment.crop_padding = " + std::to_string(p) + " ([data.augment] at " +
-      settings.augment.where.to_string() + ") on " + std::to_string(h) + "x" + std::to_string(w) +
-      " images: a crop keeps as little as " + kept(h) + "x" + kept(w) +
+      "data.augment.crop_padding = " + std::to_string(p) + " (" +
+      settings.augment.crop_padding_where.to_string() + ") on " + std::to_string(h) + "x" +
+      std::to_string(w) + " images: a crop keeps as little as " + kept(h) + "x" + kept(w) +
       " of the image's pixels, the rest black padding; a padding under half the side keeps most "
       "of each image (torchvision's CIFAR pipeline pads 4 of 32)");
 }

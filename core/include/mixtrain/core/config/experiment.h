@@ -121,7 +121,8 @@ struct NormalizeSettings {
 // [data.augment]: training-batch augmentation of image data (augment_batch).
 struct AugmentSettings {
   AugmentSpec spec;
-  sdk::SourceLocation where;
+  sdk::SourceLocation where;               // the table
+  sdk::SourceLocation crop_padding_where;  // its key (a wide crop's warning points there)
 };
 
 struct DataSettings {
