@@ -1,5 +1,6 @@
 // The component conformance kit (contract in component_conformance.h): its registry, the scaler
-// suite and the optimizer suite.
+// suite and the optimizer suite (the policy and checkpoint format suites have files of their own,
+// which also hold their add_*() so that a program registering one links its suite).
 #include "mixtrain/conformance/component_conformance.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <set>
 #include <utility>
 
+#include "component_training.h"
 #include "conformance_fixture.h"
 #include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/core/plugins/registry.h"
@@ -70,6 +72,19 @@ OptimizerFactory optimizer_from_plugin(std::vector<std::filesystem::path> folder
   return from_plugin<sdk::Optimizer>(std::move(folders_or_files), sdk::ComponentKind::optimizer,
                                      std::move(name), std::move(options));
 }
+PolicyFactory policy_from_plugin(std::vector<std::filesystem::path> folders_or_files,
+                                 std::string name,
+                                 std::map<std::string, sdk::OptionValue> options) {
+  return from_plugin<sdk::PrecisionPolicy>(std::move(folders_or_files), sdk::ComponentKind::policy,
+                                           std::move(name), std::move(options));
+}
+CheckpointFormatFactory checkpoint_format_from_plugin(
+    std::vector<std::filesystem::path> folders_or_files, std::string name,
+    std::map<std::string, sdk::OptionValue> options) {
+  return from_plugin<sdk::CheckpointFormat>(std::move(folders_or_files),
+                                            sdk::ComponentKind::checkpoint_format, std::move(name),
+                                            std::move(options));
+}
 
 namespace {
 
@@ -77,11 +92,7 @@ using internal::DeviceTensor;
 using sdk::DType;
 using sdk::Shape;
 
-// A factory's failure as the user reads it: a UserError's hint says how to fix it.
-std::string failure_text(const std::exception& e) {
-  if (const auto* u = dynamic_cast<const sdk::UserError*>(&e)) return u->full_message();
-  return e.what();
-}
+using internal::failure_text;
 
 // --- Scalers -----------------------------------------------------------------------------------
 

@@ -1,10 +1,14 @@
 // mixtrain's own conformance run: every backend plugin in the build's plugin folder, checked
 // against the CPU backend (a backend whose factory fails here, no device, is skipped, visibly),
-// and the built-in scalers and optimizers through the component kit.
+// and the built-in scalers, optimizers, precision policies and checkpoint formats through the
+// component kit.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <vector>
 
@@ -15,6 +19,7 @@
 
 // The samples a plugin author starts from (samples/), compiled in: they must pass the kit too.
 #include "adaptive_loss_scaler.h"
+#include "bf16_except_policy.h"
 #include "lion_optimizer.h"
 
 namespace {
@@ -57,6 +62,71 @@ class StaleWorkingCopies final : public sdk::Optimizer {
 
  private:
   std::shared_ptr<sdk::Optimizer> sgd_;
+};
+
+// bf16-mixed that plans fp16 for the head but says it needs no loss scaler.
+class Fp16WithoutScaler final : public sdk::PrecisionPolicy {
+ public:
+  sdk::OpPrecision plan(const sdk::OpDescription& op) const override {
+    const sdk::DType t = op.name == "head" ? sdk::DType::fp16 : sdk::DType::bf16;
+    return {t, t, t, t};
+  }
+  bool needs_loss_scaling() const override { return false; }
+};
+
+// FP8 GEMM operands scaled by 448 / the last amax, unguarded: an amax of 0 gives an infinite scale.
+class UnguardedFp8Scale final : public sdk::PrecisionPolicy {
+ public:
+  sdk::OpPrecision plan(const sdk::OpDescription& op) const override {
+    sdk::OpPrecision p{sdk::DType::bf16, sdk::DType::bf16, sdk::DType::bf16, sdk::DType::bf16};
+    if (op.has_weight_gemm()) p.gemm_input = sdk::DType::fp8_e4m3;
+    return p;
+  }
+  bool needs_loss_scaling() const override { return false; }
+  bool uses_scaled_operands() const override { return true; }
+  sdk::OperandScaling operand_scaling(const sdk::OperandSlot& slot) override {
+    const float amax = amax_.count(slot.name()) ? amax_[slot.name()] : 1.0f;
+    return {sdk::DType::fp8_e4m3, 448.0f / amax, amax / 448.0f};
+  }
+  void record_amax(const sdk::OperandSlot& slot, float amax) override { amax_[slot.name()] = amax; }
+
+ private:
+  std::map<std::string, float> amax_;
+};
+
+// The native format, reading an empty state where the file is damaged instead of refusing it.
+class SwallowsDamage final : public sdk::CheckpointFormat {
+ public:
+  explicit SwallowsDamage(std::shared_ptr<sdk::CheckpointFormat> in) : in_(std::move(in)) {}
+  std::string file_extension() const override { return in_->file_extension(); }
+  void write(const std::filesystem::path& p, const sdk::TrainingState& s) const override {
+    in_->write(p, s);
+  }
+  sdk::TrainingState read(const std::filesystem::path& p) const override {
+    try {
+      return in_->read(p);
+    } catch (const sdk::CheckpointError&) {
+      return {};
+    }
+  }
+
+ private:
+  std::shared_ptr<sdk::CheckpointFormat> in_;
+};
+
+// The native format, leaving a backup of what it overwrote beside the file.
+class LeavesABackup final : public sdk::CheckpointFormat {
+ public:
+  explicit LeavesABackup(std::shared_ptr<sdk::CheckpointFormat> in) : in_(std::move(in)) {}
+  std::string file_extension() const override { return in_->file_extension(); }
+  void write(const std::filesystem::path& p, const sdk::TrainingState& s) const override {
+    if (std::filesystem::exists(p)) std::filesystem::copy_file(p, p.string() + ".bak");
+    in_->write(p, s);
+  }
+  sdk::TrainingState read(const std::filesystem::path& p) const override { return in_->read(p); }
+
+ private:
+  std::shared_ptr<sdk::CheckpointFormat> in_;
 };
 
 }  // namespace
@@ -113,6 +183,24 @@ int main(int argc, char** argv) {
                               {{"weight_decay", 0.1, {}}}, {}),
         sdk::PluginContext{});
   });
+  // Test names take letters, digits and '_': "fp16-mixed" registers as fp16_mixed.
+  const auto test_name = [](std::string name) {
+    for (char& c : name)
+      if (c == '-') c = '_';
+    return name;
+  };
+  for (const char* policy : {"fp32", "tf32", "fp16-mixed", "bf16-mixed", "auto", "fp8-delayed",
+                             "fp8-current", "fp8-block", "mxfp8", "nvfp4"})
+    conformance::add_policy(test_name(policy), conformance::policy_from_plugin(plugins, policy));
+  conformance::add_policy("sample_bf16_except", [] {
+    return std::make_shared<mixtrain_samples::Bf16ExceptPolicy>(
+        sdk::Options::resolve("precision.bf16-except",
+                              mixtrain_samples::Bf16ExceptPolicy::option_schema(), {}, {}),
+        sdk::PluginContext{});
+  });
+  for (const char* format : {"native", "safetensors"})
+    conformance::add_checkpoint_format(format,
+                                       conformance::checkpoint_format_from_plugin(plugins, format));
   if (const char* faults = std::getenv("MIXTRAIN_CONFORMANCE_FAULTS");
       faults != nullptr && std::strcmp(faults, "1") == 0) {
     conformance::add_scaler("faulty_applies_overflows",
@@ -126,6 +214,17 @@ int main(int argc, char** argv) {
     conformance::add_optimizer(
         "faulty_unknown_option",
         conformance::optimizer_from_plugin(plugins, "sgd", {{"no_such_option", 1.0}}));
+    conformance::add_policy("faulty_fp16_without_scaler",
+                            [] { return std::make_shared<Fp16WithoutScaler>(); });
+    conformance::add_policy("faulty_unguarded_fp8_scale",
+                            [] { return std::make_shared<UnguardedFp8Scale>(); });
+    const auto native = conformance::checkpoint_format_from_plugin(plugins, "native");
+    conformance::add_checkpoint_format(
+        "faulty_swallows_damage", [native] { return std::make_shared<SwallowsDamage>(native()); });
+    conformance::add_checkpoint_format(
+        "faulty_leaves_a_backup", [native] { return std::make_shared<LeavesABackup>(native()); });
+    conformance::add_policy("faulty_unknown_policy",
+                            conformance::policy_from_plugin(plugins, "no_such_policy"));
   }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
