@@ -104,6 +104,40 @@ TEST_F(Fp8, ResumeWithFp8StateIsBitExact) {
   EXPECT_NE(r3.err.find("amax_history_len"), std::string::npos) << r3.err;
 }
 
+// A policy switched to by a resume (--set precision.policy) has heard of the steps since the
+// switch only: the checkpoints of the continued run record where its state began, so they resume
+// too, bit for bit (they were refused as damaged: the policy's applied-step counter is not the
+// run's).
+TEST_F(Fp8, ARunSwitchedToFp8ByAResumeResumesAgainBitForBit) {
+  const std::string common =
+      " --set run.log_every=1 --set run.eval_every=0 --set checkpoint.every=10"
+      " --set checkpoint.keep=5";
+  const auto before = dir_ / "before", switched = dir_ / "switched", again = dir_ / "again";
+  auto r =
+      run("train " + quickstart() + common + " --set run.steps=10 --run-dir " + before.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string fp8 = " --set precision.policy=fp8-delayed --set run.steps=30";
+  r = run("train " + quickstart() + common + fp8 + " --resume " +
+          (before / "checkpoints" / "step-00000010.mxt").string() + " --run-dir " +
+          switched.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("starts from its initial state"), std::string::npos) << r.err;
+  r = run("train " + quickstart() + common + fp8 + " --resume " +
+          (switched / "checkpoints" / "step-00000020.mxt").string() + " --run-dir " +
+          again.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::map<int, double> want;
+  for (const auto& j : records(switched / "metrics.jsonl"))
+    if (j.contains("loss")) want[j["step"].get<int>()] = j["loss"].get<double>();
+  int compared = 0;
+  for (const auto& j : records(again / "metrics.jsonl"))
+    if (j.contains("loss")) {
+      EXPECT_EQ(j["loss"].get<double>(), want.at(j["step"].get<int>())) << "step " << j["step"];
+      ++compared;
+    }
+  EXPECT_EQ(compared, 10);
+}
+
 // A skipped step's underflow and FP8 records are written once the step's outcome is known and
 // carry "skipped": true; an applied step's carry no tag.
 TEST_F(Fp8, DiagnosticsOfSkippedStepsAreTagged) {

@@ -709,12 +709,21 @@ void restore_policy(Trainer::State& s, const CheckpointFile& file,
                  " (an edited config, or a default that changed); the steps from here use the new "
                  "ones. Resume with the run's config.toml to keep the old");
     }
-    return restore_component(file, "policy", s.e.policy_name, progress, *s.c.policy);
+    // A policy switched to by an earlier resume heard only of the steps since the switch.
+    std::int64_t since = 0;
+    if (saved.is_object() && saved.contains("since_applied"))
+      since = read_checkpoint_int(saved["since_applied"], "policy.since_applied", 0,
+                                  progress.applied, file.path);
+    TrainingProgress heard = progress;
+    heard.applied -= since;
+    s.position.policy_since_applied = since;
+    return restore_component(file, "policy", s.e.policy_name, heard, *s.c.policy);
   }
   if (s.e.policy_where.file.rfind("--set ", 0) == 0) {
     s.log.warn(file.path.string() + " was trained under precision policy '" + before + "'; " +
                s.e.policy_where.file + " switches to '" + s.e.policy_name +
                "', which starts from its initial state (the old policy's state is not carried)");
+    s.position.policy_since_applied = progress.applied;
     return;
   }
   throw sdk::CheckpointError(

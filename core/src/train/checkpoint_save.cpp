@@ -83,7 +83,12 @@ sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
                                 {"eval_data", s.eval_fingerprint}}
                                .dump();
   st.metadata["scaler"] = component_state_to_json(s.e.scaler_type, s.c.scaler->save_state()).dump();
-  st.metadata["policy"] = component_state_to_json(s.e.policy_name, s.c.policy->save_state()).dump();
+  {
+    json policy = component_state_to_json(s.e.policy_name, s.c.policy->save_state());
+    if (s.position.policy_since_applied > 0)
+      policy["since_applied"] = s.position.policy_since_applied;
+    st.metadata["policy"] = policy.dump();
+  }
   st.metadata["optimizer"] =
       component_state_to_json(s.e.optimizer_type, s.c.optimizer->save_state()).dump();
   st.metadata["config"] = resolved_toml(s.e);
