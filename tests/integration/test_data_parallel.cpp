@@ -202,13 +202,24 @@ TEST_F(DataParallelTest, ARunResumesOnAnyLaunch) {
 
   const auto b = dir_ / "from-table";
   r = run_ranks(2, "train " + quickstart() + tiny +
-                       " --set distributed.type=mpi --set run.steps=4 --run-dir " + b.string());
+                       " --set distributed.type=mpi --set distributed.shard_optimizer=true"
+                       " --set run.steps=4 --run-dir " +
+                       b.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   ASSERT_NE(slurp(b / "config.toml").find("\n[distributed]"), std::string::npos);
   alone = run("train --resume " + b.string() + " --set run.steps=6");
   ASSERT_EQ(alone.exit_code, 0) << alone.err;
   EXPECT_NE(alone.err.find("so it continues in one process"), std::string::npos) << alone.err;
   EXPECT_NE(alone.out.find("done: 6 steps"), std::string::npos) << alone.out;
+  // The one-process leg keeps the table in the run's record: launched on 2 ranks again, the run
+  // shards its optimizer state as it was configured to (it fell back to the defaults).
+  const std::string kept = slurp(b / "config.toml");
+  EXPECT_NE(kept.find("\n[distributed]"), std::string::npos) << kept;
+  EXPECT_NE(kept.find("shard_optimizer = true"), std::string::npos) << kept;
+  again = run_ranks(2, "train --resume " + b.string() + " --set run.steps=8");
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  const auto summary = nlohmann::json::parse(slurp(b / "summary.json"));
+  EXPECT_EQ(summary.at("distributed").at("shard_optimizer"), true) << summary.dump();
 }
 
 // No rank waits forever: rank 1 exits 0 before it starts MPI (here `mixtrain --version`), and
@@ -521,6 +532,12 @@ TEST_F(DataParallelTest, SyncBatchNormOnTwoRanksMatchesOneProcess) {
     auto r = run_ranks(2, "train " + line + " --run-dir " + (dir_ / name).string());
     ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
     EXPECT_TRUE(summary(dir_ / name)["distributed"]["ranks_identical"].get<bool>()) << name;
+    // The start-up line says which batch norm trains (a resume that fell back to the default
+    // would otherwise not show).
+    const std::string said = std::string(name) == "local"
+                                 ? "batch-norm statistics per rank (batch_norm = \"local\")"
+                                 : "batch-norm statistics synchronized across ranks";
+    EXPECT_NE(r.err.find(said), std::string::npos) << name << ": " << r.err;
   }
   EXPECT_GT(summary(dir_ / "sync")["distributed"]["buckets_started_in_backward"].get<int>(), 0);
   expect_same_losses(dir_ / "one", dir_ / "sync", 1e-4);

@@ -690,9 +690,10 @@ Components create_components(const Experiment& e, const PluginRegistry& registry
 std::string follow_the_launch_on_resume(Experiment& e) {
   if (!e.distributed.enabled() || detect_mpi_launch().detected) return {};
   const std::string type = e.distributed.type;
+  // The table stays in the resolved config (core_sections), so the run's config.toml keeps what
+  // the run was configured with: a later launch on several ranks resumes with its sharding and
+  // batch-norm mode, not the defaults.
   e.distributed = DistributedSettings{};
-  std::erase_if(e.core_sections,
-                [](const ResolvedSection& s) { return s.name.rfind("distributed", 0) == 0; });
   return "the run trained under [distributed] type = \"" + type +
          "\"; this process was not started by an MPI launcher, so it continues in one process (a "
          "checkpoint resumes on any number of ranks; launch with mpirun to continue on several)";

@@ -133,6 +133,8 @@ void DataParallel::attach(Model& model, std::vector<sdk::Parameter>& params,
   }
   params = std::move(bound);
   model.set_gradient_ready_hook([this](ModelParameter& p) { on_gradient_ready(p); });
+  statistics_layers_ = 0;
+  for (const auto& layer : model.layers()) statistics_layers_ += layer->traits().reduces_statistics;
   if (settings_.sync_batch_norm) install_batch_norm_reducers(model);
 }
 

@@ -87,6 +87,9 @@ class DataParallel {
   int rank() const { return rank_; }
   int world() const { return world_; }
   bool sharded() const { return settings_.shard_optimizer; }
+  bool synchronized_batch_norm() const { return settings_.sync_batch_norm; }
+  // The attached model's layers that reduce batch statistics (batch norm): 0 before attach().
+  std::int64_t statistics_layers() const { return statistics_layers_; }
   sdk::Communicator& communicator() { return *comm_; }
   const std::vector<GradientBucket>& buckets() const { return plan_; }
 
@@ -136,6 +139,7 @@ class DataParallel {
   CommunicationTiming take_timing();
 
  private:
+  std::int64_t statistics_layers_ = 0;
   struct Bucket {
     GradientBucket plan;
     Tensor flat;   // fp32 [padded]: the parameters' gradients (and, sharded, the gathered masters)

@@ -99,7 +99,13 @@ void DataParallelReducer::announce(sdk::Logger& log, std::int64_t global_batch) 
   log.info("data parallel: " + comm_->description() + ", " +
            std::to_string(global_batch / dp_.world()) + " rows per rank of each batch of " +
            std::to_string(global_batch) + ", " + std::to_string(dp_.buckets().size()) +
-           " gradient buckets" + (dp_.sharded() ? ", optimizer state sharded (ZeRO stage 1)" : ""));
+           " gradient buckets" + (dp_.sharded() ? ", optimizer state sharded (ZeRO stage 1)" : "") +
+           // Sync or local batch norm trains other numbers: said, so a resume that fell back to
+           // the default shows.
+           (dp_.statistics_layers() == 0 ? ""
+            : dp_.synchronized_batch_norm()
+                ? ", batch-norm statistics synchronized across ranks (batch_norm = \"sync\")"
+                : ", batch-norm statistics per rank (batch_norm = \"local\")"));
 }
 
 void DataParallelReducer::report_step(nlohmann::json& record) {

@@ -300,7 +300,9 @@ Experiment parse_experiment(const Config& config, const PluginRegistry& registry
 Components create_components(const Experiment& e, const PluginRegistry& registry);
 // For `train --resume RUN` with the run's own config.toml: a [distributed] table the run was
 // trained under gives way to one process when no MPI launcher started this one (a checkpoint
-// resumes on any number of ranks). Returns the line that says so, or "" when nothing changed.
+// resumes on any number of ranks); the table stays in the resolved config that the run's folder
+// records, for a later launch on several ranks. Returns the line that says so, or "" when nothing
+// changed.
 std::string follow_the_launch_on_resume(Experiment& e);
 // Empty when this process can train `e` as it is. For a [distributed] config in a process no MPI
 // launcher started: why it cannot, and the mpirun line that can (`check` prints it; `train` throws
