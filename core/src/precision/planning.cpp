@@ -110,6 +110,32 @@ void check_block_layouts(Model& model, std::size_t i, const sdk::BlockScalingFac
   }
 }
 
+// Stored tensors (a weight's working copy, which the optimizer refreshes from the master; an
+// activation and its gradient, which GEMMs and kernels write) are fp32, tf32, bf16 or fp16: fp8
+// is a GEMM operand dtype (gemm_input), cast with the policy's scale just before the GEMM reads
+// it. Returns the first stored role of `p` outside those, or nullptr.
+const char* unstorable_role(const sdk::OpPrecision& p) {
+  const auto storable = [](sdk::DType t) {
+    return t == sdk::DType::fp32 || t == sdk::DType::tf32 || t == sdk::DType::bf16 ||
+           t == sdk::DType::fp16;
+  };
+  if (!storable(p.weight)) return "weight";
+  if (!storable(p.activation)) return "activation";
+  if (!storable(p.activation_grad)) return "activation_grad";
+  return nullptr;
+}
+
+std::string why_unstorable(const char* role, sdk::DType t) {
+  return std::string(role) + " is " + std::string(sdk::dtype_name(t)) +
+         ", but stored tensors are fp32, tf32, bf16 or fp16" +
+         (sdk::is_fp8(t) ? " (fp8 is a GEMM operand dtype: gemm_input, which the policy scales)"
+                         : "");
+}
+
+sdk::DType role_dtype(const sdk::OpPrecision& p, const std::string& role) {
+  return role == "weight" ? p.weight : role == "activation" ? p.activation : p.activation_grad;
+}
+
 bool all_fp32(const sdk::OpPrecision& p) {
   return p.weight == sdk::DType::fp32 && p.gemm_input == sdk::DType::fp32 &&
          p.activation == sdk::DType::fp32 && p.activation_grad == sdk::DType::fp32;
@@ -235,6 +261,13 @@ void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
       if (refused) std::rethrow_exception(refused);
       throw;
     }
+    // Caught here, where the policy is known to be the cause: later a backend or the optimizer
+    // would refuse the dtype in its own terms (an fp8 weight copy read as the optimizer's fault).
+    if (const char* role = unstorable_role(p))
+      throw sdk::PluginError(
+          "the precision policy planned op '" + op.name + "' (" + op.kind + ") as " + dtypes_of(p) +
+              ": " + why_unstorable(role, role_dtype(p, role)),
+          "fix the policy's plan() (a plugin's fault), or choose another policy");
     // The one place precision-sensitive ops are pinned: from the op's own trait, whatever the
     // policy planned (policies keep no deny-list of op kinds).
     if (op.precision_sensitive && !all_fp32(p)) {
@@ -263,6 +296,16 @@ void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
       if (o.gemm_input) p.gemm_input = *o.gemm_input;
       if (o.activation) p.activation = *o.activation;
       if (o.activation_grad) p.activation_grad = *o.activation_grad;
+      if (const char* role = unstorable_role(p))
+        throw sdk::ConfigError(
+            o.where, std::string("precision.override.") + role,
+            "'" + layer->name() + "' would be " + dtypes_of(p) + ": " +
+                why_unstorable(role, role_dtype(p, role)),
+            sdk::is_fp8(role_dtype(p, role))
+                ? "set gemm_input = " + std::string(sdk::dtype_name(role_dtype(p, role))) +
+                      " instead, under an FP8 policy (fp8-delayed, "
+                      "fp8-current) that scales it"
+                : "choose fp32, tf32, bf16 or fp16");
       if (layer->precision_sensitive() && !all_fp32(p))
         log.warn("[[precision.override]] at " + o.where.to_string() +
                  " takes precision-sensitive op '" + layer->name() + "' (" + layer->type() +
@@ -286,6 +329,21 @@ void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
     }
   }
   store_outputs_for_gemm_readers(model, overrides, log);
+  // FP8 GEMM operands under a policy that scales none (a per-tensor or a block scaling): each is
+  // cast at a scale of 1, where values under fp8's smallest subnormal flush to zero. Allowed (a
+  // study of unscaled fp8), but said once, naming the layers.
+  if (!policy.uses_scaled_operands() &&
+      dynamic_cast<const sdk::BlockScalingFacet*>(&policy) == nullptr) {
+    std::vector<std::string> unscaled;
+    for (const auto& layer : model.layers())
+      if (layer->has_gemm() && sdk::is_fp8(layer->precision().gemm_input))
+        unscaled.push_back("'" + layer->name() + "'");
+    if (!unscaled.empty())
+      log.warn("GEMM inputs in fp8 at a scale of 1 for " + short_list(unscaled, 4) +
+               ": the precision policy scales no operands, so small values (gradients, most of "
+               "all) flush to zero. An FP8 policy scales them: precision.policy = "
+               "\"fp8-delayed\" or \"fp8-current\"");
+  }
   if (refused) refuse_at_first_node(model, capabilities, refused);
   // Scaled (FP8) operands only where the final plan still computes in FP8: an override that
   // keeps a layer in bf16 takes it out of the policy's scaling.

@@ -2,10 +2,13 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdio>
 #include <stdexcept>
+#include <string>
 
 #include "graph/ops/op_support.h"
 #include "mixtrain/sdk/backend_gemm.h"
+#include "mixtrain/sdk/error.h"
 
 namespace mixtrain::core {
 
@@ -26,6 +29,27 @@ int role_slot(sdk::OperandRole role) {
 
 sdk::Shape flipped(const sdk::Shape& s) {
   return sdk::Shape{s.cols(), s.rows()};
+}
+
+// What a policy's operand_scaling() must give (sdk/precision_policy.h): the cast's target is an
+// fp8 dtype, and the GEMM undoes the scale with scale_inv. Anything else would run silently in
+// another dtype, or at a scale that zeroes or overflows every operand, and look like divergence.
+sdk::OperandScaling checked(const sdk::OperandScaling& s, const sdk::OperandSlot& slot) {
+  const bool finite =
+      std::isfinite(s.scale) && s.scale > 0.0f && std::isfinite(s.scale_inv) && s.scale_inv > 0.0f;
+  const bool inverse = finite && std::abs(static_cast<double>(s.scale) * s.scale_inv - 1.0) <= 1e-5;
+  if (sdk::is_fp8(s.dtype) && inverse) return s;
+  char values[160];
+  std::snprintf(values, sizeof values, "dtype %s, scale %g, scale_inv %g",
+                std::string(sdk::dtype_name(s.dtype)).c_str(), static_cast<double>(s.scale),
+                static_cast<double>(s.scale_inv));
+  throw sdk::PluginError(
+      "the precision policy's operand_scaling() for slot '" + slot.name() + "' gave " + values +
+          ": " +
+          (!sdk::is_fp8(s.dtype) ? "a scaled operand is cast to fp8_e4m3 or fp8_e5m2"
+           : !finite             ? "the scale and its inverse must be finite numbers above 0"
+                                 : "scale_inv must be 1 / scale"),
+      "fix the policy's operand_scaling() (a plugin's fault), or choose another policy");
 }
 }  // namespace
 
@@ -133,7 +157,7 @@ ScaledLayouts OperandScaler::scale_layouts(const std::shared_ptr<sdk::DeviceBack
   const sdk::OperandSlot& operand = slots_[static_cast<std::size_t>(slot)];
   const TensorView amax_slot{static_cast<float*>(amax_view_.data) + slot, DType::fp32,
                              sdk::Shape{1}};
-  auto s = policy_->operand_scaling(operand);
+  auto s = checked(policy_->operand_scaling(operand), operand);
   const DType dtype = s.dtype;  // the slot's for the whole run; only the scale moves
   if (transposed != Keep::no && !transposes(facets, src.dtype, dtype)) {
     // No cast_transpose here: the stored layout alone, kept as long as either was asked.
@@ -183,7 +207,7 @@ ScaledLayouts OperandScaler::scale_layouts(const std::shared_ptr<sdk::DeviceBack
     backend->cast(src, probe, measure);
     backend->copy_to_host(&measured, amax_slot);
     policy_->record_amax(operand, measured);
-    s = policy_->operand_scaling(operand);
+    s = checked(policy_->operand_scaling(operand), operand);
     if (s.dtype != dtype)
       throw std::logic_error("OperandScaler: the policy changed slot '" + operand.name() +
                              "''s dtype within a cast");

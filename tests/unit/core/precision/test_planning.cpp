@@ -5,6 +5,8 @@
 // GEMM, "<node>.<gemm>.<role>".
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -576,6 +578,131 @@ TEST(PrecisionPlanning, TransposedQuantizationsGiveTheSameStepBitForBit) {
     EXPECT_EQ(transposing->gemm_.transposed_outputs, 9);
     ASSERT_EQ(got.size(), want.size());
     for (std::size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << "entry " << i;
+  }
+}
+
+// A policy whose plan stores a tensor in a dtype nothing stores (fp8 is a GEMM operand dtype) is
+// refused as the policy's fault at planning, naming the op and the role; an override doing the
+// same is refused at its line, with the key that puts fp8 where it goes.
+class StoresFp8 final : public sdk::PrecisionPolicy {
+ public:
+  explicit StoresFp8(int role) : role_(role) {}
+  sdk::OpPrecision plan(const sdk::OpDescription&) const override {
+    sdk::OpPrecision p{DType::bf16, DType::bf16, DType::bf16, DType::bf16};
+    (role_ == 0   ? p.weight
+     : role_ == 1 ? p.activation
+                  : p.activation_grad) = role_ == 1 ? DType::int32 : DType::fp8_e4m3;
+    return p;
+  }
+  bool needs_loss_scaling() const override { return false; }
+
+ private:
+  int role_;
+};
+
+TEST(PrecisionPlanning, AStoredDtypeOtherThanFp32Tf32Bf16OrFp16IsRefusedAsThePolicysFault) {
+  const char* roles[] = {"weight is fp8_e4m3", "activation is int32",
+                         "activation_grad is fp8_e4m3"};
+  for (int role = 0; role < 3; ++role) {
+    auto m = small_model();
+    StoresFp8 policy(role);
+    try {
+      plan_precision(*m, policy, cpu()->capabilities(), {});
+      ADD_FAILURE() << "planned " << roles[role];
+    } catch (const sdk::PluginError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("the precision policy planned op 'fc1' (linear)"), std::string::npos)
+          << what;
+      EXPECT_NE(what.find(roles[role]), std::string::npos) << what;
+      EXPECT_EQ(what.find("GEMM operand dtype") != std::string::npos, role != 1) << what;
+    }
+  }
+  auto m = small_model();
+  RecordingPolicy policy;
+  PrecisionOverride fp8_weight;
+  fp8_weight.pattern = "fc1";
+  fp8_weight.weight = DType::fp8_e4m3;
+  fp8_weight.where = {"run.toml", 12, 1};
+  try {
+    plan_precision(*m, policy, cpu()->capabilities(), {fp8_weight});
+    ADD_FAILURE() << "an override stored fc1's weight in fp8";
+  } catch (const sdk::ConfigError& e) {
+    EXPECT_EQ(e.where().to_string(), "run.toml:12:1");
+    EXPECT_EQ(e.key(), "precision.override.weight");
+    EXPECT_NE(e.hint().find("set gemm_input = fp8_e4m3 instead"), std::string::npos) << e.hint();
+  }
+}
+
+// FP8 GEMM inputs under a policy that scales no operands (an override's) run at a scale of 1:
+// allowed, and said once naming the layers; under an FP8 policy, nothing is said.
+TEST(PrecisionPlanning, Fp8GemmInputsThatNoPolicyScalesAreSaidOnce) {
+  PrecisionOverride fp8;
+  fp8.pattern = "*";
+  fp8.gemm_input = DType::fp8_e4m3;
+  fp8.where = {"run.toml", 3, 1};
+  {
+    auto m = small_model();
+    RecordingPolicy policy;
+    test::CapturingSink sink;
+    plan_precision(*m, policy, cpu()->capabilities(), {fp8}, sdk::Logger(&sink, "test"));
+    EXPECT_TRUE(
+        sink.contains(sdk::LogLevel::warn, "GEMM inputs in fp8 at a scale of 1 for 'fc1', 'head'"));
+  }
+  auto m = small_model();
+  RecordingPolicy policy(true);
+  test::CapturingSink sink;
+  plan_precision(*m, policy, cpu()->capabilities(), {}, sdk::Logger(&sink, "test"));
+  EXPECT_FALSE(sink.contains(sdk::LogLevel::warn, "at a scale of 1"));
+}
+
+// What operand_scaling() gives is checked before a cast uses it: an operand scaled to a dtype
+// that is not fp8, a scale that is not a finite number above 0, or a scale_inv that is not its
+// inverse is the policy's fault, named with the slot and the values (such a run trained silently
+// in bf16, or diverged blaming the learning rate).
+class GivesScaling final : public sdk::PrecisionPolicy {
+ public:
+  explicit GivesScaling(sdk::OperandScaling s) : s_(s) {}
+  sdk::OpPrecision plan(const sdk::OpDescription& op) const override {
+    return {DType::bf16, op.has_gemm() ? DType::fp8_e4m3 : DType::bf16, DType::bf16, DType::bf16};
+  }
+  bool needs_loss_scaling() const override { return false; }
+  bool uses_scaled_operands() const override { return true; }
+  sdk::OperandScaling operand_scaling(const sdk::OperandSlot&) override { return s_; }
+
+ private:
+  sdk::OperandScaling s_;
+};
+
+TEST(PrecisionPlanning, AnOperandScalingThatIsNotFp8AtAFiniteInvertedScaleIsThePolicysFault) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const struct {
+    sdk::OperandScaling s;
+    const char* said;
+  } cases[] = {
+      {{DType::bf16, 1.0f, 1.0f}, "dtype bf16, scale 1, scale_inv 1: a scaled operand is cast to"},
+      {{DType::fp8_e4m3, 0.0f, inf}, "the scale and its inverse must be finite numbers above 0"},
+      {{DType::fp8_e4m3, std::nanf(""), 1.0f}, "must be finite numbers above 0"},
+      {{DType::fp8_e4m3, 4.0f, 1.0f}, "scale 4, scale_inv 1: scale_inv must be 1 / scale"},
+  };
+  for (const auto& c : cases) {
+    ModelSpec spec;
+    spec.layers = {test_support::op("linear", "fc1", {{"out", 8}}),
+                   test_support::op("linear", "head", {{"out", 3}})};
+    Model m(cpu(), spec, 8, 3);
+    GivesScaling policy(c.s);
+    plan_precision(m, policy, cpu()->capabilities(), {});
+    m.allocate(4);
+    m.init_parameters(1);
+    std::vector<float> x(32, 0.5f);
+    cpu()->copy_from_host(m.input(4), x.data());
+    try {
+      m.forward(4);
+      ADD_FAILURE() << "a forward ran with " << c.said;
+    } catch (const sdk::PluginError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("operand_scaling() for slot 'fc1.matmul."), std::string::npos) << what;
+      EXPECT_NE(what.find(c.said), std::string::npos) << what;
+    }
   }
 }
 
