@@ -13,6 +13,9 @@
 #include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/core/plugins/registry.h"
 
+// Backends the kit must fail (faulty_backends_fail.sh).
+#include "faulty_backends.h"
+
 // The samples a plugin author starts from (samples/), compiled in: they must pass the kit too.
 #include "adaptive_loss_scaler.h"
 #include "lion_optimizer.h"
@@ -126,6 +129,8 @@ int main(int argc, char** argv) {
     conformance::add_optimizer(
         "faulty_unknown_option",
         conformance::optimizer_from_plugin(plugins, "sgd", {{"no_such_option", 1.0}}));
+    for (auto& [name, make] : conformance::faults::faulty_backends(factory(cpu)))
+      conformance::add_backend(name, std::move(make));
   }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
