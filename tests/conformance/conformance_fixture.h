@@ -102,14 +102,44 @@ inline double relative_difference(const std::vector<float>& got, const std::vect
   return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
 }
 
+// Why the backend's answer to find_facet(F::kName) is not a facet a host of this SDK talks to,
+// or "" when it is one of F's major. A facet of F's name at another major is one the host refuses
+// at plan time (facet.h, "Major step"), so the kit fails it: skipping it, as a facet the backend
+// does not offer, would pass a backend no host can use.
+template <class F>
+std::string facet_refusal(const std::string& backend, const sdk::Facet& found) {
+  const std::string name(F::kName);
+  if (found.name() != F::kName)
+    return "backend '" + backend + "' answers find_facet(\"" + name + "\") with its " +
+           std::string(found.name()) + " facet";
+  const sdk::FacetVersion has = found.version();
+  if (has.major == F::kVersion.major) return "";
+  return "backend '" + backend + "' offers " + name + " facet " + sdk::to_string(has) +
+         ", built against " + (has.major > F::kVersion.major ? "a newer" : "an older") +
+         " SDK; this kit speaks " + name + " " + sdk::to_string(F::kVersion) + " (any " +
+         std::to_string(F::kVersion.major) +
+         ".x), and a host refuses the facet at plan time: rebuild the backend against this "
+         "mixtrain's SDK";
+}
+
 // `ref_<name>` and `tested_<name>`: the two backends' facet; the test is skipped when the backend
-// under test has none (a facet is optional), and fails when the reference lacks it.
-#define MIXTRAIN_FACETS(var, Class)                                               \
-  auto* ref_##var = sdk::facet<sdk::Class>(*ref_);                                \
-  auto* tested_##var = sdk::facet<sdk::Class>(*tested_);                          \
-  ASSERT_NE(ref_##var, nullptr) << "the reference backend has no " #var " facet"; \
-  if (tested_##var == nullptr)                                                    \
-  GTEST_SKIP() << "backend '" << GetParam().name << "' has no " #var " facet"
+// under test has no facet of that name (a facet is optional), fails when its facet is of another
+// major (facet_refusal), and fails when the reference lacks it. A facet older than this SDK's
+// minor is skipped, naming both versions: the kit's cases may call any op up to this minor.
+#define MIXTRAIN_FACETS(var, Class)                                                           \
+  auto* ref_##var = sdk::facet<sdk::Class>(*ref_);                                            \
+  ASSERT_NE(ref_##var, nullptr) << "the reference backend has no " #var " facet";             \
+  const sdk::Facet* found_##var = tested_->find_facet(sdk::Class::kName);                     \
+  if (found_##var == nullptr)                                                                 \
+    GTEST_SKIP() << "backend '" << GetParam().name << "' has no " #var " facet";              \
+  if (const std::string why_##var = facet_refusal<sdk::Class>(GetParam().name, *found_##var); \
+      !why_##var.empty())                                                                     \
+    FAIL() << why_##var;                                                                      \
+  auto* tested_##var = sdk::facet<sdk::Class>(*tested_);                                      \
+  if (tested_##var == nullptr)                                                                \
+  GTEST_SKIP() << "backend '" << GetParam().name << "' has " #var " facet "                   \
+               << sdk::to_string(found_##var->version()) << ", older than the "               \
+               << sdk::to_string(sdk::Class::kVersion) << " this kit checks"
 
 class Conformance : public ::testing::TestWithParam<BackendUnderTest> {
  protected:

@@ -1,5 +1,8 @@
-// The GEMM facet: every declared dtype and transpose, activation epilogues, gemm_gradient, the
-// FP8 cast-transpose, strided-batched and grouped GEMMs.
+// The GEMM facet: every declared dtype and transpose (on square, long-reduction and one-row or
+// one-column shapes too), activation epilogues, gemm_gradient, the FP8 cast-transpose,
+// strided-batched and grouped GEMMs.
+#include <sstream>
+
 #include "conformance_fixture.h"
 
 namespace mixtrain::conformance {
@@ -39,6 +42,67 @@ TEST_P(Conformance, GemmEveryDeclaredDtypeAndTranspose) {
         expect_close(c, tol,
                      std::string(sdk::dtype_name(dt)) + (ta ? " At" : " A") + (tb ? " Bt" : " B"));
       }
+  }
+}
+
+// The bound on a normwise difference of two FP32 accumulations over k terms in different orders:
+// `at_53` (what GemmEveryDeclaredDtypeAndTranspose allows at k = 53), grown as rounding errors of
+// random sign grow, with sqrt(k).
+double accumulation_tolerance(double at_53, std::int64_t k) {
+  return at_53 * std::sqrt(static_cast<double>(std::max<std::int64_t>(k, 53)) / 53.0);
+}
+
+// Shapes the case above cannot tell apart, each with every transpose pair:
+// - square operands, where op(X) has X's shape, so a GEMM that drops a transpose still reads in
+//   bounds and only the values tell;
+// - reductions past 64 and off the common block sizes (65, 127, 257, 1000), where a blocked
+//   kernel's tail in k is the part left to check;
+// - a single row or column of C (m or n = 1, the paths a library takes as GEMV), and operands of
+//   which only one is square.
+TEST_P(Conformance, GemmSquareLongAndThinShapesWithEveryTranspose) {
+  MIXTRAIN_FACETS(gemm, GemmFacet);
+  struct Case {
+    std::int64_t m, n, k;
+  };
+  const Case cases[] = {
+      {16, 16, 16}, {65, 65, 65},  {20, 7, 20},  {7, 20, 20},  {24, 24, 13},
+      {6, 5, 65},   {5, 7, 127},   {4, 3, 257},  {3, 5, 1000}, {1, 29, 53},
+      {37, 1, 53},  {1, 17, 1000}, {17, 1, 257}, {1, 1, 65},
+  };
+  for (const auto& support : tested_->capabilities().gemm_inputs) {
+    const DType dt = support.dtype;
+    if (!ref_->capabilities().supports(dt) || dt == DType::int32) continue;
+    // As GemmEveryDeclaredDtypeAndTranspose: both backends' casts quantize the inputs alike, so
+    // only the accumulation order differs (and tf32's tie handling).
+    const double at_53 = dt == DType::tf32 ? 2e-3 : 2e-5;
+    std::ostringstream wrong;
+    wrong.precision(3);
+    unsigned seed = 100;
+    for (const Case& s : cases)
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          const Shape sa = ta ? Shape{s.k, s.m} : Shape{s.m, s.k};
+          const Shape sb = tb ? Shape{s.n, s.k} : Shape{s.k, s.n};
+          auto a = upload(random_values(static_cast<std::size_t>(s.m * s.k), seed++), sa, dt);
+          auto b = upload(random_values(static_cast<std::size_t>(s.k * s.n), seed++), sb, dt);
+          auto c =
+              upload(random_values(static_cast<std::size_t>(s.m * s.n), seed++), Shape{s.m, s.n});
+          auto bias = upload(random_values(static_cast<std::size_t>(s.n), seed++), Shape{s.n});
+          sdk::GemmArgs g;
+          g.a.transpose = ta;
+          g.b.transpose = tb;
+          g.alpha = 1.5f;
+          g.beta = 0.5f;
+          g.compute = dt;
+          gemm_both(g, a, b, c, &bias);
+          const double tol = accumulation_tolerance(at_53, s.k);
+          const double diff = relative_difference(tested_values(c), ref_values(c));
+          if (!(diff <= tol))
+            wrong << "\n  m " << s.m << " n " << s.n << " k " << s.k << (ta ? " At" : " A")
+                  << (tb ? " Bt" : " B") << ": relative difference " << diff << " > " << tol;
+        }
+    EXPECT_TRUE(wrong.str().empty())
+        << sdk::dtype_name(dt) << " GEMMs that differ from the reference:" << wrong.str();
   }
 }
 
@@ -610,9 +674,14 @@ TEST_P(Conformance, GemmGroupedEqualsOneGemmPerMember) {
   // backend's single GEMMs, member by member.
   struct Member {
     std::int64_t m, n, k;
-    bool tb;
+    bool ta, tb;
   };
-  const Member members[] = {{7, 5, 9, false}, {16, 3, 4, true}, {1, 11, 6, false}};
+  // The last two: square operands, both transposed, and a reduction past 128.
+  const Member members[] = {{7, 5, 9, false, false},
+                            {16, 3, 4, false, true},
+                            {1, 11, 6, false, false},
+                            {24, 24, 24, true, true},
+                            {5, 6, 129, true, false}};
   for (DType dt : {DType::fp32, DType::bf16}) {
     if (!tested_->capabilities().supports(dt)) continue;
     if (!tested_gemm->supports(sdk::GemmOp::gemm_grouped, std::vector<DType>{dt, dt, DType::fp32}))
@@ -620,8 +689,9 @@ TEST_P(Conformance, GemmGroupedEqualsOneGemmPerMember) {
     std::vector<Pair> as, bs, cs;
     unsigned seed = 40;
     for (const Member& mb : members) {
-      as.push_back(upload(random_values(static_cast<std::size_t>(mb.m * mb.k), seed++),
-                          Shape{mb.m, mb.k}, dt));
+      const Shape a_shape = mb.ta ? Shape{mb.k, mb.m} : Shape{mb.m, mb.k};
+      as.push_back(
+          upload(random_values(static_cast<std::size_t>(mb.m * mb.k), seed++), a_shape, dt));
       const Shape b_shape = mb.tb ? Shape{mb.n, mb.k} : Shape{mb.k, mb.n};
       bs.push_back(
           upload(random_values(static_cast<std::size_t>(mb.k * mb.n), seed++), b_shape, dt));
@@ -634,6 +704,7 @@ TEST_P(Conformance, GemmGroupedEqualsOneGemmPerMember) {
         auto side = [&](const Pair& p) { return which == 0 ? p.ref->view() : p.tested->view(); };
         sdk::GemmArgs g;
         g.a.view = side(as[i]);
+        g.a.transpose = members[i].ta;
         g.b.view = side(bs[i]);
         g.b.transpose = members[i].tb;
         g.c = side(cs[i]);
@@ -647,7 +718,7 @@ TEST_P(Conformance, GemmGroupedEqualsOneGemmPerMember) {
         tested_gemm->gemm_grouped(group);
     }
     for (std::size_t i = 0; i < std::size(members); ++i)
-      expect_close(cs[i], 2e-5,
+      expect_close(cs[i], accumulation_tolerance(2e-5, members[i].k),
                    "grouped member " + std::to_string(i) + " " + std::string(sdk::dtype_name(dt)));
   }
 }
@@ -655,7 +726,8 @@ TEST_P(Conformance, GemmGroupedEqualsOneGemmPerMember) {
 TEST_P(Conformance, GemmStridedBatchedMatchesADoubleReference) {
   MIXTRAIN_FACETS(gemm, GemmFacet);
   // Attention-like batches with every transpose pair, a broadcast operand (stride 0) and gaps
-  // between batches; bf16 and fp32 operands, fp32 and bf16 C.
+  // between batches; square operands with every transpose pair, and reductions past 64 (one
+  // with a single row); bf16 and fp32 operands, fp32 and bf16 C.
   struct Case {
     std::int64_t batch, m, n, k;
     bool ta, tb;
@@ -667,6 +739,9 @@ TEST_P(Conformance, GemmStridedBatchedMatchesADoubleReference) {
       {6, 17, 20, 16, true, false, 0, 0, 0},                                          // dKᵀ-like
       {6, 17, 20, 16, true, true, 5, 3, 7},   {5, 12, 9, 11, false, true, 0, -1, 0},  // shared B
       {5, 12, 9, 11, true, false, -1, 0, 4},                                          // shared A
+      {3, 24, 24, 24, true, false, 0, 0, 0},  {3, 24, 24, 24, false, true, 0, 0, 0},
+      {3, 24, 24, 24, true, true, 0, 0, 0},   {2, 9, 7, 127, false, true, 0, 0, 0},
+      {2, 7, 9, 65, true, false, 0, 0, 0},    {2, 1, 5, 257, true, true, 0, -1, 0},
   };
   for (const auto& [in, out] :
        {std::pair{DType::fp32, DType::fp32}, std::pair{DType::bf16, DType::fp32},
@@ -716,8 +791,11 @@ TEST_P(Conformance, GemmStridedBatchedMatchesADoubleReference) {
                                (g.ta ? " At" : " A") + (g.tb ? " Bt" : " B") + " strides " +
                                std::to_string(stride_a) + "/" + std::to_string(stride_b) + "/" +
                                std::to_string(stride_c);
-      // fp32 accumulation over k <= 20 (and one rounding of a bf16 C).
-      EXPECT_LE(relative_difference(got, want), out == DType::fp32 ? 1e-6 : 4e-3) << what;
+      // fp32 accumulation: 1e-6 over k <= 20, growing with sqrt(k) past it (as
+      // accumulation_tolerance); one rounding of a bf16 C dominates it.
+      const double fp32_tol =
+          1e-6 * std::sqrt(static_cast<double>(std::max<std::int64_t>(g.k, 20)) / 20.0);
+      EXPECT_LE(relative_difference(got, want), out == DType::fp32 ? fp32_tol : 4e-3) << what;
       for (std::int64_t q = 0; q + 1 < g.batch; ++q)
         for (std::int64_t e = g.m * g.n; e < stride_c; ++e)
           EXPECT_EQ(got[static_cast<std::size_t>(q * stride_c + e)],

@@ -17,6 +17,9 @@
 #include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/core/plugins/registry.h"
 
+// Backends the kit must fail (faulty_backends_fail.sh).
+#include "faulty_backends.h"
+
 // The samples a plugin author starts from (samples/), compiled in: they must pass the kit too.
 #include "adaptive_loss_scaler.h"
 #include "bf16_except_policy.h"
@@ -225,6 +228,8 @@ int main(int argc, char** argv) {
         "faulty_leaves_a_backup", [native] { return std::make_shared<LeavesABackup>(native()); });
     conformance::add_policy("faulty_unknown_policy",
                             conformance::policy_from_plugin(plugins, "no_such_policy"));
+    for (auto& [name, make] : conformance::faults::faulty_backends(factory(cpu)))
+      conformance::add_backend(name, std::move(make));
   }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();

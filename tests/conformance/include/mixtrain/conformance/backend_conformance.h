@@ -7,6 +7,9 @@
 //   registered backend becomes one instantiation of every test ("conformance/<name>").
 // - A factory that throws (no device, driver missing) makes that backend's tests skip, visibly,
 //   with the factory's message — never fail.
+// - A facet the backend does not offer skips its cases; a facet of that name at a major this SDK
+//   does not speak fails them, naming the facet and both versions (the host refuses it at plan
+//   time, sdk/facet.h).
 // - Every op of sdk::DeviceBackend is run on the same inputs on both backends and compared with
 //   tolerances that follow from the formats: inputs are quantized by the backends' own casts
 //   (which must agree bit for bit), so GEMMs differ only by FP32 accumulation order.
