@@ -142,4 +142,27 @@ TEST_F(FormatPlugins, ADamagedStateItReadsIsNamedAsPossiblyItsFault) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
+TEST_F(FormatPlugins, AWriteThatThrowsSaysWhichSaveFailedAndWhatIsLeft) {
+  const auto config = faulty_config().string();
+  const std::string train =
+      "train " + config + " --set run.steps=10 --set run.eval_every=0 --set checkpoint.every=5";
+  // Not a UserError: the plugin's internal error, exit 1, with the run's context.
+  auto r = run(train + " --set checkpoint.faulty.mode=throw_second_write --run-dir " +
+               (dir_ / "a").string());
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(has(r.err, "the step-10 checkpoint was not written")) << r.err;
+  EXPECT_TRUE(has(r.err, "checkpoint format 'faulty' (plugin format_faults")) << r.err;
+  EXPECT_TRUE(has(r.err, "faulty: simulated I/O failure")) << r.err;
+  EXPECT_TRUE(has(r.err, (dir_ / "a" / "checkpoints" / "step-00000005.flt").string())) << r.err;
+  EXPECT_TRUE(has(r.err, "--resume " + (dir_ / "a").string())) << r.err;
+  // A CheckpointError: exit 2, the same context.
+  r = run(train + " --set checkpoint.faulty.mode=refuse_second_write --run-dir " +
+          (dir_ / "b").string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "the step-10 checkpoint was not written")) << r.err;
+  EXPECT_TRUE(has(r.err, "faulty: simulated full disk")) << r.err;
+  EXPECT_TRUE(has(r.err, (dir_ / "b" / "checkpoints" / "step-00000005.flt").string())) << r.err;
+  EXPECT_TRUE(has(r.err, "free some disk space; then continue it with --resume")) << r.err;
+}
+
 }  // namespace
