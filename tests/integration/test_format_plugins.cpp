@@ -165,4 +165,18 @@ TEST_F(FormatPlugins, AWriteThatThrowsSaysWhichSaveFailedAndWhatIsLeft) {
   EXPECT_TRUE(has(r.err, "free some disk space; then continue it with --resume")) << r.err;
 }
 
+// A long one_of list wraps within its column instead of padding every row to its width.
+TEST_F(FormatPlugins, DescribeWrapsALongRange) {
+  const ScopedEnv env("MIXTRAIN_PLUGIN_PATH", kPluginDir.c_str());
+  auto r = run("describe checkpoint.faulty");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream lines(r.out);
+  std::size_t widest = 0;
+  for (std::string line; std::getline(lines, line);)
+    if (line.starts_with("  ")) widest = std::max(widest, line.size());
+  EXPECT_LE(widest, 100u) << r.out;
+  for (const std::string mode : {"ok,", "dup_tensor,", "refuse_second_write"})
+    EXPECT_TRUE(has(r.out, mode)) << r.out;
+}
+
 }  // namespace
