@@ -20,6 +20,7 @@
 #include "mixtrain/core/distributed/config_agreement.h"
 #include "mixtrain/core/graph/model_summary.h"
 #include "mixtrain/core/graph/parameter_memory.h"
+#include "mixtrain/core/plugins/plugin_fault.h"
 #include "mixtrain/core/plugins/registry.h"
 #include "mixtrain/core/precision/loss_scaling_advice.h"
 #include "mixtrain/core/precision/tensor_core_lint.h"
@@ -218,6 +219,10 @@ int run_train(const ConfigArgs& given, const std::string& run_dir,
     std::fflush(stdout);
     std::fprintf(stderr, "\nerror: %s\n", with_rank(e.full_message()).c_str());
     comm->abort(2);
+  } catch (const core::PluginFault& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "\nerror: %s\n", with_rank(e.full_message()).c_str());
+    comm->abort(1);
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "\nerror: %s\n", with_rank(e.what()).c_str());

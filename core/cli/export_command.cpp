@@ -1,23 +1,29 @@
 // `mixtrain export`: writes a checkpoint's weights in another format (safetensors for PyTorch),
 // or, with --initial, the weights a config's training starts from.
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <tuple>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "cli_registry.h"
 #include "commands.h"
 #include "exported_weights.h"
 #include "lora_export.h"
+#include "mixtrain/core/checkpoint/format_set.h"
 #include "mixtrain/core/checkpoint/gpt2_layout.h"
 #include "mixtrain/core/checkpoint/hf_folder.h"
 #include "mixtrain/core/checkpoint/path.h"
 #include "mixtrain/core/checkpoint/peft_adapter.h"
 #include "mixtrain/core/checkpoint/weights_read.h"
+#include "mixtrain/core/config/config.h"
+#include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/sdk/checkpoint_format.h"
 #include "mixtrain/sdk/dtype.h"
 #include "mixtrain/sdk/support/atomic_file_writer.h"
@@ -34,8 +40,9 @@ using Formats = std::vector<std::pair<std::string, std::shared_ptr<sdk::Checkpoi
 
 std::shared_ptr<sdk::CheckpointFormat> create_format(core::PluginRegistry& registry,
                                                      const core::LoadedComponent& c,
-                                                     std::vector<sdk::RawOption> raw) {
-  auto options = sdk::Options::resolve("export", c.info.options, raw, {"command line"});
+                                                     std::vector<sdk::RawOption> raw,
+                                                     const std::string& table = "export") {
+  auto options = sdk::Options::resolve(table, c.info.options, raw, {"command line"});
   return registry.create<sdk::CheckpointFormat>(c, options);
 }
 
@@ -56,10 +63,64 @@ std::string known_formats(const Formats& formats) {
   return known.empty() ? "none" : known;
 }
 
+// The run a checkpoint belongs to, as `train --resume RUN` finds it: its config.toml, whose
+// [plugins] paths load the plugin of the format that wrote its checkpoints and whose
+// checkpoint.format (with its [checkpoint.NAME] options) reads them. Empty when there is none.
+struct RunRecord {
+  std::optional<core::Config> config;
+  std::string format;                   // checkpoint.format
+  std::vector<sdk::RawOption> options;  // [checkpoint.<format>]
+};
+
+RunRecord run_record_of(const fs::path& source) {
+  RunRecord run;
+  std::error_code ec;
+  if (!fs::exists(source, ec)) return run;
+  const fs::path file = core::run_folder_of(source) / "config.toml";
+  if (!fs::is_regular_file(file, ec)) return run;
+  try {
+    run.config = core::Config::from_file(file, {}, {});
+    for (const auto& o : run.config->table_options("checkpoint"))
+      if (const auto* name = std::get_if<std::string>(&o.value); name && o.key == "format")
+        run.format = *name;
+    if (!run.format.empty() && run.config->has_table("checkpoint." + run.format))
+      run.options = run.config->table_options("checkpoint." + run.format);
+  } catch (const sdk::UserError& e) {
+    // A checkpoint of mixtrain's own formats is read without it.
+    core::core_logger("export").warn("cannot read " + file.string() +
+                                     " for the run's plugins and checkpoint.format: " + e.what());
+    run = {};
+  }
+  return run;
+}
+
+// Where a format's plugin is loaded from, for the hint of a file no loaded format reads.
+std::string how_to_load(const RunRecord& run) {
+  return "load the plugin that provides it: MIXTRAIN_PLUGIN_PATH=<folder of its "
+         "libmixtrain_*.so> mixtrain export ...," +
+         std::string(run.config ? " or the run's config.toml [plugins] paths (" +
+                                      run.config->source_name() + "), which export reads"
+                                : " or a config.toml in the run folder with [plugins] paths") +
+         "; `mixtrain plugins` lists the formats loaded";
+}
+
+// The format of `file` (a step-N or best file) as far as the run says: its checkpoint.format when
+// that is not loaded, which the file's extension then most likely belongs to.
+std::string unloaded_format_of(const fs::path& file, const RunRecord& run, const Formats& formats) {
+  const bool loaded = std::any_of(formats.begin(), formats.end(),
+                                  [&](const auto& f) { return f.first == run.format; });
+  if (!run.format.empty() && !loaded)
+    return "its format '" + run.format + "' (the run's checkpoint.format) is not loaded";
+  return "no loaded checkpoint format reads '" + file.extension().string() +
+         "' files (loaded: " + known_formats(formats) + ")";
+}
+
 // A folder (a run, its checkpoints/): its newest checkpoint, chosen as `eval --checkpoint` and
-// `train --resume` choose it, in the first format (registry order) that has one.
-std::pair<fs::path, std::shared_ptr<sdk::CheckpointFormat>> newest_in_folder(
-    const fs::path& folder, const Formats& formats) {
+// `train --resume` choose it, in the first format (the run's own first, then registry order) that
+// has one.
+std::pair<fs::path, std::shared_ptr<sdk::CheckpointFormat>> newest_in_folder(const fs::path& folder,
+                                                                             const Formats& formats,
+                                                                             const RunRecord& run) {
   for (const auto& [name, f] : formats) {
     try {
       return {core::resolve_checkpoint_path(folder, f->file_extension()), f};
@@ -67,6 +128,23 @@ std::pair<fs::path, std::shared_ptr<sdk::CheckpointFormat>> newest_in_folder(
       // none of this format's files here; try the next format
     }
   }
+  const fs::path where = fs::is_directory(folder / "checkpoints") ? folder / "checkpoints" : folder;
+  // Step checkpoints of a format no loaded plugin provides: say whose they are and how to load it.
+  std::optional<fs::path> newest;
+  std::int64_t newest_step = -1;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(where, ec)) {
+    const fs::path& p = entry.path();
+    if (!entry.is_regular_file(ec) || !p.has_extension()) continue;
+    const auto step = core::checkpoint_step(p, p.extension().string());
+    if (step && *step > newest_step) newest_step = *step, newest = p;
+  }
+  if (newest)
+    throw sdk::CheckpointError(
+        "no checkpoint in " + where.string() + " that a loaded format reads: step-*" +
+            newest->extension().string() + " found (the newest " + newest->filename().string() +
+            "); " + unloaded_format_of(*newest, run, formats),
+        how_to_load(run));
   std::string patterns;
   for (const auto& [name, f] : formats)
     patterns += (patterns.empty() ? "step-*" : ", step-*") + f->file_extension();
@@ -228,26 +306,75 @@ int export_checkpoint(const ExportArgs& args) {
   if (!args.sets.empty())
     throw sdk::UserError("--set changes a config, but a checkpoint is exported as it was trained",
                          "drop --set, or export a config's initial weights with --initial");
-  auto registry = make_registry(nullptr);
+  // A run's checkpoints may be a plugin format's: the run's config.toml loads it, as it does for
+  // `train --resume RUN` without a config.
+  const RunRecord run = run_record_of(args.source);
+  auto registry = make_registry(run.config ? &*run.config : nullptr);
   auto writer = create_writer(*registry, args);
+  const auto& writer_component =
+      registry->require(sdk::ComponentKind::checkpoint_format, args.format, "--format");
 
   Formats readers;
-  if (!args.from.empty())
+  std::vector<std::string> warnings;
+  if (!args.from.empty()) {
     readers.emplace_back(
         args.from,
         create_format(*registry,
                       registry->require(sdk::ComponentKind::checkpoint_format, args.from, "--from"),
                       {}));
-  else
-    for (const auto& c : registry->components())
-      if (c.info.kind == sdk::ComponentKind::checkpoint_format)
-        readers.emplace_back(c.info.name, create_format(*registry, c, {}));
+  } else {
+    // The run's own format with its options first (its files are its own, whatever another
+    // format claims), then every other in registry order; --format's own extension may be no
+    // other's, as checkpoint.format's may not (format_set.h).
+    std::vector<core::NamedFormat> others;
+    if (const auto* own = registry->find(sdk::ComponentKind::checkpoint_format, run.format);
+        own != nullptr && run.format != args.format) {
+      try {
+        others.push_back(core::named_format(
+            *own, create_format(*registry, *own, run.options, "checkpoint." + run.format)));
+      } catch (const sdk::UserError& e) {
+        core::core_logger("export").warn("the run's checkpoint.format '" + run.format +
+                                         "' is read with its defaults: " + e.what());
+        others.push_back(core::named_format(*own, create_format(*registry, *own, {})));
+      }
+    }
+    for (const auto& c : registry->components()) {
+      if (c.info.kind != sdk::ComponentKind::checkpoint_format || c.info.name == args.format ||
+          c.info.name == run.format)
+        continue;
+      try {
+        others.push_back(core::named_format(c, create_format(*registry, c, {})));
+      } catch (const sdk::UserError& e) {
+        warnings.push_back("checkpoint format '" + c.info.name +
+                           "' is not used to read files: " + e.what());
+      }
+    }
+    auto kept = core::formats_by_extension(core::named_format(writer_component, writer),
+                                           std::move(others), "--format", warnings);
+    // Folders are searched in the run's format first, then in registry order, --format's
+    // included (mixtrain's own native before safetensors), as before --format was checked first.
+    const auto rank = [&](const core::NamedFormat& f) {
+      if (f.name == run.format) return -1L;
+      const auto& all = registry->components();
+      return static_cast<long>(std::find_if(all.begin(), all.end(),
+                                            [&](const auto& c) {
+                                              return c.info.kind ==
+                                                         sdk::ComponentKind::checkpoint_format &&
+                                                     c.info.name == f.name;
+                                            }) -
+                               all.begin());
+    };
+    std::stable_sort(kept.begin(), kept.end(),
+                     [&](const auto& a, const auto& b) { return rank(a) < rank(b); });
+    for (auto& f : kept) readers.emplace_back(f.name, f.format);
+  }
+  for (const auto& w : warnings) core::core_logger("export").warn(w);
 
   fs::path source = args.source;
   std::shared_ptr<sdk::CheckpointFormat> reader;
   std::error_code ec;
   if (fs::is_directory(source, ec)) {
-    std::tie(source, reader) = newest_in_folder(source, readers);
+    std::tie(source, reader) = newest_in_folder(source, readers, run);
   } else {
     source = core::resolve_checkpoint_path(source, source.extension().string());  // must exist
     if (!args.from.empty()) reader = readers.front().second;
@@ -255,10 +382,14 @@ int export_checkpoint(const ExportArgs& args) {
       if (!reader && f->file_extension() == source.extension().string()) reader = f;
     if (!reader)
       throw sdk::CheckpointError(
-          "no checkpoint format reads '" + source.extension().string() + "' files (" +
-              source.string() + ")",
-          "name the format with --from; known formats: " + known_formats(readers));
+          source.string() + ": " + unloaded_format_of(source, run, readers),
+          how_to_load(run) + "; or name a loaded format that reads it with --from");
   }
+  std::string reader_label = "the checkpoint format that read it";
+  for (const auto& c : registry->components())
+    if (c.info.kind == sdk::ComponentKind::checkpoint_format)
+      for (const auto& [name, f] : readers)
+        if (f == reader && name == c.info.name) reader_label = core::named_format(c, f).label();
 
   // By default beside the run, never inside checkpoints/ (the trainer's rotation owns that).
   fs::path default_out = source.filename();
@@ -273,6 +404,7 @@ int export_checkpoint(const ExportArgs& args) {
 
   // An export holds weights (and their EMA), never the optimizer's slots: they stay on disk.
   auto state = core::read_checkpoint_weights(*reader, source);
+  core::refuse_repeated_tensors(state, source, reader_label);
   // The weights the run started from (a Hugging Face folder's model.safetensors, which a PEFT
   // adapter of the run names as its base) are an input too, known once the checkpoint is read.
   if (const auto from = initial_weights_of(state); !from.empty())

@@ -16,6 +16,7 @@
 #include "integer_flag.h"
 #include "mixtrain/core/config/experiment.h"
 #include "mixtrain/core/console/log_sink.h"
+#include "mixtrain/core/plugins/plugin_fault.h"
 #include "mixtrain/core/train/interrupt.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/options.h"
@@ -427,6 +428,11 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     std::fprintf(stderr, "\nerror: %s\n", mixtrain::cli::with_rank(e.full_message()).c_str());
     return 2;
+  } catch (const mixtrain::core::PluginFault& e) {
+    // A plugin's internal error where the host knows what it interrupted: exit 1, with the hint.
+    std::fflush(stdout);
+    std::fprintf(stderr, "\nerror: %s\n", mixtrain::cli::with_rank(e.full_message()).c_str());
+    return 1;
   } catch (const std::filesystem::filesystem_error& e) {
     // A path the OS refuses (a name too long, no permission): the user's to fix, as a UserError.
     std::fflush(stdout);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace mixtrain::cli {
 
@@ -34,6 +35,33 @@ const core::ConfigSection* selecting_section(const std::vector<core::ConfigSecti
 
 }  // namespace
 
+namespace {
+
+// A RANGE wider than this wraps onto lines of its own under its column, between the items of a
+// list (after ", "): a long one_of list (a plugin's fault modes, a backend's ops) would otherwise
+// pad every row of the table to its width, hundreds of characters.
+constexpr std::size_t kRangeWidth = 40;
+
+std::vector<std::string> wrapped_range(const std::string& text) {
+  std::vector<std::string> lines;
+  std::string line;
+  for (std::size_t at = 0; at < text.size();) {
+    const auto comma = text.find(", ", at);
+    const std::size_t end = comma == std::string::npos ? text.size() : comma + 1;  // keeps ','
+    const std::string piece = text.substr(at, end - at);
+    at = comma == std::string::npos ? text.size() : comma + 2;
+    if (!line.empty() && line.size() + 1 + piece.size() > kRangeWidth) {
+      lines.push_back(line);
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + piece;
+  }
+  if (!line.empty() || lines.empty()) lines.push_back(line);
+  return lines;
+}
+
+}  // namespace
+
 void print_section_keys(const std::vector<core::SectionKey>& keys) {
   if (keys.empty()) {
     std::printf("no options\n");
@@ -42,16 +70,24 @@ void print_section_keys(const std::vector<core::SectionKey>& keys) {
   std::vector<core::SectionKey> rows{{"OPTION", "TYPE", "DEFAULT", "RANGE", "DOC"}};
   rows.insert(rows.end(), keys.begin(), keys.end());
   std::size_t w[4] = {};
+  std::vector<std::vector<std::string>> ranges;
   for (const auto& r : rows) {
     w[0] = std::max(w[0], r.name.size());
     w[1] = std::max(w[1], r.type.size());
     w[2] = std::max(w[2], r.default_text.size());
-    w[3] = std::max(w[3], r.range.size());
+    ranges.push_back(wrapped_range(r.range));
+    for (const auto& line : ranges.back()) w[3] = std::max(w[3], line.size());
   }
-  for (const auto& r : rows)
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& r = rows[i];
     std::printf("  %-*s  %-*s  %-*s  %-*s  %s\n", static_cast<int>(w[0]), r.name.c_str(),
                 static_cast<int>(w[1]), r.type.c_str(), static_cast<int>(w[2]),
-                r.default_text.c_str(), static_cast<int>(w[3]), r.range.c_str(), r.doc.c_str());
+                r.default_text.c_str(), static_cast<int>(w[3]), ranges[i][0].c_str(),
+                r.doc.c_str());
+    for (std::size_t l = 1; l < ranges[i].size(); ++l)
+      std::printf("  %-*s  %-*s  %-*s  %s\n", static_cast<int>(w[0]), "", static_cast<int>(w[1]),
+                  "", static_cast<int>(w[2]), "", ranges[i][l].c_str());
+  }
 }
 
 void print_section(const std::vector<core::ConfigSection>& all,

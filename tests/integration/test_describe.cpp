@@ -37,6 +37,8 @@ std::vector<KeyRow> key_rows(const std::string& out) {
       while (!s.empty() && s.back() == ' ') s.pop_back();
       return s;
     };
+    // A long RANGE continues on lines of its own, with the other columns blank.
+    if (trim(line.substr(2, type_at - 2)).empty()) continue;
     rows.push_back({trim(line.substr(2, type_at - 2)),
                     trim(line.substr(type_at, default_at - type_at)),
                     trim(line.substr(default_at, range_at - default_at))});

@@ -1,6 +1,9 @@
 #include "mixtrain/core/checkpoint/weights_read.h"
 
 #include <string_view>
+#include <unordered_set>
+
+#include "mixtrain/sdk/error.h"
 
 #include "mixtrain/sdk/format_partial_read.h"
 
@@ -12,6 +15,18 @@ sdk::TrainingState read_checkpoint_weights(const sdk::CheckpointFormat& format,
   if (!sdk::facet_serves<sdk::PartialReadFacet>(partial, 0)) return format.read(path);
   return partial->read_only(path,
                             [](std::string_view name) { return !name.starts_with("optimizer/"); });
+}
+
+void refuse_repeated_tensors(const sdk::TrainingState& state, const std::filesystem::path& path,
+                             const std::string& format) {
+  std::unordered_set<std::string_view> seen;
+  for (const auto& t : state.tensors)
+    if (!seen.insert(t.name).second)
+      throw sdk::CheckpointError(
+          path.string() + ": " + format + " read tensor '" + t.name +
+              "' twice; a checkpoint holds each tensor once",
+          "the format's read() is at fault (report it to its authors), or the file is damaged: "
+          "use an earlier checkpoint, or read it with another format");
 }
 
 }  // namespace mixtrain::core

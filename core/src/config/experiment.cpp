@@ -20,6 +20,7 @@
 #include "mixtrain/core/config/config_errors.h"
 #include "mixtrain/core/config/host_schemas.h"
 #include "mixtrain/core/config/section_catalog.h"
+#include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/core/graph/quantized_weight.h"
 #include "mixtrain/core/runs/summary.h"
 #include "mixtrain/core/train/lr_schedule.h"
@@ -668,22 +669,27 @@ Components create_components(const Experiment& e, const PluginRegistry& registry
                                               e.scaler_options);
   c.optimizer = registry.create<sdk::Optimizer>(require(ComponentKind::optimizer, e.optimizer_type),
                                                 e.optimizer_options);
-  c.checkpoint_format = registry.create<sdk::CheckpointFormat>(
-      require(ComponentKind::checkpoint_format, e.checkpoint.format), e.checkpoint_options);
+  const LoadedComponent& configured =
+      require(ComponentKind::checkpoint_format, e.checkpoint.format);
+  c.checkpoint_format = registry.create<sdk::CheckpointFormat>(configured, e.checkpoint_options);
+  std::vector<NamedFormat> others;
   for (const auto& comp : registry.components()) {
-    if (comp.info.kind != ComponentKind::checkpoint_format) continue;
-    if (comp.info.name == e.checkpoint.format) {
-      c.weight_formats.push_back(c.checkpoint_format);
+    if (comp.info.kind != ComponentKind::checkpoint_format || comp.info.name == e.checkpoint.format)
       continue;
-    }
-    // A format that cannot be built with its defaults just cannot be read from; the configured
-    // format still works.
+    // A format that cannot be built with its defaults (an extension refused among them) just
+    // cannot be read from; the configured format still works.
     try {
       auto defaults = sdk::Options::resolve("checkpoint", comp.info.options, {}, {});
-      c.weight_formats.push_back(registry.create<sdk::CheckpointFormat>(comp, defaults));
-    } catch (const std::exception&) {
+      others.push_back(named_format(comp, registry.create<sdk::CheckpointFormat>(comp, defaults)));
+    } catch (const std::exception& ex) {
+      core_logger("plugins").debug("checkpoint format '" + comp.info.name +
+                                   "' is not used to read files: " + ex.what());
     }
   }
+  std::vector<std::string> warnings;
+  c.weight_formats = formats_by_extension(named_format(configured, c.checkpoint_format),
+                                          std::move(others), "checkpoint.format", warnings);
+  for (const auto& w : warnings) core_logger("plugins").warn(w);
   return c;
 }
 

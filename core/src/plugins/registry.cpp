@@ -16,6 +16,7 @@
 
 #include "mixtrain/core/config/component_section.h"
 #include "mixtrain/core/config/section_catalog.h"
+#include "mixtrain/sdk/checkpoint_format.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/options.h"
 #include "mixtrain/sdk/support/elf_file_check.h"
@@ -478,7 +479,41 @@ std::unique_ptr<sdk::Component> PluginRegistry::create_component(
                            "this is an error inside the plugin; report it to its authors");
   }
   if (!obj) throw sdk::PluginError(who + ": factory returned nothing");
+  if (const auto* format = dynamic_cast<const sdk::CheckpointFormat*>(obj.get()))
+    check_file_extension(*format, who, c.info.name);
   return obj;
+}
+
+// A format's extension names its files (step-N<ext>) and picks the format that reads a file, so
+// one that is not a plain suffix would write elsewhere than the run's checkpoints/ ("../x"), or
+// files no folder search finds ("tbck" without its dot: step-00000010tbck).
+void PluginRegistry::check_file_extension(const sdk::CheckpointFormat& format,
+                                          const std::string& who, const std::string& name) {
+  std::string ext;
+  try {
+    ext = format.file_extension();
+  } catch (const std::exception& e) {
+    throw sdk::PluginError(who + ": file_extension() threw: " + e.what(),
+                           "this is an error inside the plugin; report it to its authors");
+  }
+  if (const auto problem = checkpoint_extension_problem(ext); !problem.empty())
+    throw sdk::PluginError(
+        who + ": its file extension '" + ext + "' " + problem,
+        "a checkpoint format's extension is a dot and then letters, digits, '_' or '-' (\".mxt\"); "
+        "if the plugin takes its extension as an option (`mixtrain plugins --describe " +
+            name + "`), give it one such, else report it to the plugin's authors");
+}
+
+std::string checkpoint_extension_problem(const std::string& ext) {
+  if (ext.empty()) return "is empty";
+  if (ext.front() != '.') return "does not start with a dot";
+  if (ext.size() == 1) return "is a dot alone";
+  for (std::size_t i = 1; i < ext.size(); ++i) {
+    const auto c = static_cast<unsigned char>(ext[i]);
+    if (!std::isalnum(c) && c != '_' && c != '-')
+      return std::string("holds '") + ext[i] + "' (only one dot, then letters, digits, '_' or '-')";
+  }
+  return {};
 }
 
 void PluginRegistry::throw_wrong_type(const LoadedComponent& c) const {

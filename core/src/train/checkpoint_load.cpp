@@ -37,8 +37,10 @@ using json = nlohmann::json;
 namespace {
 
 // h holds what v expects: its dtype, shape and bytes.
+// `blame`: what to add to a hint that blames another model, when a plugin's format read the file
+// (CheckpointFile::format_blame).
 void check_host_tensor(const sdk::HostTensor& h, sdk::DType dtype, const sdk::Shape& shape,
-                       const fs::path& file) {
+                       const fs::path& file, const std::string& blame) {
   const std::size_t want = static_cast<std::size_t>(shape.numel()) * sdk::dtype_size(dtype);
   // The dtype and shape the model expects, but not their bytes: the file's fault (damaged, or a
   // checkpoint format that read it wrong), not another model's.
@@ -54,18 +56,19 @@ void check_host_tensor(const sdk::HostTensor& h, sdk::DType dtype, const sdk::Sh
         file.string() + ": tensor '" + h.name + "' is " + std::string(sdk::dtype_name(h.dtype)) +
             " " + sdk::Shape::from_vector(h.shape).to_string() + " but the model expects " +
             std::string(sdk::dtype_name(dtype)) + " " + shape.to_string(),
-        "the checkpoint belongs to a different model; use the config it was trained with");
+        "the checkpoint belongs to a different model; use the config it was trained with" + blame);
 }
 
 void from_host(sdk::DeviceBackend& b, const sdk::HostTensor& h, sdk::TensorView v,
-               const fs::path& file) {
-  check_host_tensor(h, v.dtype, v.shape, file);
+               const fs::path& file, const std::string& blame) {
+  check_host_tensor(h, v.dtype, v.shape, file, blame);
   b.copy_from_host(v, h.bytes.data());
 }
 
 // Weights are FP32 in a file whatever the parameter's stored dtype (NF4 included).
-void check_fp32_weights(const sdk::HostTensor& h, const ModelParameter& p, const fs::path& file) {
-  check_host_tensor(h, sdk::DType::fp32, p.shape(), file);
+void check_fp32_weights(const sdk::HostTensor& h, const ModelParameter& p, const fs::path& file,
+                        const std::string& blame) {
+  check_host_tensor(h, sdk::DType::fp32, p.shape(), file, blame);
 }
 
 // The watched metrics' state from a checkpoint's optional "watch" entry (checkpoint/state.h).
@@ -106,8 +109,15 @@ const sdk::CheckpointFormat& weights_format_for(const Components& c, const fs::p
   const auto ext = path.extension().string();
   if (c.checkpoint_format->file_extension() == ext) return *c.checkpoint_format;
   for (const auto& f : c.weight_formats)
-    if (f->file_extension() == ext) return *f;
+    if (f.format->file_extension() == ext) return *f.format;
   return *c.checkpoint_format;
+}
+
+// trainer_state.h
+const NamedFormat* named_format_of(const Components& c, const sdk::CheckpointFormat& format) {
+  for (const auto& f : c.weight_formats)
+    if (f.format.get() == &format) return &f;
+  return nullptr;
 }
 
 namespace {
@@ -150,6 +160,10 @@ struct CheckpointFile {
   std::string fold_route;
   // What of the config sizes the model: a preset's table ([model.gpt]), or [model] layers.
   std::string model_hint;
+  // Added to the hints that blame another model or the user (a tensor missing, of another dtype
+  // or shape, no training-state metadata) when a plugin's format read the file: what it gave may
+  // be its own fault. Empty for mixtrain's own formats, whose files the hints describe as they are.
+  std::string format_blame;
 
   std::string name_in_file(const sdk::HostTensor& t) const {
     return gpt2 ? file_names[static_cast<std::size_t>(&t - st.tensors.data())] : t.name;
@@ -168,6 +182,14 @@ CheckpointFile read_checkpoint_file(Trainer::State& s, const fs::path& path, boo
     file.st = weights_only ? read_checkpoint_weights(weights_format_for(s.c, path), path)
                            : s.c.checkpoint_format->read(path);
   }
+  const sdk::CheckpointFormat& reader =
+      weights_only ? weights_format_for(s.c, path) : *s.c.checkpoint_format;
+  const NamedFormat* named = named_format_of(s.c, reader);
+  if (named != nullptr && !named->builtin)
+    file.format_blame = "; or the format plugin '" + named->name + "' that read the file (" +
+                        named->origin + ") read it wrong";
+  refuse_repeated_tensors(file.st, path,
+                          named != nullptr ? named->label() : "the checkpoint format that read it");
   file.gpt2 = layout == WeightLayout::gpt2;
   file.fold_route = start_from_weights_route(s.e, path, /*merge_lora=*/true);
   file.model_hint = "check [model] layers";
@@ -323,9 +345,9 @@ void keep_trained_normalization(Trainer::State& s, const CheckpointFile& file, b
                      "(checkpoint.init_layout = \"gpt2\"; eval and sample: --layout gpt2)"
       : peft
           ? "the file is a PEFT adapter's: " + peft_adapter_route(file.path.parent_path().string())
-      : !file.misfit_hint.empty() ? file.misfit_hint
+      : !file.misfit_hint.empty() ? file.misfit_hint + file.format_blame
                                   : "the file belongs to a different model; it holds: " +
-                                        (have.empty() ? "no tensors" : have));
+                                        (have.empty() ? "no tensors" : have) + file.format_blame);
 }
 
 [[noreturn]] void throw_misshapen_parameter(const CheckpointFile& file, const sdk::HostTensor& t,
@@ -341,9 +363,10 @@ void keep_trained_normalization(Trainer::State& s, const CheckpointFile& file, b
                             ops::shape_text(t.shape) + " as [out, in])"
                       : std::string()) +
           " but parameter '" + name + "' expects " + ops::shape_text(expected),
-      file.misfit_hint.empty()
-          ? shape_hint(t, name, expected, weights_only, layout, file.fold_route, file.model_hint)
-          : file.misfit_hint);
+      (file.misfit_hint.empty()
+           ? shape_hint(t, name, expected, weights_only, layout, file.fold_route, file.model_hint)
+           : file.misfit_hint) +
+          file.format_blame);
 }
 
 // One parameter's weights from tensor t: shape-checked, into its master, or rounded into a frozen
@@ -363,10 +386,10 @@ void load_parameter(Trainer::State& s, const CheckpointFile& file, const sdk::Ho
           "use a checkpoint written before the weights went bad (mixtrain writes none of "
           "weights that are not finite)");
   if (!p.master.empty()) {
-    from_host(*s.c.backend, t, p.master.view(), file.path);
+    from_host(*s.c.backend, t, p.master.view(), file.path, file.format_blame);
     return;
   }
-  check_fp32_weights(t, p, file.path);
+  check_fp32_weights(t, p, file.path, file.format_blame);
   try {
     set_parameter_from_fp32(s.c.backend, p, reinterpret_cast<const float*>(t.bytes.data()));
   } catch (const std::invalid_argument& e) {  // a quantized base refuses a non-finite weight
@@ -414,8 +437,9 @@ void load_buffers(Trainer::State& s, const CheckpointFile& file,
                          : "'buffer/" + buf->name + "' and '" + buf->name + "'") +
               file.read_as() + ")",
           "the file was written for a model without this node's state; "
-          "use a checkpoint of this model");
-    from_host(*s.c.backend, *t, buf->value.view(), file.path);
+          "use a checkpoint of this model" +
+              file.format_blame);
+    from_host(*s.c.backend, *t, buf->value.view(), file.path, file.format_blame);
     used.insert(t);
   }
 }
@@ -638,7 +662,7 @@ void restore_ema(Trainer::State& s, const CheckpointFile& file) {
                  "one at the resumed weights");
       return;
     }
-    from_host(*s.c.backend, *h, s.ema[i].view(), file.path);
+    from_host(*s.c.backend, *h, s.ema[i].view(), file.path, file.format_blame);
   }
 }
 
@@ -793,7 +817,7 @@ void restore_training_state(Trainer::State& s, const CheckpointFile& file) {
   s.reducer->load_optimizer_state(
       *s.c.optimizer, [&](const std::string& name) { return file.st.find("optimizer/" + name); },
       [&](const sdk::HostTensor& whole, sdk::TensorView slot) {
-        from_host(*s.c.backend, whole, slot, path);
+        from_host(*s.c.backend, whole, slot, path, file.format_blame);
       },
       path.string());
   restore_ema(s, file);
@@ -889,7 +913,12 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only, WeightLay
     if (!s.opt.write_outputs && !s.loading_initial_weights) restore_for_inference(s, file);
     return;
   }
-  check_training_state_version(file.st.metadata, path);
+  try {
+    check_training_state_version(file.st.metadata, path);
+  } catch (const sdk::CheckpointError& e) {
+    if (file.format_blame.empty()) throw;
+    throw sdk::CheckpointError(e.what(), e.hint() + file.format_blame);
+  }
   refuse_what_the_model_lacks(file, used);
   warn_of_another_model(s, file);
   try {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <optional>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -17,6 +18,7 @@
 #include "mixtrain/core/checkpoint/path.h"
 #include "mixtrain/core/data/data_shape.h"
 #include "mixtrain/core/graph/lora.h"
+#include "mixtrain/core/plugins/plugin_fault.h"
 #include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "mixtrain/sdk/version.h"
 #include "train/host_tensor.h"
@@ -181,17 +183,33 @@ fs::path Trainer::save_checkpoint() {
                : "this run has no checkpoint yet: check optimizer.lr and the weights it started "
                  "from");
     }
+  // Whatever the format throws ends the run here: say which save failed, what the run leaves to
+  // continue from (a full disk is the usual cause) and, for a plugin's format, whose code it was.
+  const auto failed = [&](const std::string& what) {
+    const NamedFormat* named = named_format_of(s.c, *s.c.checkpoint_format);
+    const std::optional<fs::path> last = newest_checkpoint_before(s, s.position.step);
+    return std::pair{"the step-" + std::to_string(s.position.step) +
+                         " checkpoint was not written: " +
+                         (named != nullptr ? named->label()
+                                           : "checkpoint format '" + s.e.checkpoint.format + "'") +
+                         " failed writing " + path.string() + ": " + what +
+                         (last ? "; the newest checkpoint this run has is " + last->string()
+                               : "; this run has no checkpoint yet"),
+                     last ? "continue it with --resume " + s.run_dir.string() : std::string()};
+  };
   try {
     s.c.checkpoint_format->write(path, st);
   } catch (const sdk::UserError& e) {
-    // The run ends here: say what it leaves to continue from (a full disk is the usual cause).
-    const std::optional<fs::path> last = newest_checkpoint_before(s, s.position.step);
+    const auto [what, resume] = failed(e.what());
     throw sdk::CheckpointError(
-        std::string(e.what()) + (last ? "; the newest checkpoint this run has is " + last->string()
-                                      : "; this run has no checkpoint yet"),
-        e.hint() + (last ? (e.hint().empty() ? "" : "; then ") + std::string("continue it with ") +
-                               "--resume " + s.run_dir.string()
-                         : ""));
+        what, e.hint() + (resume.empty() ? "" : (e.hint().empty() ? "" : "; then ") + resume));
+  } catch (const std::exception& e) {
+    // Not a UserError: the format's internal error (exit 1), not the user's input.
+    const auto [what, resume] = failed(e.what());
+    throw PluginFault(what,
+                      "an error inside the checkpoint format, which threw no "
+                      "sdk::UserError: report it to its authors" +
+                          (resume.empty() ? "" : "; " + resume));
   }
 
   // Keep the newest `keep` checkpoints of this run, by step number (names stop sorting by step

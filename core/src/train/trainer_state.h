@@ -156,6 +156,9 @@ bool take_recorded_shape(Trainer::State& s, const std::filesystem::path& checkpo
 // use the configured format, which holds the whole training state.
 const sdk::CheckpointFormat& weights_format_for(const Components& c,
                                                 const std::filesystem::path& path);
+// `format`'s name and origin among c.weight_formats; null for one the host did not create from
+// the registry (a test's wrapper).
+const NamedFormat* named_format_of(const Components& c, const sdk::CheckpointFormat& format);
 
 // ema = decay * ema + (1 - decay) * master, on the device, for every trainable parameter.
 void update_ema(Trainer::State& s);

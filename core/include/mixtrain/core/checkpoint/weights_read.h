@@ -9,6 +9,7 @@
 #pragma once
 
 #include <filesystem>
+#include <string>
 
 #include "mixtrain/sdk/checkpoint_format.h"
 
@@ -16,5 +17,12 @@ namespace mixtrain::core {
 
 sdk::TrainingState read_checkpoint_weights(const sdk::CheckpointFormat& format,
                                            const std::filesystem::path& path);
+
+// Throws sdk::CheckpointError when `state` holds a tensor name twice: a file holds each tensor
+// once, so the format that read it (`format`: "checkpoint format 'tbck' (plugin ...)") gave one
+// twice, and which of the two is the file's is anybody's guess. Named as that format's fault, not
+// as a tensor the model lacks.
+void refuse_repeated_tensors(const sdk::TrainingState& state, const std::filesystem::path& path,
+                             const std::string& format);
 
 }  // namespace mixtrain::core

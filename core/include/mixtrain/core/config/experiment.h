@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "mixtrain/core/checkpoint/format_set.h"
 #include "mixtrain/core/checkpoint/gpt2_layout.h"
 #include "mixtrain/core/config/config.h"
 #include "mixtrain/core/config/host_schemas.h"
@@ -271,10 +272,11 @@ struct Components {
   std::shared_ptr<sdk::LossScaler> scaler;
   std::shared_ptr<sdk::Optimizer> optimizer;
   std::shared_ptr<sdk::CheckpointFormat> checkpoint_format;
-  // Every registered checkpoint format (the configured one with its options, the others with
-  // defaults): weights-only loads (init_from, eval) pick theirs by file extension, so a
-  // .safetensors file initialises a run that saves .mxt checkpoints.
-  std::vector<std::shared_ptr<sdk::CheckpointFormat>> weight_formats;
+  // Every registered checkpoint format (the configured one first, with its options, the others
+  // with defaults), named: weights-only loads (init_from, eval) pick theirs by file extension, so
+  // a .safetensors file initialises a run that saves .mxt checkpoints. Two never share an
+  // extension (formats_by_extension(), checkpoint/format_set.h).
+  std::vector<NamedFormat> weight_formats;
   // [distributed]: this process's link to the other ranks (create_communicator); null: one process.
   std::shared_ptr<sdk::Communicator> communicator;
   // Which plugin (name, version, library file) each configured component came from, as TOML

@@ -19,8 +19,10 @@
 // - require() returns the component or throws sdk::PluginError listing what exists, a "did you
 //   mean", every library that failed to load and every search path entry that does not exist.
 // - create<T>() calls the factory; any exception is rethrown as sdk::PluginError carrying the
-//   component and library names. The returned shared_ptr's deleter keeps the library loaded, and
-//   libraries are never unloaded while the process runs.
+//   component and library names. A checkpoint format whose file_extension() is not a dot and then
+//   letters, digits, '_' or '-' (checkpoint_extension_problem()) is refused there too, as a
+//   PluginError naming the format and the extension. The returned shared_ptr's deleter keeps the
+//   library loaded, and libraries are never unloaded while the process runs.
 #pragma once
 
 #include <filesystem>
@@ -28,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "mixtrain/sdk/checkpoint_format.h"
 #include "mixtrain/sdk/plugin.h"
 
 namespace mixtrain::core {
@@ -48,6 +51,10 @@ struct LibraryRecord {
   std::string error;  // why it failed to load, when !loaded
   std::vector<std::string> warnings;
 };
+
+// Why `extension` cannot be a checkpoint format's file extension (a dot, then one or more letters,
+// digits, '_' or '-'), as the end of a sentence ("does not start with a dot"); empty when it can.
+std::string checkpoint_extension_problem(const std::string& extension);
 
 class PluginRegistry {
  public:
@@ -102,6 +109,8 @@ class PluginRegistry {
   std::unique_ptr<sdk::Component> create_component(const LoadedComponent& c,
                                                    const sdk::Options& options) const;
   [[noreturn]] void throw_wrong_type(const LoadedComponent& c) const;
+  static void check_file_extension(const sdk::CheckpointFormat& format, const std::string& who,
+                                   const std::string& name);
 
   sdk::LogSink* sink_;
   std::vector<LibraryRecord> libraries_;
