@@ -36,7 +36,8 @@
 //   inverse, whatever amax was recorded (0, inf and NaN included), and a saved state gives a new
 //   policy the same scales; a run resumed from a checkpoint repeats the uninterrupted run's
 //   losses bit for bit, and two runs give the same bits.
-// - Checkpoint formats (CheckpointFormatConformance): the extension is a dot and a name; a full
+// - Checkpoint formats (CheckpointFormatConformance): the extension is a dot and letters, digits,
+//   '_' or '-' (the host refuses others); a full
 //   state's round trip (every dtype, a scalar, an empty tensor, a host training state) gives back
 //   every tensor and metadata entry bit for bit, unless the format marks what it reads as weights
 //   only ("mixtrain.weights_only"); a run resumed from its file repeats the uninterrupted losses
