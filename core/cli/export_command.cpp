@@ -334,6 +334,25 @@ int export_checkpoint(const ExportArgs& args) {
   return 0;
 }
 
+// --initial reads a config: a checkpoint or a run folder given instead would otherwise be parsed
+// as TOML ("invalid utf-8 sequence" about a binary file), which says nothing of the mix-up.
+void refuse_checkpoint_as_config(const fs::path& config) {
+  std::error_code ec;
+  if (fs::is_directory(config, ec))
+    throw sdk::UserError("export --initial reads a config, but " + config.string() + " is a folder",
+                         "give a config file (a run folder's is " +
+                             (config / "config.toml").string() +
+                             "), or drop --initial to export the folder's newest checkpoint");
+  auto registry = make_registry(nullptr);
+  for (const auto& [name, f] : all_formats(*registry))
+    if (config.extension() == f->file_extension())
+      throw sdk::UserError("export --initial reads a config, but " + config.string() +
+                               " looks like a checkpoint (" + name + ", " + f->file_extension() +
+                               ")",
+                           "drop --initial to export the checkpoint's weights, or give --initial "
+                           "the config (.toml) whose initial weights you want");
+}
+
 // The config's model as `train` builds it, before its first step: the trainer's own checkpoint
 // state, weights part, so the names and bits are those a checkpoint of the run would hold.
 int export_initial(const ExportArgs& args) {
@@ -348,6 +367,7 @@ int export_initial(const ExportArgs& args) {
         "--weights chooses a run's master or EMA weights; --initial writes the "
         "weights training starts from, where the EMA starts too",
         "drop --weights");
+  refuse_checkpoint_as_config(config);
   if (args.out.empty())
     throw sdk::UserError(
         "export --initial needs --out: a config's weights have no run folder to go beside",

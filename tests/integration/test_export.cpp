@@ -134,6 +134,28 @@ TEST_F(CliExport, AnOutNamedForAnotherFormatIsRefusedAndAnyOtherNameWarned) {
   EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;
 }
 
+// --initial reads a config: a checkpoint or a run folder given to it says so, not a TOML error
+// about the bytes of a binary file.
+TEST_F(CliExport, InitialGivenACheckpointOrARunFolderSaysItReadsAConfig) {
+  auto r = run("train " + quickstart() +
+                   " --set run.steps=2 --set run.eval_every=0 --set backend.threads=1"
+                   " --set data.synthetic.rows=512 --run-dir run",
+               dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run("export run/checkpoints/step-00000002.mxt --initial --out initial.safetensors", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("export --initial reads a config, but run/checkpoints/step-00000002.mxt "
+                       "looks like a checkpoint (native, .mxt)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("TOML"), std::string::npos) << r.err;
+  r = run("export run --initial --out initial.safetensors", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("export --initial reads a config, but run is a folder"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("run/config.toml"), std::string::npos) << r.err;
+}
+
 TEST_F(CliExport, FolderWithoutCheckpointsExits2) {
   fs::create_directories(dir_ / "empty" / "checkpoints");
   auto r = run("export " + (dir_ / "empty").string() + " --format safetensors");
