@@ -195,6 +195,16 @@ std::map<std::string, BlockDef> read_blocks(const Config& config) {
     b.name = name;
     b.where = config.location(table);
     const auto raw = config.table_options(table, kArrayKeys);
+    // inputs and nodes are read apart from the options below, so the schema's "known keys" would
+    // name output alone: a typo is answered with every key a block takes.
+    const std::vector<std::string> block_keys = {"inputs", "nodes", "output"};
+    for (const auto& r : raw)
+      if (std::find(block_keys.begin(), block_keys.end(), r.key) == block_keys.end()) {
+        const auto near = sdk::closest_match(r.key, block_keys);
+        throw sdk::ConfigError(r.where, table + "." + r.key, "unknown key",
+                               (near.empty() ? "" : "did you mean '" + near + "'? ") +
+                                   "known keys: " + join_names(block_keys));
+      }
     auto o =
         sdk::Options::resolve(table,
                               {sdk::OptionSpec::string("output", "",
