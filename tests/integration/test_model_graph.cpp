@@ -444,5 +444,23 @@ nodes = [
   }
 }
 
+// A preset's table beside a list of layers builds nothing (the list is the model): a warning
+// naming the table and what selects it, where it used to be dropped without a word.
+TEST_F(ModelGraph, APresetsTableBesideALayersListIsAWarning) {
+  const auto unused = write_file("unused.toml", std::string(kCommon) + R"(
+[model]
+layers = [ { type = "linear", out = 16 }, { type = "relu" }, { type = "linear", out = 5 } ]
+[model.gpt]
+n_layer = 2
+)");
+  const auto r = run("check --skip-rehearsal " + unused.string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("[model.gpt] (" + unused.string() +
+                       ":32:1) is ignored: [model] selects no preset and builds its model.layers "
+                       "list; preset = \"gpt\" selects that table"),
+            std::string::npos)
+      << r.err;
+}
+
 }  // namespace
 }  // namespace mixtrain::test

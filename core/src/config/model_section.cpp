@@ -753,6 +753,16 @@ void read_model_config(const Config& config, Experiment& e) {
                            "add layers = [ { type = \"linear\", out = 64 }, { type = \"relu\" }, "
                            "{ type = \"linear\", out = 10 } ]");
   }
+  // A preset's table beside a layers or nodes list builds nothing: the list is the model, and
+  // preset = "<name>" (which selects the table) cannot sit beside a list either. Validated above
+  // as an unselected table; said here, as an unused key is, rather than dropped without a word.
+  for (const char* name : {"gpt", "resnet"})
+    if (config.has_table(std::string("model.") + name))
+      e.config_warnings.push_back("[model." + std::string(name) + "] (" +
+                                  config.location(std::string("model.") + name).to_string() +
+                                  ") is ignored: [model] selects no preset and builds its " +
+                                  layer_list + " list; preset = \"" + name +
+                                  "\" selects that table (in place of the list)");
   e.core_sections.push_back(model_section_of(model, e.model));
 
   const bool uses_blocks = name_entries(config, nodes, graph_form);
