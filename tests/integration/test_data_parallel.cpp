@@ -596,6 +596,22 @@ TEST_F(DataParallelTest, CommandsOtherThanTrainRefuseSeveralRanks) {
   EXPECT_FALSE(fs::exists(dir_ / "w.safetensors"));
 }
 
+// Only rank 0 writes the run folder: another rank started with another --run-dir is told on rank
+// 0, and nothing is written there.
+TEST_F(DataParallelTest, AnotherRunDirOnAnotherRankIsAWarning) {
+  const auto cfg = mlp_config("one.toml", "");
+  const std::string train = "train " + cfg.string() + " --set run.steps=2 --run-dir ";
+  const auto r = run_mpmd({train + (dir_ / "a").string(), train + (dir_ / "b").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.err, "rank 1 was started with --run-dir " + (dir_ / "b").string() +
+                             " and rank 0 with --run-dir " + (dir_ / "a").string() +
+                             ": only rank 0 writes the run"))
+      << r.err;
+  EXPECT_FALSE(has(r.err, "rank 1 [trainer] rank 1 was started")) << r.err;
+  EXPECT_TRUE(fs::exists(dir_ / "a" / "summary.json"));
+  EXPECT_FALSE(fs::exists(dir_ / "b"));
+}
+
 TEST_F(DataParallelTest, ADistributedConfigWithoutMpirunExitsWithTheLaunchLine) {
   const auto cfg = mlp_config("dp.toml", "[distributed]\ntype = \"mpi\"\n");
   auto r = run("train " + cfg.string() + " --set run.steps=2 --run-dir " + (dir_ / "r").string());

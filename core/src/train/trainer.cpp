@@ -146,6 +146,24 @@ std::vector<std::byte> replica_state(Trainer::State& s) {
   return out;
 }
 
+// Only rank 0 writes the run folder (State::writes), so a --run-dir that another rank was given
+// names a folder nothing is written to. It is a command-line choice, not part of the config the
+// ranks compare, so it is compared here and said on rank 0, which writes the log: a warning, as
+// the run itself is sound.
+void warn_of_other_run_dirs(Trainer::State& s, sdk::Communicator& comm) {
+  const auto given = [](const std::string& dir) {
+    return dir.empty() ? std::string("no --run-dir") : "--run-dir " + dir;
+  };
+  const std::string mine = s.opt.run_dir.string();
+  const std::string first = rank0_text(comm, mine);
+  const RankText other = lowest_rank_text(comm, mine == first ? std::string() : given(mine));
+  if (other.rank < 0 || comm.rank() != 0) return;
+  s.log.warn("rank " + std::to_string(other.rank) + " was started with " + other.text +
+             " and rank 0 with " + given(first) +
+             ": only rank 0 writes the run, so the run folder is rank 0's choice; give every rank "
+             "the same --run-dir");
+}
+
 // Joins the other ranks when there are any: every rank must run the same config before anything
 // else talks to the others, and the global batch must split evenly.
 void join_replicas(Trainer::State& s) {
@@ -155,6 +173,7 @@ void join_replicas(Trainer::State& s) {
   } else {
     auto& comm = *s.c.communicator;
     check_config_agreement(comm, resolved_toml(e) + "\n" + s.c.origins);
+    warn_of_other_run_dirs(s, comm);
     const int world = comm.world_size();
     if (e.data.batch_size % world != 0) {
       // The rank counts the batch splits over (a resume keeps its batch size: only the launch
