@@ -1,7 +1,10 @@
 #include "command_inputs.h"
 
+#include <iterator>
+#include <optional>
 #include <system_error>
 
+#include "mixtrain/core/checkpoint/path.h"
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::cli {
@@ -29,6 +32,74 @@ void refuse_input_as_output(const std::string& out_flag, const fs::path& out,
           out_flag + " " + out.string() + " is the input " + in.argument + " " + in.path.string() +
               ": writing it would destroy what this command reads",
           "choose another " + out_flag + "; an input is never overwritten, --force or not");
+}
+
+namespace {
+
+// The run folder of an input as the user spelled it; "run/checkpoints/" (a trailing separator)
+// is the checkpoints/ folder of "run", as "run/checkpoints" is.
+fs::path named_run_folder(const fs::path& input) {
+  fs::path path = input.lexically_normal();
+  if (!path.has_filename() && path.has_parent_path()) path = path.parent_path();
+  return core::run_folder_of(path);
+}
+
+// The training run an input belongs to, as its canonical folder: one that holds checkpoints/.
+std::optional<fs::path> run_folder_holding(const fs::path& input) {
+  if (input.empty()) return std::nullopt;
+  std::error_code ec;
+  const fs::path run = fs::weakly_canonical(named_run_folder(input), ec);
+  if (ec) return std::nullopt;
+  if (!fs::is_directory(run / "checkpoints", ec)) return std::nullopt;
+  return fs::canonical(run, ec);
+}
+
+// What of the run folder `run` (canonical) `out` is: "config.toml", "checkpoints/", ...; empty
+// when it is none of the run's own records.
+std::string run_record(const fs::path& out, const fs::path& run) {
+  std::error_code ec;
+  const fs::path path = fs::weakly_canonical(fs::absolute(out, ec), ec);
+  if (ec) return {};
+  const fs::path relative = path.lexically_relative(run);
+  if (relative.empty() || *relative.begin() == ".." || *relative.begin() == ".") return {};
+  const std::string first = relative.begin()->string();
+  const bool nested = std::distance(relative.begin(), relative.end()) > 1;
+  // The trainer's rotation prunes checkpoints/, and train --resume, eval, predict and export take
+  // the newest step-N file in it, whatever wrote it.
+  if (first == "checkpoints") return "checkpoints/";
+  // What continuing a run moved aside (runs/folder.h): kept so nothing is lost, not overwritten.
+  if (first.find("discarded-after-step-") != std::string::npos) return first;
+  if (nested) return {};
+  for (const char* record : {"config.toml", "summary.json", "profile.json", "metrics.jsonl",
+                             "metrics.csv", "normalization.json", ".mixtrain.lock"})
+    if (first == record) return first;
+  if (first.starts_with("events.out.tfevents.")) return first;
+  return {};
+}
+
+}  // namespace
+
+void refuse_run_record_as_output(const std::string& out_flag, const fs::path& out,
+                                 const CommandInputs& inputs, const std::string& example_name) {
+  for (const auto& in : inputs) {
+    const auto run = run_folder_holding(in.path);
+    if (!run) continue;
+    const std::string record = run_record(out, *run);
+    if (record.empty()) continue;
+    // The run as the user named it: the input's own spelling of the folder.
+    const fs::path named = named_run_folder(in.path);
+    const std::string what =
+        record == "checkpoints/"
+            ? "is in the checkpoints/ folder of the run " + named.string() +
+                  ", which the trainer's rotation prunes and train --resume, eval, predict and "
+                  "export read their newest checkpoint from"
+            : "is the run " + named.string() + "'s own " + record + ", a record of the run that " +
+                  in.argument + " " + in.path.string() + " belongs to";
+    throw sdk::UserError(out_flag + " " + out.string() + " " + what,
+                         "write it elsewhere, e.g. beside the run: " + out_flag + " " +
+                             (named / example_name).string() +
+                             "; a run's own files are never overwritten, --force or not");
+  }
 }
 
 }  // namespace mixtrain::cli

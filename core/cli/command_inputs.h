@@ -8,6 +8,14 @@
 //   and neither is an empty one.
 // - refuse_input_as_output() throws sdk::UserError naming the output flag, the input it
 //   collides with (its argument and path) and the fix, for the first input `out` is.
+// - refuse_run_record_as_output() throws sdk::UserError when an input belongs to a training run's
+//   folder (core::run_folder_of: a checkpoint in its checkpoints/, the folder itself, its
+//   config.toml; a run folder is one that holds a checkpoints/ folder) and `out` is one of that
+//   run's own records, existing or not: its config.toml, summary.json, profile.json, metrics
+//   files (metrics.jsonl, metrics.csv, TensorBoard event files), .mixtrain.lock, what a
+//   continuation moved aside (*.discarded-after-step-*), or checkpoints/ and anything under it.
+//   The message names the run, the record and the fix (`example_name` beside the run); other
+//   files in the run folder (an export beside the run) are fine.
 #pragma once
 
 #include <filesystem>
@@ -30,5 +38,7 @@ CommandInputs config_inputs(const ConfigArgs& cfg);
 bool is_input(const std::filesystem::path& out, const std::filesystem::path& input);
 void refuse_input_as_output(const std::string& out_flag, const std::filesystem::path& out,
                             const CommandInputs& inputs);
+void refuse_run_record_as_output(const std::string& out_flag, const std::filesystem::path& out,
+                                 const CommandInputs& inputs, const std::string& example_name);
 
 }  // namespace mixtrain::cli

@@ -136,6 +136,19 @@ void write_profile(core::ProfilingBackend& p, std::int64_t first, std::int64_t l
 
 namespace {
 
+// The final line's peak: MiB as before from 1 MiB up (scripts read that), but a small model's
+// few KiB would print as "0.0 MiB".
+std::string peak_memory_text(std::size_t bytes) {
+  char text[64];
+  if (bytes >= (std::size_t{1} << 20))
+    std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  else if (bytes >= (std::size_t{1} << 10))
+    std::snprintf(text, sizeof text, "%.1f KiB", static_cast<double>(bytes) / (1 << 10));
+  else
+    std::snprintf(text, sizeof text, "%zu bytes", bytes);
+  return text;
+}
+
 int train_with(core::Experiment& experiment, core::Components components,
                const std::string& run_dir, const std::optional<std::string>& resume, bool profile);
 
@@ -285,8 +298,8 @@ int train_with(core::Experiment& experiment, core::Components components,
   if (s.evaluated)
     std::printf("eval accuracy %.4f (step %lld), ", s.eval.accuracy,
                 static_cast<long long>(s.eval_step));
-  std::printf("%.0f samples/s, peak memory %.1f MiB, %.1f s\nrun folder: %s\n", s.samples_per_s,
-              static_cast<double>(s.peak_memory_bytes) / (1 << 20), s.wall_seconds,
+  std::printf("%.0f samples/s, peak memory %s, %.1f s\nrun folder: %s\n", s.samples_per_s,
+              peak_memory_text(s.peak_memory_bytes).c_str(), s.wall_seconds,
               s.run_dir.string().c_str());
   if (s.stopped_early) std::printf("stopped early: %s\n", s.early_stopping_reason.c_str());
   if (profiler)

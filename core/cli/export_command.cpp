@@ -192,6 +192,40 @@ void check_output(const ExportArgs& args, const fs::path& out, const CommandInpu
     check_output_file(out, {input}, args.force, "--out", "exported.safetensors");
 }
 
+// Every checkpoint format the registry knows, for the extensions they claim.
+Formats all_formats(core::PluginRegistry& registry) {
+  Formats formats;
+  for (const auto& c : registry.components())
+    if (c.info.kind == sdk::ComponentKind::checkpoint_format)
+      formats.emplace_back(c.info.name, create_format(registry, c, {}));
+  return formats;
+}
+
+// A file export's --out against the bytes --format writes. Another format's extension is refused:
+// export, eval --checkpoint and train --resume choose a file's reader by its extension, so
+// safetensors bytes named .mxt would be read as a native checkpoint and fail (or a run folder's
+// newest step-N.mxt would be that file). Any other name is written with a warning, as predict
+// warns for an --out not named .npy: what reads it is told the format some other way.
+void check_out_extension(const ExportArgs& args, const fs::path& out,
+                         const sdk::CheckpointFormat& writer, const Formats& formats) {
+  if (hf_layout(args) || peft_layout(args)) return;
+  const std::string extension = out.extension().string(), wanted = writer.file_extension();
+  if (extension == wanted) return;
+  for (const auto& [name, f] : formats)
+    if (f->file_extension() == extension && !extension.empty())
+      throw sdk::UserError("--out " + out.string() + " is named as a " + name + " checkpoint (" +
+                               extension + "), but --format " + args.format + " writes " + wanted +
+                               " files: readers choose the format by the extension",
+                           "name it " + wanted + ", e.g. --out " +
+                               fs::path(out).replace_extension(wanted).string() +
+                               ", or pass --format " + name + " to write that format");
+  std::cerr << "warning: --out " << out.string() << " is written as --format " << args.format
+            << " (" << wanted << ") whatever its name; name it " << wanted
+            << " to say so (mixtrain reads a checkpoint's format from its extension, or from "
+               "--from)"
+            << std::endl;
+}
+
 void create_folder(const fs::path& out) {
   std::error_code ec;
   fs::create_directory(out, ec);
@@ -401,6 +435,7 @@ int export_checkpoint(const ExportArgs& args) {
       args.out.empty() ? core::run_folder_of(source) / default_out : fs::path(args.out);
   remove_abandoned_outputs(args, out);
   check_output(args, out, {"source", source});
+  check_out_extension(args, out, *writer, all_formats(*registry));
 
   // An export holds weights (and their EMA), never the optimizer's slots: they stay on disk.
   auto state = core::read_checkpoint_weights(*reader, source);
@@ -431,6 +466,25 @@ int export_checkpoint(const ExportArgs& args) {
   return 0;
 }
 
+// --initial reads a config: a checkpoint or a run folder given instead would otherwise be parsed
+// as TOML ("invalid utf-8 sequence" about a binary file), which says nothing of the mix-up.
+void refuse_checkpoint_as_config(const fs::path& config) {
+  std::error_code ec;
+  if (fs::is_directory(config, ec))
+    throw sdk::UserError("export --initial reads a config, but " + config.string() + " is a folder",
+                         "give a config file (a run folder's is " +
+                             (config / "config.toml").string() +
+                             "), or drop --initial to export the folder's newest checkpoint");
+  auto registry = make_registry(nullptr);
+  for (const auto& [name, f] : all_formats(*registry))
+    if (config.extension() == f->file_extension())
+      throw sdk::UserError("export --initial reads a config, but " + config.string() +
+                               " looks like a checkpoint (" + name + ", " + f->file_extension() +
+                               ")",
+                           "drop --initial to export the checkpoint's weights, or give --initial "
+                           "the config (.toml) whose initial weights you want");
+}
+
 // The config's model as `train` builds it, before its first step: the trainer's own checkpoint
 // state, weights part, so the names and bits are those a checkpoint of the run would hold.
 int export_initial(const ExportArgs& args) {
@@ -445,6 +499,7 @@ int export_initial(const ExportArgs& args) {
         "--weights chooses a run's master or EMA weights; --initial writes the "
         "weights training starts from, where the EMA starts too",
         "drop --weights");
+  refuse_checkpoint_as_config(config);
   if (args.out.empty())
     throw sdk::UserError(
         "export --initial needs --out: a config's weights have no run folder to go beside",
@@ -463,6 +518,7 @@ int export_initial(const ExportArgs& args) {
   // The init_from file is an input too, known once the config is read.
   check_output(args, out, {"checkpoint.init_from", init_from});
   auto writer = create_writer(*session.registry, args);
+  check_out_extension(args, out, *writer, all_formats(*session.registry));
   auto state = session.trainer->training_state(/*weights_only=*/true);
   state.metadata = exported_metadata(state.metadata);
   write_export(args, *writer, std::move(state), config, out,

@@ -383,13 +383,18 @@ int report_parse_error(CLI::App& app, const CLI::ParseError& e, int argc, char**
 int run_command(const CommandLine& a) {
   namespace cli = mixtrain::cli;
   if (a.train->parsed()) return cli::run_train(a.cfg, a.run_dir, a.resume, a.profile);
-  // Only train runs on several ranks.
+  // Only train runs on several ranks. The others are refused under mpirun, for the reason that
+  // applies: those that write files (compare --out too) would race each other to the same
+  // outputs; the rest would only repeat themselves on every rank.
   for (const CLI::App* command : {a.check, a.plugins, a.describe_cmd, a.eval, a.compare, a.exp,
                                   a.calibrate, a.sample, a.predict})
-    if (command->parsed())
-      if (const auto why = mixtrain::core::one_process_requirement(command->get_name());
+    if (command->parsed()) {
+      const bool writes = command == a.compare || command == a.exp || command == a.calibrate ||
+                          command == a.predict;
+      if (const auto why = mixtrain::core::one_process_requirement(command->get_name(), writes);
           !why.empty())
         throw mixtrain::sdk::UserError(why, "run it without mpirun, in one process");
+    }
   if (a.check->parsed()) return cli::run_check(a.cfg, !a.skip_rehearsal);
   if (a.calibrate->parsed()) return cli::run_calibrate(a.cfg, a.calibrate_args);
   if (a.eval->parsed()) return cli::run_eval(a.cfg, a.checkpoint, a.eval_layout);

@@ -57,6 +57,7 @@ void check_output_file(const fs::path& out, const CommandInputs& inputs, bool fo
                        const std::string& flag, const std::string& example_name) {
   std::error_code ec;
   refuse_input_as_output(flag, out, inputs);
+  refuse_run_record_as_output(flag, out, inputs, example_name);
   if (fs::is_directory(out, ec))
     throw sdk::UserError(out.string() + " is a folder",
                          "give a file name, e.g. " + flag + " " + (out / example_name).string());
@@ -72,6 +73,9 @@ void check_output_folder(const fs::path& out, const std::vector<std::string>& fi
   std::error_code ec;
   refuse_input_as_output("--out", out, inputs);
   for (const auto& file : files) refuse_input_as_output("--out", out / file, inputs);
+  refuse_run_record_as_output("--out", out, inputs, "exported");
+  for (const auto& file : files)
+    refuse_run_record_as_output("--out", out / file, inputs, "exported");
   if (fs::exists(out, ec) && !fs::is_directory(out, ec))
     throw sdk::UserError(out.string() + " is a file, but this output is a folder",
                          "give a folder name, e.g. --out " + out.string() + "-hf");

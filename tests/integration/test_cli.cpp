@@ -61,6 +61,40 @@ TEST_F(Cli, QuickstartTrainsAndWritesEveryOutput) {
   EXPECT_DOUBLE_EQ(evj["eval_accuracy"].get<double>(), summary["eval_accuracy"].get<double>());
 }
 
+// The final line prints the peak in a unit that shows it: a small model's few KiB were
+// "peak memory 0.0 MiB".
+TEST_F(Cli, TheFinalLinePrintsASmallPeakInKiB) {
+  const auto cfg = write_file("tiny.toml", R"(
+[run]
+steps = 2
+eval_every = 0
+[backend]
+type = "cpu"
+threads = 1
+[model]
+layers = [ { type = "linear", out = 32 }, { type = "relu" }, { type = "linear", out = 3 } ]
+[data]
+source = "synthetic"
+batch_size = 64
+[data.synthetic]
+kind = "clusters"
+rows = 256
+features = 16
+num_classes = 3
+[checkpoint]
+fsync = false
+)");
+  const auto r = run("train " + cfg.string() + " --run-dir " + (dir_ / "run").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const double peak = summary(dir_ / "run")["peak_memory_bytes"].get<double>();
+  ASSERT_GE(peak, 1024.0);
+  ASSERT_LT(peak, 1024.0 * 1024.0);
+  char text[64];
+  std::snprintf(text, sizeof text, "peak memory %.1f KiB, ", peak / 1024.0);
+  EXPECT_TRUE(has(r.out, text)) << text << "\n" << r.out;
+  EXPECT_FALSE(has(r.out, "0.0 MiB")) << r.out;
+}
+
 TEST_F(Cli, SetSwapsTheOptimizerWithoutARebuild) {
   auto run_dir = dir_ / "run";
   auto r = run("train " + quickstart() + " --run-dir " + run_dir.string() +

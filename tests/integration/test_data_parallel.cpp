@@ -591,17 +591,42 @@ TEST_F(DataParallelTest, AnMpiLaunchWithoutADistributedTableChoosesMpi) {
 // (both passing the overwrite check before either wrote). Refused before anything is written.
 TEST_F(DataParallelTest, CommandsOtherThanTrainRefuseSeveralRanks) {
   const auto cfg = mlp_config("one.toml", "");
-  auto r = run_ranks(2, "check " + cfg.string() + " --skip-rehearsal");
-  EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_TRUE(has(r.err,
-                  "`mixtrain check` runs in one process, but an MPI launcher started this "
-                  "one as rank 0 of 2"))
-      << r.err;
-  r = run_ranks(2,
-                "export --initial " + cfg.string() + " --out " + (dir_ / "w.safetensors").string());
+  // check and describe write nothing: refused for what they would do, the same work and output
+  // once per rank, not for outputs they do not write.
+  for (const std::string& args :
+       {"check " + cfg.string() + " --skip-rehearsal", std::string("describe run")}) {
+    auto r = run_ranks(2, args);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    const std::string command = args.substr(0, args.find(' '));
+    EXPECT_TRUE(has(r.err, "`mixtrain " + command +
+                               "` runs in one process, but an MPI launcher started this "
+                               "one as rank 0 of 2: every rank would do the same work and print "
+                               "the same output, once per rank"))
+        << r.err;
+    EXPECT_FALSE(has(r.err, "write the same outputs")) << r.err;
+  }
+  auto r = run_ranks(
+      2, "export --initial " + cfg.string() + " --out " + (dir_ / "w.safetensors").string());
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_TRUE(has(r.err, "`mixtrain export` runs in one process")) << r.err;
+  EXPECT_TRUE(has(r.err, "every rank would write the same outputs")) << r.err;
   EXPECT_FALSE(fs::exists(dir_ / "w.safetensors"));
+}
+
+// Only rank 0 writes the run folder: another rank started with another --run-dir is told on rank
+// 0, and nothing is written there.
+TEST_F(DataParallelTest, AnotherRunDirOnAnotherRankIsAWarning) {
+  const auto cfg = mlp_config("one.toml", "");
+  const std::string train = "train " + cfg.string() + " --set run.steps=2 --run-dir ";
+  const auto r = run_mpmd({train + (dir_ / "a").string(), train + (dir_ / "b").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.err, "rank 1 was started with --run-dir " + (dir_ / "b").string() +
+                             " and rank 0 with --run-dir " + (dir_ / "a").string() +
+                             ": only rank 0 writes the run"))
+      << r.err;
+  EXPECT_FALSE(has(r.err, "rank 1 [trainer] rank 1 was started")) << r.err;
+  EXPECT_TRUE(fs::exists(dir_ / "a" / "summary.json"));
+  EXPECT_FALSE(fs::exists(dir_ / "b"));
 }
 
 TEST_F(DataParallelTest, ADistributedConfigWithoutMpirunExitsWithTheLaunchLine) {

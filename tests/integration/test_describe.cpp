@@ -98,7 +98,9 @@ TEST_F(Describe, EveryKeyItPrintsIsAcceptedAtTheDefaultItPrints) {
     const auto rows = key_rows(r.out);
     ASSERT_FALSE(rows.empty()) << section << "\n" << r.out;
     for (const auto& row : rows) {
-      if (row.default_text == "(required)" || row.type.find("list") != std::string::npos) continue;
+      if (row.default_text == "(required)" || row.type.find("list") != std::string::npos ||
+          row.type.find("table") != std::string::npos)
+        continue;
       sets += " --set '" + section + "." + row.name + "=" + row.default_text + "'";
       ++keys;
     }
@@ -131,6 +133,20 @@ TEST_F(Describe, ListKeysAndAReshapesShapeAreDescribedAsTheReaderTakesThem) {
   ASSERT_TRUE(rows.count("shape")) << r.out;
   EXPECT_EQ(rows["shape"].type, "integer list");
   EXPECT_EQ(rows["shape"].default_text, "(required)");
+  // model.blocks is a table of blocks, one sub-table each, which the reader requires (a list of
+  // tables is refused), while layers and nodes are lists of tables.
+  r = run("describe model");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  rows.clear();
+  for (const auto& row : key_rows(r.out)) rows[row.name] = row;
+  EXPECT_EQ(rows["blocks"].type, "table of tables") << r.out;
+  EXPECT_EQ(rows["blocks"].default_text, "{}") << r.out;
+  EXPECT_EQ(rows["layers"].type, "table list") << r.out;
+  EXPECT_EQ(rows["nodes"].type, "table list") << r.out;
+  const auto listed = write_file("blocks.toml", kMinimalModel + "[[model.blocks]]\nname = \"b\"\n");
+  r = run("check " + listed.string() + " --skip-rehearsal");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "model.blocks is a table of blocks, one sub-table per block")) << r.err;
   // A layer without a shape key says nothing of one.
   r = run("describe layer.linear");
   ASSERT_EQ(r.exit_code, 0) << r.err;

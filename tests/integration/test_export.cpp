@@ -103,6 +103,59 @@ TEST_F(CliExport, WeightsAreReadWithoutTheOptimizersSlots) {
       << r.err;
 }
 
+// An --out named with another checkpoint format's extension is refused: readers choose the
+// format by it, so safetensors bytes named .mxt would be misread (and a run's checkpoints/ would
+// list them). Any other name is written with a warning, as predict's --out not named .npy is.
+TEST_F(CliExport, AnOutNamedForAnotherFormatIsRefusedAndAnyOtherNameWarned) {
+  auto r = run("train " + quickstart() +
+                   " --set run.steps=2 --set run.eval_every=0 --set backend.threads=1"
+                   " --set data.synthetic.rows=512 --run-dir run",
+               dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run("export run --format safetensors --out weights.mxt", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--out weights.mxt is named as a native checkpoint (.mxt), but --format "
+                       "safetensors writes .safetensors files"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("--out weights.safetensors"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "weights.mxt"));
+  r = run("export run --format native --out weights.safetensors", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("named as a safetensors checkpoint"), std::string::npos) << r.err;
+  r = run("export run --format safetensors --out weights.bin", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: --out weights.bin is written as --format safetensors "
+                       "(.safetensors) whatever its name"),
+            std::string::npos)
+      << r.err;
+  r = run("export run --format safetensors --out weights.safetensors", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;
+}
+
+// --initial reads a config: a checkpoint or a run folder given to it says so, not a TOML error
+// about the bytes of a binary file.
+TEST_F(CliExport, InitialGivenACheckpointOrARunFolderSaysItReadsAConfig) {
+  auto r = run("train " + quickstart() +
+                   " --set run.steps=2 --set run.eval_every=0 --set backend.threads=1"
+                   " --set data.synthetic.rows=512 --run-dir run",
+               dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run("export run/checkpoints/step-00000002.mxt --initial --out initial.safetensors", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("export --initial reads a config, but run/checkpoints/step-00000002.mxt "
+                       "looks like a checkpoint (native, .mxt)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("TOML"), std::string::npos) << r.err;
+  r = run("export run --initial --out initial.safetensors", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("export --initial reads a config, but run is a folder"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("run/config.toml"), std::string::npos) << r.err;
+}
+
 TEST_F(CliExport, FolderWithoutCheckpointsExits2) {
   fs::create_directories(dir_ / "empty" / "checkpoints");
   auto r = run("export " + (dir_ / "empty").string() + " --format safetensors");

@@ -378,5 +378,89 @@ nodes = [
   EXPECT_NE(r.err.find("uses itself (a, b, a)"), std::string::npos) << r.err;
 }
 
+// Errors inside expanded blocks name the entry the config writes (the block's node, or the
+// instance's list entry), beside its line:column, never an index into the expanded nodes; a typo
+// among a block's keys is answered with every key a block takes.
+TEST_F(ModelGraph, BlockErrorsNameTheEntryTheConfigWrites) {
+  struct Case {
+    const char* what;
+    const char* text;
+    std::vector<std::string> expect;
+  };
+  const Case cases[] = {
+      {"a block node nothing reads",
+       R"(
+[model.blocks.residual]
+inputs = ["x"]
+output = "sum"
+nodes = [
+  { name = "fc1", type = "linear", out = 16, inputs = ["x"] },
+  { name = "dead", type = "linear", out = 16, inputs = ["x"] },
+  { name = "sum", type = "add", inputs = ["fc1", "x"] },
+]
+[model]
+nodes = [
+  { name = "res", block = "residual", inputs = ["input"] },
+  { name = "head", type = "linear", out = 5, inputs = ["res"] },
+])",
+       {"bad.toml:35:3: 'model.blocks.residual.nodes[1]': node 'res.dead' is read by no other"}},
+      {"a tie after a repeated instance",
+       R"(
+[model.blocks.residual]
+inputs = ["x"]
+nodes = [
+  { name = "fc1", type = "linear", out = 16, inputs = ["x"] },
+  { name = "sum", type = "add", inputs = ["fc1", "x"] },
+]
+[model]
+nodes = [
+  { name = "res", block = "residual", repeat = 3, inputs = ["input"] },
+  { name = "head", type = "linear", out = 5, tie_weight = "nowhere.weight", inputs = ["res"] },
+])",
+       {"'model.nodes[1].tie_weight': node 'head': tie_weight = \"nowhere.weight\" names no "
+        "parameter"}},
+      {"a typo among a block's keys",
+       R"(
+[model.blocks.residual]
+inputs = ["x"]
+outptu = "fc1"
+nodes = [
+  { name = "fc1", type = "linear", out = 16, inputs = ["x"] },
+]
+[model]
+nodes = [
+  { name = "res", block = "residual", inputs = ["input"] },
+  { name = "head", type = "linear", out = 5, inputs = ["res"] },
+])",
+       {"bad.toml:32:1: 'model.blocks.residual.outptu': unknown key",
+        "did you mean 'output'? known keys: inputs, nodes, output"}},
+  };
+  for (const auto& c : cases) {
+    const auto cfg = write_file("bad.toml", std::string(kCommon) + c.text + "\n");
+    const auto r = run("check " + cfg.string());
+    EXPECT_EQ(r.exit_code, 2) << c.what << ":\n" << r.err;
+    for (const auto& e : c.expect)
+      EXPECT_NE(r.err.find(e), std::string::npos) << c.what << ": " << e << "\n" << r.err;
+  }
+}
+
+// A preset's table beside a list of layers builds nothing (the list is the model): a warning
+// naming the table and what selects it, where it used to be dropped without a word.
+TEST_F(ModelGraph, APresetsTableBesideALayersListIsAWarning) {
+  const auto unused = write_file("unused.toml", std::string(kCommon) + R"(
+[model]
+layers = [ { type = "linear", out = 16 }, { type = "relu" }, { type = "linear", out = 5 } ]
+[model.gpt]
+n_layer = 2
+)");
+  const auto r = run("check --skip-rehearsal " + unused.string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("[model.gpt] (" + unused.string() +
+                       ":32:1) is ignored: [model] selects no preset and builds its model.layers "
+                       "list; preset = \"gpt\" selects that table"),
+            std::string::npos)
+      << r.err;
+}
+
 }  // namespace
 }  // namespace mixtrain::test

@@ -83,8 +83,13 @@ TEST_F(OutputIsInput, PredictRefusesEachOfItsInputsWithForce) {
   const fs::path ckpt = newest_checkpoint(dir_ / "run");
   ASSERT_FALSE(ckpt.empty());
   const std::string base = "predict " + cfg_ + " --merge merge.toml --input x.npy --labels y.npy ";
-  // The newest checkpoint of the run folder --checkpoint names: known only once resolved.
-  expect_refused(base + "--checkpoint run --force --out " + ckpt.string(), "--checkpoint", ckpt);
+  // The newest checkpoint of the run folder --checkpoint names, known only once resolved: refused
+  // before that as one of the run's checkpoints/ (EveryCommandRefusesTheRecordsOfTheRunItReads).
+  const std::string newest = slurp(ckpt);
+  auto refused = run(base + "--checkpoint run --force --out " + ckpt.string(), dir_);
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_TRUE(has(refused.err, "is in the checkpoints/ folder of the run run")) << refused.err;
+  EXPECT_EQ(slurp(ckpt), newest);
   expect_refused(base + "--checkpoint " + ckpt.string() + " --force --out " + ckpt.string(),
                  "--checkpoint", ckpt);
   expect_refused(base + "--checkpoint run --force --out x.npy", "--input", dir_ / "x.npy");
@@ -125,6 +130,59 @@ TEST_F(OutputIsInput, ExportRefusesItsCheckpointConfigAndInitFromWithForce) {
                      " --initial --set checkpoint.init_from=init.safetensors --format "
                      "safetensors --force --out init.safetensors",
                  "checkpoint.init_from", dir_ / "init.safetensors");
+}
+
+// The run folder a command reads from keeps its own records, --force or not: its config.toml
+// (which train --resume and predict read), summary.json, metrics.jsonl and anything in
+// checkpoints/ are refused as an --out, exit 2 with the fix, and left as they were; the run
+// resumes after. Beside them, in the run folder, an export is written as before.
+TEST_F(OutputIsInput, EveryCommandRefusesTheRecordsOfTheRunItReadsWithForce) {
+  ASSERT_EQ(run("train " + cfg_ + " --run-dir run", dir_).exit_code, 0);
+  const fs::path run_dir = dir_ / "run";
+  const auto refused = [&](const std::string& args, const fs::path& record,
+                           const std::string& what) {
+    const bool existed = fs::exists(record);
+    const std::string before = existed ? slurp(record) : std::string();
+    const auto r = run(args, dir_);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    EXPECT_TRUE(has(r.err, what)) << args << "\n" << r.err;
+    EXPECT_TRUE(has(r.err, "write it elsewhere, e.g. beside the run")) << args << "\n" << r.err;
+    EXPECT_TRUE(has(r.err, "--force or not")) << r.err;
+    EXPECT_EQ(fs::exists(record), existed) << record << " by: " << args;
+    if (existed) {
+      EXPECT_EQ(slurp(record), before) << record << " was overwritten by: " << args;
+    }
+  };
+  const std::string safetensors = "export run --format safetensors --force --out ";
+  for (const char* record : {"config.toml", "summary.json", "metrics.jsonl"})
+    refused(safetensors + "run/" + record, run_dir / record,
+            "is the run run's own " + std::string(record));
+  // Another name in checkpoints/ (the run's rotation and newest-checkpoint lookups own it), and
+  // a trailing separator or ./ spelling of the same run.
+  refused(safetensors + "run/checkpoints/step-00000099.safetensors",
+          run_dir / "checkpoints" / "step-00000099.safetensors", "checkpoints/ folder of the run");
+  refused("export run/checkpoints/ --format safetensors --force --out ./run/summary.json",
+          run_dir / "summary.json", "own summary.json");
+  // predict reads the run through --checkpoint, or through its config; calibrate and export
+  // --initial through the config.
+  const std::string predict = "predict " + cfg_ + " --checkpoint run --input x.npy --force --out ";
+  refused(predict + "run/metrics.jsonl", run_dir / "metrics.jsonl", "own metrics.jsonl");
+  refused("predict " + cfg_ +
+              " --checkpoint run/checkpoints/ --input x.npy --force --out run/config.toml",
+          run_dir / "config.toml", "is the run run's own config.toml");
+  refused("predict run/config.toml --checkpoint run --input x.npy --force --out run/summary.json",
+          run_dir / "summary.json", "own summary.json");
+  refused("calibrate run/config.toml --steps 1 --force --out run/summary.json",
+          run_dir / "summary.json", "own summary.json");
+  refused("export run/config.toml --initial --force --out run/checkpoints/init.safetensors",
+          run_dir / "checkpoints" / "init.safetensors", "checkpoints/ folder of the run");
+  auto r = run("train --resume run --set run.steps=3", dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  // Beside the records: written.
+  r = run(safetensors + "run/weights.safetensors", dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = run(predict + "run/predictions.npy", dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
 // A device, a FIFO or a socket is never replaced, --force or not: the writers rename a new file

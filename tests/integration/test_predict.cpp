@@ -354,6 +354,34 @@ TEST_F(Predict, ARecordedShapeMeetsTheConfigsDataKeysAsTheFilesWould) {
   EXPECT_EQ(slurp(dir_ / "as_trained.npy"), slurp(dir_ / "from_training.npy"));
 }
 
+// A checkpoint of another model: a table model's record (8 features) given with a CNN's config is
+// said as eval says it, naming the checkpoint and what it records, not as an error at the
+// config's conv2d line that leaves the config to blame.
+TEST_F(Predict, ACheckpointOfAnotherModelIsSaidAsEvalSaysIt) {
+  write_clusters(dir_, 48, 5);
+  const auto mlp = write_file("mlp.toml", kMlp).string();
+  ASSERT_EQ(run("train " + mlp + " --set run.steps=2 --run-dir mlp_run", dir_).exit_code, 0);
+  fs::create_directories(dir_ / "images");
+  write_images(dir_ / "images", 24);
+  std::string cnn = kCnn;
+  const std::string section = "[data.normalize]\nfrom_training = true\n";
+  ASSERT_NE(cnn.find(section), std::string::npos);
+  cnn.erase(cnn.find(section), section.size());
+  std::ofstream(dir_ / "images" / "cnn.toml") << cnn;
+  const auto r =
+      run("predict cnn.toml --checkpoint ../mlp_run --input img.npy --out p.npy", dir_ / "images");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err,
+                  "step-00000002.mxt records an input of 8 features, which the config's "
+                  "model cannot read (cnn.toml:"))
+      << r.err;
+  EXPECT_TRUE(has(r.err,
+                  "HINT: the file belongs to a different model; use the config it was "
+                  "trained with"))
+      << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "images" / "p.npy"));
+}
+
 const char* kGpt = R"(
 [run]
 name = "gpt"

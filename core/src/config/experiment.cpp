@@ -725,14 +725,16 @@ std::string launch_requirement(const Experiment& e, const std::string& train_com
   return outside_a_launch(e) + ": " + launch_line(train_command);
 }
 
-std::string one_process_requirement(const std::string& command) {
+std::string one_process_requirement(const std::string& command, bool writes) {
   const MpiLaunch launch = detect_mpi_launch();
   if (!launch.detected || launch.world_size < 2) return {};
   return "`mixtrain " + command +
          "` runs in one process, but an MPI launcher started this one as "
          "rank " +
          std::to_string(launch.rank) + " of " + std::to_string(launch.world_size) +
-         ": every rank would write the same outputs";
+         (writes ? ": every rank would write the same outputs"
+                 : ": every rank would do the same work and print the same output, once per "
+                   "rank (only train shares its work among ranks)");
 }
 
 std::shared_ptr<sdk::Communicator> create_communicator(const Experiment& e,

@@ -195,6 +195,16 @@ std::map<std::string, BlockDef> read_blocks(const Config& config) {
     b.name = name;
     b.where = config.location(table);
     const auto raw = config.table_options(table, kArrayKeys);
+    // inputs and nodes are read apart from the options below, so the schema's "known keys" would
+    // name output alone: a typo is answered with every key a block takes.
+    const std::vector<std::string> block_keys = {"inputs", "nodes", "output"};
+    for (const auto& r : raw)
+      if (std::find(block_keys.begin(), block_keys.end(), r.key) == block_keys.end()) {
+        const auto near = sdk::closest_match(r.key, block_keys);
+        throw sdk::ConfigError(r.where, table + "." + r.key, "unknown key",
+                               (near.empty() ? "" : "did you mean '" + near + "'? ") +
+                                   "known keys: " + join_names(block_keys));
+      }
     auto o =
         sdk::Options::resolve(table,
                               {sdk::OptionSpec::string("output", "",
@@ -743,6 +753,16 @@ void read_model_config(const Config& config, Experiment& e) {
                            "add layers = [ { type = \"linear\", out = 64 }, { type = \"relu\" }, "
                            "{ type = \"linear\", out = 10 } ]");
   }
+  // A preset's table beside a layers or nodes list builds nothing: the list is the model, and
+  // preset = "<name>" (which selects the table) cannot sit beside a list either. Validated above
+  // as an unselected table; said here, as an unused key is, rather than dropped without a word.
+  for (const char* name : {"gpt", "resnet"})
+    if (config.has_table(std::string("model.") + name))
+      e.config_warnings.push_back("[model." + std::string(name) + "] (" +
+                                  config.location(std::string("model.") + name).to_string() +
+                                  ") is ignored: [model] selects no preset and builds its " +
+                                  layer_list + " list; preset = \"" + name +
+                                  "\" selects that table (in place of the list)");
   e.core_sections.push_back(model_section_of(model, e.model));
 
   const bool uses_blocks = name_entries(config, nodes, graph_form);

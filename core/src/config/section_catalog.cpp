@@ -109,8 +109,10 @@ void add_model_sections(std::vector<ConfigSection>& out) {
   model.keys.push_back(
       {"nodes", "table list", "[]", "",
        "a graph of named nodes, each with inputs = [\"...\"] (docs/model-graph.md)"});
-  model.keys.push_back({"blocks", "table list", "[]", "",
-                        "named sub-graphs repeated n times, used by nodes (docs/model-graph.md)"});
+  // A table of tables, not a list: [model.blocks.NAME], one sub-table per block.
+  model.keys.push_back({"blocks", "table of tables", "{}", "",
+                        "named sub-graphs, one [model.blocks.NAME] per block (inputs, nodes, "
+                        "output), used by nodes as block = \"NAME\" (docs/model-graph.md)"});
   out.push_back(std::move(model));
   out.push_back(plain("model.gpt", "a GPT-2 style decoder (preset = \"gpt\")",
                       section_keys(gpt_preset_schema())));

@@ -25,6 +25,15 @@ std::string replace_all(std::string text, const std::string& from, const std::st
   return text;
 }
 
+// The key errors about node `i` cite: the config entry it came from (LayerSpec::table: a block's
+// node, "model.blocks.res.nodes[2]", or the instance's own list entry), else its index in `list`.
+// Block instances expand into more nodes than the user's list has, so an index into the expanded
+// list would name another entry beside the right line:column.
+std::string node_key(const ModelSpec& spec, const std::string& list, std::size_t i) {
+  const LayerSpec& l = spec.layers[i];
+  return l.table.empty() ? list + "[" + std::to_string(i) + "]" : l.table;
+}
+
 // The logits node: one node only is read by no other, and it has the loss's shape.
 void check_logits(const ModelSpec& spec, const std::string& list, const GraphTopology& topo,
                   const std::vector<GraphNodeSpec>& graph, const PlannedNode& last,
@@ -32,7 +41,7 @@ void check_logits(const ModelSpec& spec, const std::string& list, const GraphTop
   const std::size_t n = graph.size();
   for (std::size_t i = 0; i < n; ++i)
     if (topo.consumers[i].empty() && topo.position[i] != n - 1)
-      throw sdk::ConfigError(graph[i].where, list + "[" + std::to_string(i) + "]",
+      throw sdk::ConfigError(graph[i].where, node_key(spec, list, i),
                              "node '" + graph[i].name +
                                  "' is read by no other node, and only the "
                                  "logits may be: the graph has two outputs",
@@ -82,7 +91,8 @@ void check_logits(const ModelSpec& spec, const std::string& list, const GraphTop
 }
 
 // Weight tying: each shared parameter names one that its owner declares, of the same shape.
-std::vector<WeightTie> resolve_ties(const std::string& list, const GraphTopology& topo,
+std::vector<WeightTie> resolve_ties(const ModelSpec& spec, const std::string& list,
+                                    const GraphTopology& topo,
                                     const std::vector<GraphNodeSpec>& graph,
                                     const std::vector<std::unique_ptr<Layer>>& ops) {
   std::vector<WeightTie> ties;
@@ -90,7 +100,7 @@ std::vector<WeightTie> resolve_ties(const std::string& list, const GraphTopology
   for (std::size_t pos = 0; pos < n; ++pos) {
     const std::size_t i = topo.order[pos];
     for (const SharedParameter& sp : ops[pos]->shared_parameters()) {
-      const std::string key = list + "[" + std::to_string(i) + "]." + sp.key;
+      const std::string key = node_key(spec, list, i) + "." + sp.key;
       const std::string user = "node '" + graph[i].name + "'";
       const auto dot = sp.source.rfind('.');
       std::size_t owner = n;
@@ -146,7 +156,7 @@ std::vector<GraphNodeSpec> name_nodes(const ModelSpec& spec, const std::string& 
     const auto& l = spec.layers[i];
     std::string name = l.name.empty() ? l.type + std::to_string(i) : l.name;
     if (!spec.graph && !names.insert(name).second)
-      throw sdk::ConfigError(l.where, list + "[" + std::to_string(i) + "].name",
+      throw sdk::ConfigError(l.where, node_key(spec, list, i) + ".name",
                              "duplicate layer name '" + name + "'",
                              "layer names must be unique; overrides and logs refer to them");
     std::vector<std::string> inputs = l.inputs;
@@ -276,7 +286,7 @@ void plan_node(const GraphContext& g, const std::string& list, std::size_t pos,
                std::vector<PlannedNode>& nodes, std::vector<std::unique_ptr<Layer>>& ops) {
   const std::size_t i = g.topo.order[pos];
   const LayerSpec& l = g.spec.layers[i];
-  const std::string key = l.table.empty() ? list + "[" + std::to_string(i) + "]" : l.table;
+  const std::string key = node_key(g.spec, list, i);
   // A pointer, not a reference: GCC 13's -Wdangling-reference takes the defaulted hint argument
   // for the referent.
   const OpDefinition* op = &require_op(l, key);
@@ -465,7 +475,7 @@ GraphPlan GraphPlan::build(const ModelSpec& spec, std::int64_t input_features, s
   for (std::size_t pos = 0; pos < plan.nodes_.size(); ++pos)
     plan_node(context, list, pos, plan.nodes_, ops);
   check_logits(spec, list, topo, graph, plan.nodes_.back(), classes, input);
-  plan.ties_ = resolve_ties(list, topo, graph, ops);
+  plan.ties_ = resolve_ties(spec, list, topo, graph, ops);
   const std::vector<std::string> frozen = apply_freezing(spec.freeze, ops);
   propagate_gradient_needs(plan.nodes_, plan.ties_, frozen, ops);
   for (const std::string& type : spec.recompute)

@@ -146,6 +146,24 @@ std::vector<std::byte> replica_state(Trainer::State& s) {
   return out;
 }
 
+// Only rank 0 writes the run folder (State::writes), so a --run-dir that another rank was given
+// names a folder nothing is written to. It is a command-line choice, not part of the config the
+// ranks compare, so it is compared here and said on rank 0, which writes the log: a warning, as
+// the run itself is sound.
+void warn_of_other_run_dirs(Trainer::State& s, sdk::Communicator& comm) {
+  const auto given = [](const std::string& dir) {
+    return dir.empty() ? std::string("no --run-dir") : "--run-dir " + dir;
+  };
+  const std::string mine = s.opt.run_dir.string();
+  const std::string first = rank0_text(comm, mine);
+  const RankText other = lowest_rank_text(comm, mine == first ? std::string() : given(mine));
+  if (other.rank < 0 || comm.rank() != 0) return;
+  s.log.warn("rank " + std::to_string(other.rank) + " was started with " + other.text +
+             " and rank 0 with " + given(first) +
+             ": only rank 0 writes the run, so the run folder is rank 0's choice; give every rank "
+             "the same --run-dir");
+}
+
 // Joins the other ranks when there are any: every rank must run the same config before anything
 // else talks to the others, and the global batch must split evenly.
 void join_replicas(Trainer::State& s) {
@@ -155,6 +173,7 @@ void join_replicas(Trainer::State& s) {
   } else {
     auto& comm = *s.c.communicator;
     check_config_agreement(comm, resolved_toml(e) + "\n" + s.c.origins);
+    warn_of_other_run_dirs(s, comm);
     const int world = comm.world_size();
     if (e.data.batch_size % world != 0) {
       // The rank counts the batch splits over (a resume keeps its batch size: only the launch
@@ -598,6 +617,28 @@ TrainSummary already_complete(Trainer::State& s, TrainSummary& sum) {
   return sum;
 }
 
+// The input a dataset gives each sample, for messages: "11 features", "images [3, 32, 32]".
+std::string input_text(const Dataset& d) {
+  if (!d.is_image()) return std::to_string(d.features) + " features";
+  std::string input = "images [";
+  for (std::size_t i = 0; i < d.sample_shape.size(); ++i)
+    input += (i ? ", " : "") + std::to_string(d.sample_shape[i]);
+  return input + "]";
+}
+
+// A config error while the model is built for the input a checkpoint records: the config the
+// checkpoint was trained with builds for that input, so the two are of different models (a CNN's
+// config given a table model's checkpoint). Said as eval says it, with the config's own error
+// inside, rather than as a bare error at a line of the config. (The config's [data] keys are
+// checked against the record before, at their own lines: those are the config's to fix.)
+[[noreturn]] void throw_recorded_misfit(const fs::path& checkpoint, const std::string& input,
+                                        const sdk::ConfigError& e) {
+  throw sdk::CheckpointError(checkpoint.string() + " records an input of " + input +
+                                 ", which the config's model cannot read (" + e.what() + ")",
+                             "the file belongs to a different model; use the config it was "
+                             "trained with (the config.toml of its run folder)");
+}
+
 }  // namespace
 
 void normalize_data_as(Trainer::State& s, const ChannelStats& stats) {
@@ -658,15 +699,9 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
       }
       s.eval_fingerprint = data_fingerprint(s.eval);
     }
-    std::string input = std::to_string(s.train.features) + " features";
-    if (s.train.is_image()) {
-      input = "images [";
-      for (std::size_t i = 0; i < s.train.sample_shape.size(); ++i)
-        input += (i ? ", " : "") + std::to_string(s.train.sample_shape[i]);
-      input += "]";
-    }
-    s.log.info("data: the model reads " + input + " into " + std::to_string(s.train.classes) +
-               " classes, as " + options.shape_from.string() + " records; " +
+    s.log.info("data: the model reads " + input_text(s.train) + " into " +
+               std::to_string(s.train.classes) + " classes, as " + options.shape_from.string() +
+               " records; " +
                (held_out_files ? "only the held-out files are opened" : "no data file is opened"));
   } else if (s.data_loaded) {
     load_training_data(s, e.data);
@@ -679,7 +714,12 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
     s.train = token_data_shape(e.data.block_size, e.data.vocab_size);
     s.eval = s.train;
   }
-  build_initial_model(s);
+  try {
+    build_initial_model(s);
+  } catch (const sdk::ConfigError& misfit) {
+    if (!shape_recorded) throw;
+    throw_recorded_misfit(options.shape_from, input_text(s.train), misfit);
+  }
   if (options.check_model) options.check_model(*s.model);
   if (s.data_loaded)
     s.data.sampler =

@@ -312,9 +312,10 @@ std::string follow_the_launch_on_resume(Experiment& e);
 // CONFIG --set ...", the user's own arguments, shell-quoted); empty: "mixtrain train CONFIG".
 std::string launch_requirement(const Experiment& e, const std::string& train_command);
 // Empty unless an MPI launcher started this process as one of several ranks: then why `mixtrain
-// <command>` (any command but train) cannot run so, since every rank would write the same
-// outputs (racing past an overwrite check) and print everything once per rank.
-std::string one_process_requirement(const std::string& command);
+// <command>` (any command but train) cannot run so: a command that `writes` files would write
+// the same outputs on every rank (racing past an overwrite check); any other would repeat its
+// work and print everything once per rank.
+std::string one_process_requirement(const std::string& command, bool writes);
 // [distributed]: the communicator, bound to `backend`. Only `train` makes one (it joins the other
 // ranks). A type given without an MPI launch is sdk::ConfigError at distributed.type, with the
 // mpirun line that launches `train_command` (launch_requirement()).
