@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "mixtrain/core/config/config.h"
@@ -101,8 +102,18 @@ int main(int argc, char** argv) {
     auto components = core::create_components(experiment, registry);
     core::TrainOptions options;
     options.run_dir = argv[1];
+    // Each metrics.jsonl record as it is written: a program's own logging or early exit hooks
+    // here instead of reading the file back.
+    std::size_t records = 0;
+    std::string last_record;
+    options.on_record = [&](std::string_view line) {
+      ++records;
+      last_record = line;
+    };
     core::Trainer trainer(experiment, std::move(components), options);
     const auto s = trainer.run();
+    std::printf("%zu metrics records seen in-process; the last: %s\n", records,
+                last_record.c_str());
 
     std::printf("trained %lld steps (%lld skipped): final loss %.4f, eval accuracy %.3f, "
                 "loss scale %g, %.0f samples/s\nrun folder: %s\n",

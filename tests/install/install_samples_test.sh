@@ -110,6 +110,8 @@ step "run the embed sample"
   { cat "$tmp/embed.log"; fail "embed_train"; }
 expect_file "$tmp/run/embed/summary.json"
 grep -q '^trained 200 steps' "$tmp/embed.log" || { cat "$tmp/embed.log"; fail "embed_train summary"; }
+grep -qE '^[1-9][0-9]* metrics records seen in-process; the last: \{' "$tmp/embed.log" ||
+  { cat "$tmp/embed.log"; fail "embed_train's on_record"; }
 # A malformed argument is refused (exit 2), not dropped.
 set +e
 "$tmp/build-embed/embed_train" "$tmp/run/embed-bad" run.steps=5 >"$tmp/embed-bad.log" 2>&1

@@ -122,6 +122,28 @@ double max_abs(const std::vector<float>& v) {
   return m;
 }
 
+// An embedding program reads the run's records as they are written (TrainOptions::on_record):
+// every line of metrics.jsonl, in order, the evaluation's included.
+TEST_F(TrainingState, OnRecordHandsOverEveryLineOfMetricsJsonl) {
+  const auto e = experiment({"run.steps=6", "run.log_every=2", "run.eval_every=3"});
+  std::vector<std::string> seen;
+  core::TrainOptions opt;
+  opt.run_dir = dir_ / "observed";
+  opt.on_record = [&](std::string_view line) { seen.emplace_back(line); };
+  core::Trainer(e, core::create_components(e, registry()), opt).run();
+  std::vector<std::string> lines;
+  std::ifstream in(opt.run_dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(seen.size(), lines.size());
+  bool evaluation = false;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const auto want = nlohmann::json::parse(lines[i]), got = nlohmann::json::parse(seen[i]);
+    EXPECT_EQ(got, want) << "record " << i;
+    evaluation = evaluation || got.contains("eval_loss");
+  }
+  EXPECT_TRUE(evaluation) << "no evaluation record was handed over";
+}
+
 TEST_F(TrainingState, FourMicroBatchesEqualOneBatchOfFourTimesTheRows) {
   for (const std::string policy : {"fp32", "bf16-mixed"}) {
     const std::vector<std::string> common = {

@@ -60,8 +60,13 @@ void MetricsLog::open(const std::filesystem::path& run_dir,
   }
 }
 
+void MetricsLog::observe(std::function<void(const nlohmann::json&)> observer) {
+  observer_ = std::move(observer);
+}
+
 void MetricsLog::write(const nlohmann::json& record) {
   for (auto& s : sinks_) s->write(record);
+  if (observer_) observer_(record);
 }
 
 void MetricsLog::write_text(std::int64_t step, const std::string& tag,

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,12 +30,16 @@ class MetricsLog {
   // that holds a metrics.jsonl holds a run: the same command could not start again).
   void open(const std::filesystem::path& run_dir, const std::vector<MetricsSinkKind>& sinks,
             std::int64_t first_step);
+  // Each record write() takes, after the sinks, whether or not any sink is open (an embedding
+  // program's view of the run: TrainOptions::on_record).
+  void observe(std::function<void(const nlohmann::json&)> observer);
   void write(const nlohmann::json& record);
   void write_text(std::int64_t step, const std::string& tag, const std::string& markdown);
   bool keeps_text() const;  // whether any sink has a place for write_text()'s text
 
  private:
   std::vector<std::unique_ptr<MetricsSink>> sinks_;
+  std::function<void(const nlohmann::json&)> observer_;
 };
 
 }  // namespace mixtrain::core

@@ -663,6 +663,9 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   s.e = experiment;
   s.c = std::move(components);
   s.opt = options;
+  if (s.opt.on_record)
+    s.metrics.records.observe(
+        [on_record = s.opt.on_record](const json& record) { on_record(record.dump()); });
   const auto& e = s.e;
   join_replicas(s);
   const bool tokens = is_token_source(e.data.source);

@@ -48,6 +48,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "mixtrain/core/checkpoint/gpt2_layout.h"
 #include "mixtrain/core/checkpoint/path.h"  // resolve_checkpoint_path (resume)
@@ -87,6 +88,11 @@ struct TrainOptions {
                                          // evaluation or checkpoint); true: stop after the step
                                          // in progress, or the one just finished
   std::function<void(std::int64_t step)> after_step;  // after each training step's update
+  // Each record run() adds to metrics.jsonl (a logged or skipped step's, an evaluation's, the
+  // diagnostics'), as that line's JSON text, once written: what an embedding program reads of the
+  // run without the file. On every rank of a data-parallel run (the global batch's numbers), and
+  // where nothing is written (write_outputs = false).
+  std::function<void(std::string_view json_line)> on_record;
   StepObserver* observer = nullptr;                   // non-owning; outlives the Trainer's run()
   // > 0: run() stops after this many steps, short of run.steps, without the final evaluation;
   // the schedule still spans run.steps (calibration's first steps of the configured run).
