@@ -58,7 +58,8 @@ int run_calibrate(const ConfigArgs& cfg, const CalibrateArgs& args) {
                            calibration.policy + ", from " + std::to_string(calibration.steps) +
                            " FP32 step" + (calibration.steps == 1 ? "" : "s"),
                        "thresholds: flush <= " + core::format_share(core::kMaxFlushShare) +
-                           " of non-zero values, no saturation, amax growth <= " +
+                           " of non-zero values, no saturation (block formats per block: 1.5x "
+                           "what they lose of normal values), amax growth <= " +
                            std::to_string(static_cast<int>(core::kMaxAmaxGrowth)) +
                            "x per step under FP8 delayed scaling (docs/precision-autopilot.md)",
                        "use it: mixtrain train " + source + " --merge " + out.string()});

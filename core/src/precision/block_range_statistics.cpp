@@ -8,8 +8,11 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <mutex>
+#include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mixtrain/sdk/support/float_format_rules.h"
@@ -198,6 +201,25 @@ void merge(BlockRangeStatistics& into, const BlockRangeStatistics& step) {
     into.per_block[f].flushed += step.per_block[f].flushed;
     into.per_block[f].saturated += step.per_block[f].saturated;
   }
+}
+
+BlockShares normal_block_shares(const BlockScaledLayout& layout) {
+  static std::mutex mutex;
+  static std::vector<std::pair<BlockScaledLayout, BlockShares>> measured;
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (const auto& [l, shares] : measured)
+    if (l == layout) return shares;
+  constexpr std::int64_t rows = 256, cols = 1024;  // whole blocks of every recipe's layout
+  std::vector<float> x(static_cast<std::size_t>(rows * cols));
+  std::mt19937 draw(20260101);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& v : x) v = normal(draw);
+  const BlockCounts c = count_per_block(x, rows, cols, layout);
+  const double n = static_cast<double>(x.size());
+  const BlockShares shares{static_cast<double>(c.flushed) / n,
+                           static_cast<double>(c.saturated) / n};
+  measured.emplace_back(layout, shares);
+  return shares;
 }
 
 }  // namespace mixtrain::core

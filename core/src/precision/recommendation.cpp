@@ -2,6 +2,7 @@
 // "Calibration".
 #include "mixtrain/core/precision/recommendation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -105,10 +106,15 @@ std::optional<std::string> check_fp8(const TensorCalibration& t, DType format) {
 // Why counts of a tensor's values are unsafe (" saturates 1.0% in nvfp4 (per block)"), or
 // nullopt.
 std::optional<std::string> check_counts(const BlockRangeStatistics& s, const BlockCounts& c,
-                                        const std::string& in) {
-  if (c.saturated > 0) return " saturates " + format_share(s.share(c.saturated)) + in;
-  if (s.share(c.flushed) > kMaxFlushShare)
-    return " flushes " + format_share(s.share(c.flushed)) + " to zero" + in;
+                                        const std::string& in, const BlockShares& limit) {
+  if (c.saturated > 0 && s.share(c.saturated) > limit.saturated)
+    return " saturates " + format_share(s.share(c.saturated)) + in +
+           (limit.saturated > 0 ? ", over the format's " + format_share(limit.saturated)
+                                : std::string());
+  if (s.share(c.flushed) > limit.flushed)
+    return " flushes " + format_share(s.share(c.flushed)) + " to zero" + in +
+           (limit.flushed > kMaxFlushShare ? ", over the format's " + format_share(limit.flushed)
+                                           : std::string());
   return std::nullopt;
 }
 
@@ -123,7 +129,8 @@ std::size_t block_index(BlockFormat f) {
 std::optional<std::string> check_block(const TensorCalibration& t, BlockFormat format) {
   if (!t.blocks) return std::nullopt;
   const auto why = check_counts(*t.blocks, t.blocks->per_block[block_index(format)],
-                                std::string(" in ") + block_format_name(format) + " (per block)");
+                                std::string(" in ") + block_format_name(format) + " (per block)",
+                                block_limits(format, t.tensor));
   if (!why) return std::nullopt;
   return calibrated_tensor_name(t.tensor) + *why;
 }
@@ -254,6 +261,19 @@ std::string dtype_text(DType d) {
 
 }  // namespace
 
+BlockShares block_limits(BlockFormat format, CalibratedTensor tensor) {
+  const BlockRole role =
+      tensor == CalibratedTensor::weight ? BlockRole::weight : BlockRole::activation;
+  const sdk::BlockScaledLayout layout = block_layout(format, role);
+  const BlockShares normal = normal_block_shares(layout);
+  // An E4M3 block scale (NVFP4's) that is subnormal, for a block far below the tensor's amax,
+  // rounds down by more than E2M1's top step: that block's largest values clamp to 6 times it.
+  // Normal values never reach there; gradients, whose blocks span decades, do for a few.
+  const double coarse_scales = layout.scale == sdk::BlockScale::e4m3 ? kMaxFlushShare / 10 : 0.0;
+  return {std::max(kMaxFlushShare, kBlockOverNormal * normal.flushed),
+          std::max(coarse_scales, kBlockOverNormal * normal.saturated)};
+}
+
 AmaxJump largest_amax_jump(const RangeStatistics& s) {
   AmaxJump worst;
   float before = 0.0f;
@@ -367,10 +387,12 @@ BlockRecommendation recommend_blocks(const Calibration& c,
         const std::string name = op.node + " " + calibrated_tensor_name(t.tensor);
         if (v.per_tensor_unsafe.empty())
           if (const auto why =
-                  check_counts(*t.blocks, t.blocks->per_tensor[f], element + " per tensor"))
+                  check_counts(*t.blocks, t.blocks->per_tensor[f], element + " per tensor",
+                               BlockShares{kMaxFlushShare, 0.0}))
             v.per_tensor_unsafe = name + *why;
         if (v.per_block_unsafe.empty())
-          if (const auto why = check_counts(*t.blocks, t.blocks->per_block[f], " per block"))
+          if (const auto why = check_counts(*t.blocks, t.blocks->per_block[f], " per block",
+                                            block_limits(v.format, t.tensor)))
             v.per_block_unsafe = name + *why;
       }
     b.formats.push_back(std::move(v));

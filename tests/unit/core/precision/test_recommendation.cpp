@@ -251,7 +251,7 @@ TEST(CalibrationRecommendation, ABlockScaledRungIsNamedAfterItsFormat) {
   op.block_path = true;
   BlockRangeStatistics flushing;
   flushing.nonzero = 1000;
-  for (std::size_t f = 0; f < kBlockFormats.size(); ++f) flushing.per_block[f].flushed = 100;
+  for (std::size_t f = 0; f < kBlockFormats.size(); ++f) flushing.per_block[f].flushed = 150;
   op.tensors.push_back(
       {CalibratedTensor::gemm_input, measure_range(logspace(0.06, 3.0), false), flushing});
   c.ops.push_back(op);
@@ -259,7 +259,7 @@ TEST(CalibrationRecommendation, ABlockScaledRungIsNamedAfterItsFormat) {
   const OpRecommendation& fc = find(r, "fc");
   EXPECT_EQ(fc.recommended, DType::bf16) << fc.reason;
   ASSERT_TRUE(fc.block_format.has_value());
-  EXPECT_EQ(fc.reason.rfind("nvfp4: gemm_input flushes 10%", 0), 0u) << fc.reason;
+  EXPECT_EQ(fc.reason.rfind("nvfp4: gemm_input flushes 15%", 0), 0u) << fc.reason;
   EXPECT_NE(calibration_table(c, r).find("fc    nvfp4    bf16"), std::string::npos)
       << calibration_table(c, r);
   EXPECT_NE(recommendation_toml(r, {}).find("# fc: nvfp4 -> bf16: nvfp4: "), std::string::npos)
@@ -267,6 +267,64 @@ TEST(CalibrationRecommendation, ABlockScaledRungIsNamedAfterItsFormat) {
   EXPECT_EQ(rung_name(DType::fp8_e5m2, std::nullopt), "fp8");
   EXPECT_EQ(rung_name(DType::fp8_e4m3, BlockFormat::mxfp8), "mxfp8");
   EXPECT_EQ(rung_name(DType::bf16, BlockFormat::nvfp4), "bf16");
+}
+
+// A block format is judged against what it loses of normal values by design: E2M1 in blocks of
+// 16 flushes about 7% of them (16x16 weight blocks about 10%), E4M3 with fp32 or E8M0 scales
+// almost none. So 8% flushed is nvfp4's normal and safe in it, but unsafe for fp8-block (1%);
+// nvfp4 weights may flush 12%; and a few values saturated by NVFP4's coarse subnormal E4M3 block
+// scales are tolerated (0.1%), where an E4M3 block format may saturate none. (Calibrating the
+// quickstart under nvfp4 kept every linear in bf16 under the flat 1% rule.)
+TEST(CalibrationRecommendation, ABlockFormatIsJudgedAgainstWhatItLosesOfNormalValues) {
+  const BlockShares act =
+      normal_block_shares(block_layout(BlockFormat::nvfp4, BlockRole::activation));
+  const BlockShares weights =
+      normal_block_shares(block_layout(BlockFormat::nvfp4, BlockRole::weight));
+  EXPECT_GT(act.flushed, 0.05);
+  EXPECT_LT(act.flushed, 0.09);
+  EXPECT_GT(weights.flushed, act.flushed) << "a 16x16 block's amax is larger than a 1x16 one's";
+  EXPECT_LT(weights.flushed, 0.13);
+  for (const auto f : {BlockFormat::fp8_block, BlockFormat::mxfp8}) {
+    const BlockShares e4m3 = normal_block_shares(block_layout(f, BlockRole::activation));
+    EXPECT_LT(e4m3.flushed, 1e-4) << block_format_name(f);
+    EXPECT_EQ(e4m3.saturated, 0.0) << block_format_name(f);
+  }
+
+  const sdk::OpPrecision fp8_plan = {DType::bf16, DType::fp8_e4m3, DType::bf16, DType::bf16};
+  const auto judged = [&](BlockFormat format, CalibratedTensor tensor, std::int64_t flushed,
+                          std::int64_t saturated) {
+    Calibration c;
+    c.policy = block_format_name(format);
+    c.block_format = format;
+    c.steps = 1;
+    OpCalibration op = linear("fc", fp8_plan);
+    op.block_path = true;
+    BlockRangeStatistics counts;
+    counts.nonzero = 10000;
+    for (std::size_t f = 0; f < kBlockFormats.size(); ++f) {
+      counts.per_block[f].flushed = flushed;
+      counts.per_block[f].saturated = saturated;
+    }
+    op.tensors.push_back({tensor, measure_range(logspace(0.06, 3.0), false), counts});
+    c.ops.push_back(op);
+    return find(recommend(c), "fc");
+  };
+  EXPECT_EQ(judged(BlockFormat::nvfp4, CalibratedTensor::gemm_input, 800, 0).recommended,
+            DType::fp8_e4m3);
+  const auto e4m3 = judged(BlockFormat::fp8_block, CalibratedTensor::gemm_input, 800, 0);
+  EXPECT_EQ(e4m3.recommended, DType::bf16);
+  EXPECT_NE(e4m3.reason.find("flushes 8.0% to zero"), std::string::npos) << e4m3.reason;
+  EXPECT_EQ(judged(BlockFormat::nvfp4, CalibratedTensor::weight, 1200, 0).recommended,
+            DType::fp8_e4m3);
+  const auto too_many = judged(BlockFormat::nvfp4, CalibratedTensor::gemm_input, 1200, 0);
+  EXPECT_EQ(too_many.recommended, DType::bf16);
+  EXPECT_NE(too_many.reason.find("over the format's"), std::string::npos) << too_many.reason;
+  EXPECT_EQ(judged(BlockFormat::nvfp4, CalibratedTensor::output_grad, 500, 5).recommended,
+            DType::fp8_e4m3);
+  EXPECT_EQ(judged(BlockFormat::nvfp4, CalibratedTensor::output_grad, 500, 50).recommended,
+            DType::bf16);
+  EXPECT_EQ(judged(BlockFormat::mxfp8, CalibratedTensor::output_grad, 50, 5).recommended,
+            DType::bf16);
 }
 
 // A linear after a layer norm: its input gradient is fp32, but its GEMMs read dy cast to their

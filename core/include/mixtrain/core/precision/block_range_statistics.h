@@ -79,4 +79,15 @@ BlockRangeStatistics measure_blocks(std::span<const float> x, std::int64_t rows,
                                     const BlockLayouts& layouts);
 void merge(BlockRangeStatistics& into, const BlockRangeStatistics& step);
 
+// The shares of normally distributed values that `layout`'s per-block scaling flushes to zero
+// and saturates: what the format loses of well-behaved data by its own design (E2M1 has nothing
+// between 0 and 1/12 of a block's largest value, about 7% of normal values in blocks of 16, and
+// NVFP4's E4M3 block scale, rounded, may put a block's largest value past 6; E4M3 elements with
+// fp32 or E8M0 scales lose almost nothing). Measured once per layout on 2^18 values drawn with a
+// fixed seed, then cached; thread-safe.
+struct BlockShares {
+  double flushed = 0.0, saturated = 0.0;
+};
+BlockShares normal_block_shares(const sdk::BlockScaledLayout& layout);
+
 }  // namespace mixtrain::core

@@ -13,11 +13,12 @@
 // - Safety, with the thresholds below: a tensor stored in fp16/bf16 is unsafe when any value
 //   saturates or more than kMaxFlushShare of its non-zero values flush to zero; fp16 gradients
 //   are judged at the recommended loss scale. A GEMM op's output_grad is stored in the dtype its
-//   backward casts dy to: gemm_input (linear, conv2d), activation_grad (attention). An FP8 GEMM (gemm_input fp8) casts gemm_input and
-//   weight to e4m3 and output_grad to e5m2 with per-tensor scaling; it is unsafe when a scaled
-//   cast flushes more than kMaxFlushShare or saturates, or when one step's amax exceeds
-//   kMaxAmaxGrowth × the largest amax of the steps before it: a tolerance (delayed scaling
-//   clamps the top values from about 1.04×, e4m3's 464/448; up to 2× they lose less than half).
+//   backward casts dy to: gemm_input (linear, conv2d), activation_grad (attention). An FP8 GEMM
+//   (gemm_input fp8) casts gemm_input and weight to e4m3 and output_grad to e5m2 with per-tensor
+//   scaling; it is unsafe when a scaled cast flushes more than kMaxFlushShare or saturates, or when
+//   one step's amax exceeds kMaxAmaxGrowth × the largest amax of the steps before it: a tolerance
+//   (delayed scaling clamps the top values from about 1.04×, e4m3's 464/448; up to 2× they lose
+//   less than half).
 // - Loss scale (policies that need loss scaling): S = 2^s, the largest s in [0, 24] with
 //   (largest gradient amax) · 2^s · 2^kLossScaleMarginLog2 < 65504, then within the
 //   Calibration's min_scale and max_scale. A dynamic scaler with init_scale S is recommended when
@@ -27,10 +28,12 @@
 //   and S = 1 for the rules.
 // - Under a block-scaled policy (Calibration::block_format) an FP8 GEMM's operands are judged by
 //   their per-block counts in that policy's format instead (gemm_input, weight, output_grad:
-//   unsafe if a value saturates or more than kMaxFlushShare flush); no amax-growth rule, as
+//   unsafe past block_limits(): more values saturated or flushed than the format loses of normal
+//   values, with a margin); no amax-growth rule, as
 //   every block's scale comes from its own current amax.
 // - Block policies (with the block report): per format, the first tensor unsafe with a
-//   per-tensor scale and the first unsafe with per-block scales (same thresholds), and the
+//   per-tensor scale (kMaxFlushShare) and the first unsafe with per-block scales
+//   (block_limits()), and the
 //   policy's plan-time refusal. A block policy is named in the file (its [precision] policy, the
 //   ops' rungs redone under its plan with its per-block rule) when the calibrated policy is a
 //   per-tensor FP8 one needing no loss scale, some op with a block-scaled path was raised off
@@ -58,6 +61,15 @@ namespace mixtrain::core {
 
 // The rules' thresholds, quoted by docs/precision-autopilot.md.
 inline constexpr double kMaxFlushShare = 0.01;  // of a tensor's non-zero values
+// A block format loses some of any data by design (E2M1 per 16 flushes about 7% of normal values,
+// and NVFP4's rounded E4M3 block scales put some blocks' largest value past 6), so its per-block
+// limits are kBlockOverNormal times what its layout loses of normal values
+// (normal_block_shares), and at least kMaxFlushShare for flushes: nvfp4's about 10% flushed for
+// activations and gradients and 15% for its 16x16 weight blocks, and 0.1% saturated (its E4M3
+// block scales round down coarsely where subnormal); fp8-block's and mxfp8's 1% flushed and no
+// value saturated, as for a per-tensor scale.
+inline constexpr double kBlockOverNormal = 1.5;
+BlockShares block_limits(BlockFormat format, CalibratedTensor tensor);
 inline constexpr double kMaxAmaxGrowth = 2.0;   // step amax over the previous steps' max, tolerated
 inline constexpr int kLossScaleMarginLog2 = 1;  // headroom under fp16's max for the loss scale
 inline constexpr int kLossScaleCapLog2 = kMaxLossScaleLog2;  // S <= 2^24
