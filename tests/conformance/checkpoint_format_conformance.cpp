@@ -17,8 +17,11 @@
 #include <vector>
 
 #include "component_training.h"
+#include "conformance_fixture.h"
 #include "mixtrain/conformance/component_conformance.h"
 #include "mixtrain/core/checkpoint/format_set.h"
+#include "mixtrain/core/console/log_sink.h"
+#include "mixtrain/core/plugins/registry.h"
 #include "mixtrain/core/train/trainer.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/support/float_formats.h"
@@ -33,6 +36,9 @@ std::vector<ComponentUnderTest<CheckpointFormatFactory>>& formats() {
 }  // namespace
 
 void add_checkpoint_format(std::string name, CheckpointFormatFactory make) {
+  std::vector<std::string> taken;
+  for (const auto& c : formats()) taken.push_back(c.name);
+  internal::check_test_name("checkpoint_format", name, taken);
   formats().push_back({std::move(name), std::move(make)});
 }
 const std::vector<ComponentUnderTest<CheckpointFormatFactory>>& registered_checkpoint_formats() {
@@ -216,6 +222,26 @@ TEST_P(CheckpointFormatConformance, TheExtensionIsADotAndAName) {
   EXPECT_TRUE(ok) << "file_extension() is '" << ext << "': the host names checkpoints "
                   << "step-NNNNNNNN<ext> and refuses an extension other than a dot and letters, "
                      "digits, '_' or '-'";
+  // Nor may it be another format's: the host picks a file's reader by its extension, and refuses
+  // a configured format whose extension a loaded one claims (mixtrain's .mxt, .safetensors).
+  core::PluginRegistry registry(&core::host_log_sink());
+  registry.scan(plugin_search_path());
+  for (const auto& c : registry.components()) {
+    if (c.info.kind != sdk::ComponentKind::checkpoint_format || c.info.name == GetParam().name)
+      continue;
+    std::string theirs;
+    try {
+      theirs = registry
+                   .create<sdk::CheckpointFormat>(
+                       c, sdk::Options::resolve("checkpoint", c.info.options, {}, {}))
+                   ->file_extension();
+    } catch (const std::exception&) {
+      continue;  // a format that cannot be made claims nothing
+    }
+    EXPECT_NE(theirs, ext) << "'" << ext << "' is the extension of format '" << c.info.name << "' ("
+                           << c.library.filename().string()
+                           << "): the host refuses a configured format that claims it";
+  }
 }
 
 TEST_P(CheckpointFormatConformance, ARoundTripGivesBackEveryTensorAndEntry) {

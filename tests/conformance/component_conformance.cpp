@@ -48,9 +48,15 @@ std::function<std::shared_ptr<T>()> from_plugin(std::vector<std::filesystem::pat
 }  // namespace
 
 void add_scaler(std::string name, ScalerFactory make) {
+  std::vector<std::string> taken;
+  for (const auto& c : scalers()) taken.push_back(c.name);
+  internal::check_test_name("scaler", name, taken);
   scalers().push_back({std::move(name), std::move(make)});
 }
 void add_optimizer(std::string name, OptimizerFactory make) {
+  std::vector<std::string> taken;
+  for (const auto& c : optimizers()) taken.push_back(c.name);
+  internal::check_test_name("optimizer", name, taken);
   optimizers().push_back({std::move(name), std::move(make)});
 }
 const std::vector<ComponentUnderTest<ScalerFactory>>& registered_scalers() {

@@ -3,10 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <memory>
+#include <stdexcept>
 #include <utility>
 
 #include <unistd.h>
@@ -179,7 +182,19 @@ TinySession tiny_session(TinyModel model, const std::vector<std::string>& sets,
   const auto config = core::Config::from_string(
       text, (scratch / (std::string(tiny_model_name(model)) + ".toml")).string(), all);
   auto registry = std::make_shared<core::PluginRegistry>(&core::host_log_sink());
-  registry->scan(plugin_search_path());
+  const auto paths = plugin_search_path();
+  registry->scan(paths);
+  if (registry->find(sdk::ComponentKind::backend, "cpu") == nullptr) {
+    std::string searched;
+    for (const auto& p : paths) searched += (searched.empty() ? "" : ", ") + p.string();
+    throw std::runtime_error(
+        "the kit trains its models with mixtrain's own plugins (the CPU backend, AdamW, the "
+        "dynamic scaler, the native format), but its plugin search path (" +
+        (searched.empty() ? std::string("empty") : searched) +
+        ") holds no CPU backend: call mixtrain::conformance::set_plugin_search_path("
+        "{MIXTRAIN_PLUGIN_DIR}) before RUN_ALL_TESTS (CMake's find_package(mixtrain) sets "
+        "MIXTRAIN_PLUGIN_DIR to the installed plugin folder)");
+  }
   TinySession s{core::parse_experiment(config, *registry), {}};
   s.components = core::create_components(s.experiment, *registry);
   return s;
@@ -195,6 +210,19 @@ std::map<std::int64_t, double> step_losses(const fs::path& run_dir) {
         j["loss"].is_null() ? std::nan("") : j["loss"].get<double>();
   }
   return losses;
+}
+
+void check_test_name(const std::string& kind, const std::string& name,
+                     const std::vector<std::string>& taken) {
+  const bool valid = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
+  });
+  if (!valid)
+    throw std::invalid_argument("add_" + kind + "(\"" + name + "\"): a test name takes letters, " +
+                                "digits and '_' only (register \"fp16-mixed\" as fp16_mixed)");
+  if (std::find(taken.begin(), taken.end(), name) != taken.end())
+    throw std::invalid_argument("add_" + kind + "(\"" + name + "\"): that name is registered " +
+                                "already; each " + kind + " under test needs its own");
 }
 
 std::string failure_text(const std::exception& e) {
@@ -214,11 +242,12 @@ ScratchFolder::ScratchFolder() {
 }
 
 ScratchFolder::~ScratchFolder() {
-  if (::testing::Test::HasFailure()) {
+  std::error_code ec;
+  // Empty (a factory that failed before anything was written): nothing to keep.
+  if (::testing::Test::HasFailure() && !fs::is_empty(path_, ec)) {
     std::cerr << "kept for the failure: " << path_.string() << '\n';
     return;
   }
-  std::error_code ec;
   fs::remove_all(path_, ec);
 }
 

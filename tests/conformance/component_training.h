@@ -37,6 +37,12 @@ TinySession tiny_session(TinyModel model, const std::vector<std::string>& sets,
 
 std::map<std::int64_t, double> step_losses(const std::filesystem::path& run_dir);
 
+// A component's test name as add_scaler() and the others take it: letters, digits and '_', and
+// not one `taken` already has (GoogleTest would abort the program over it, naming neither);
+// std::invalid_argument naming the kind, the name and the rule otherwise.
+void check_test_name(const std::string& kind, const std::string& name,
+                     const std::vector<std::string>& taken);
+
 // A factory's failure as the user reads it: a UserError's hint says how to fix it.
 std::string failure_text(const std::exception& e);
 

@@ -30,6 +30,9 @@ std::vector<ComponentUnderTest<PolicyFactory>>& policies() {
 }  // namespace
 
 void add_policy(std::string name, PolicyFactory make) {
+  std::vector<std::string> taken;
+  for (const auto& c : policies()) taken.push_back(c.name);
+  internal::check_test_name("policy", name, taken);
   policies().push_back({std::move(name), std::move(make)});
 }
 const std::vector<ComponentUnderTest<PolicyFactory>>& registered_policies() {
@@ -101,18 +104,35 @@ class PolicyConformance : public ::testing::TestWithParam<ComponentUnderTest<Pol
   internal::ScratchFolder scratch_;
 };
 
-// The loss falls: the last steps' mean below the first steps'.
-void expect_trains(const std::vector<double>& losses, std::string_view model) {
-  ASSERT_GE(losses.size(), 8u) << model;
+// The drop of the loss over a run: the first 4 steps' mean less the last 4 steps'.
+double loss_drop(const std::map<std::int64_t, double>& by_step) {
+  std::vector<double> losses;
+  for (const auto& [step, loss] : by_step) losses.push_back(loss);
+  if (losses.size() < 8) return std::nan("");
   double first = 0, last = 0;
   for (std::size_t i = 0; i < 4; ++i) {
     first += losses[i];
     last += losses[losses.size() - 1 - i];
   }
-  EXPECT_TRUE(std::isfinite(first) && std::isfinite(last))
-      << model << ": a loss of the first or last 4 steps is not finite";
-  EXPECT_LT(last, first) << model << ": the loss did not fall (first 4 steps' sum " << first
-                         << ", last 4 steps' " << last << ")";
+  return (first - last) / 4;
+}
+
+// A policy's run learns: its loss falls by at least kLearnsShare of what the same run falls in
+// FP32 (a flat loss, say from every operand saturated by a huge scale, falls by noise alone).
+// The built-in policies, nvfp4 included, fall by at least 90% of FP32's on the kit's models.
+constexpr double kLearnsShare = 0.5;
+
+// The kit's model trained in FP32 under its own config, once per program: its loss drop. A
+// failure there is the kit's or the machine's, never the policy's.
+double fp32_drop(TinyModel model, const fs::path& scratch) {
+  static std::map<TinyModel, double> drops;
+  if (const auto it = drops.find(model); it != drops.end()) return it->second;
+  const std::string name(internal::tiny_model_name(model));
+  auto fp32 = internal::tiny_session(model, {"run.steps=16"}, scratch);
+  core::TrainOptions opt;
+  opt.run_dir = scratch / (name + "-fp32");
+  core::Trainer(fp32.experiment, std::move(fp32.components), opt).run();
+  return drops[model] = loss_drop(internal::step_losses(opt.run_dir));
 }
 
 // The MLP must train; the GPT and the CNN too, unless the host refuses the policy's plan of one of
@@ -123,14 +143,8 @@ TEST_P(PolicyConformance, TrainsSmallModelsAndPlansTheirOpsDeterministically) {
   for (const TinyModel model : {TinyModel::mlp, TinyModel::gpt, TinyModel::cnn}) {
     const std::string name(internal::tiny_model_name(model));
     std::vector<sdk::OpDescription> ops;
-    {
-      // The kit's own config under its own policy (fp32) first: a failure there is the kit's or
-      // the machine's, never a refusal of the policy under test.
-      auto fp32 = internal::tiny_session(model, {"run.steps=16"}, scratch_.path());
-      core::TrainOptions opt;
-      opt.run_dir = scratch_.path() / (name + "-fp32");
-      core::Trainer(fp32.experiment, std::move(fp32.components), opt);
-    }
+    const double reference = fp32_drop(model, scratch_.path());
+    ASSERT_GT(reference, 0.0) << name << ": the kit's own FP32 run did not learn";
     auto s = session(model, {"run.steps=16"});
     const sdk::BackendCapabilities caps = s.components.backend->capabilities();
     std::string refused;
@@ -148,10 +162,10 @@ TEST_P(PolicyConformance, TrainsSmallModelsAndPlansTheirOpsDeterministically) {
     }
     EXPECT_FALSE(sum.diverged) << name << ": " << sum.divergence;
     EXPECT_GE(sum.applied_steps, sum.steps / 2) << name << ": most steps were skipped";
-    std::vector<double> losses;
-    for (const auto& [step, loss] : internal::step_losses(scratch_.path() / name))
-      losses.push_back(loss);
-    expect_trains(losses, name);
+    const double drop = loss_drop(internal::step_losses(scratch_.path() / name));
+    EXPECT_TRUE(drop >= kLearnsShare * reference)
+        << name << ": the loss fell by " << drop << " over 16 steps (first 4 steps' mean less the "
+        << "last 4's), where FP32 falls by " << reference << ": the policy's run does not learn";
 
     ASSERT_FALSE(ops.empty()) << name;
     const auto fresh = GetParam().make();

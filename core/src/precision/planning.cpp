@@ -335,9 +335,28 @@ void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
   if (!policy.uses_scaled_operands() &&
       dynamic_cast<const sdk::BlockScalingFacet*>(&policy) == nullptr) {
     std::vector<std::string> unscaled;
-    for (const auto& layer : model.layers())
-      if (layer->has_gemm() && sdk::is_fp8(layer->precision().gemm_input))
-        unscaled.push_back("'" + layer->name() + "'");
+    for (const auto& layer : model.layers()) {
+      if (!layer->has_gemm() || !sdk::is_fp8(layer->precision().gemm_input)) continue;
+      if (layer->traits().fp8_only_scaled) {
+        // The last override that set its gemm_input, else the policy's plan.
+        const PrecisionOverride* by = nullptr;
+        for (const auto& o : overrides)
+          if (o.gemm_input && fnmatch(o.pattern.c_str(), layer->name().c_str(), 0) == 0) by = &o;
+        const std::string what = "op '" + layer->name() + "' (" + layer->type() +
+                                 ") would read fp8 GEMM inputs at a scale of 1, but a " +
+                                 layer->type() +
+                                 " reads fp8 operands only as a policy scales them, and the "
+                                 "precision policy scales none";
+        const std::string fix =
+            "use an FP8 policy (precision.policy = \"fp8-delayed\" or \"fp8-current\"), or "
+            "keep it in 16 bits: [[precision.override]] layers = " +
+            sdk::option_value_to_string(exact_pattern(layer->name())) + ", gemm_input = \"bf16\"";
+        if (by != nullptr)
+          throw sdk::ConfigError(by->where, "precision.override.gemm_input", what, fix);
+        throw sdk::PluginError(what + " (its plan() planned it)", fix);
+      }
+      unscaled.push_back("'" + layer->name() + "'");
+    }
     if (!unscaled.empty())
       log.warn("GEMM inputs in fp8 at a scale of 1 for " + short_list(unscaled, 4) +
                ": the precision policy scales no operands, so small values (gradients, most of "

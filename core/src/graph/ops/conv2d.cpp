@@ -24,6 +24,7 @@ Conv2dLayer::Conv2dLayer(std::string name, const sdk::Conv2dGeometry& geometry, 
       scaler_(name_, kGemm) {
   input_.configure(plain_input, geometry.in_channels, geometry.height, geometry.width);
   use_operand_scaler(&scaler_);
+  traits_.fp8_only_scaled = true;
   const auto& g = geometry_;
   traits_.gemms = {
       {kGemm, {sdk::OperandRole::input, sdk::OperandRole::weight, sdk::OperandRole::grad_output}}};

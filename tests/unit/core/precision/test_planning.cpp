@@ -655,6 +655,58 @@ TEST(PrecisionPlanning, Fp8GemmInputsThatNoPolicyScalesAreSaidOnce) {
   EXPECT_FALSE(sink.contains(sdk::LogLevel::warn, "at a scale of 1"));
 }
 
+// A convolution reads fp8 operands only as a policy scales them (its channels-last input is cast
+// by its operand scaler): unscaled fp8 GEMM inputs for it are refused at planning, at the
+// override that asked for them, or as the policy's fault; they failed inside the backend's
+// layout permute at the first step.
+TEST(PrecisionPlanning, AConvolutionWithFp8InputsNoPolicyScalesIsRefusedAtPlanning) {
+  const auto cnn = [] {
+    ModelSpec spec;
+    spec.graph = true;
+    spec.layers = {test_support::op("conv2d", "stem", {{"out", 4}, {"kernel", 3}}, {"input"}),
+                   test_support::op("global_avgpool", "gap", {}, {"stem"}),
+                   test_support::op("linear", "fc", {{"out", 3}}, {"gap"})};
+    InputSpec in;
+    in.sample_shape = {2, 5, 5};
+    return std::make_unique<Model>(cpu(), spec, 2 * 5 * 5, 3, in);
+  };
+  PrecisionOverride fp8;
+  fp8.pattern = "stem";
+  fp8.gemm_input = DType::fp8_e4m3;
+  fp8.where = {"run.toml", 7, 1};
+  {
+    auto m = cnn();
+    RecordingPolicy bf16;
+    try {
+      plan_precision(*m, bf16, cpu()->capabilities(), {fp8});
+      ADD_FAILURE() << "planned an unscaled fp8 convolution";
+    } catch (const sdk::ConfigError& e) {
+      EXPECT_EQ(e.where().to_string(), "run.toml:7:1");
+      EXPECT_NE(std::string(e.what()).find("op 'stem' (conv2d) would read fp8 GEMM inputs at a "
+                                           "scale of 1"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  {
+    auto m = cnn();
+    // The same plan from a policy that scales nothing.
+    class PlansFp8 final : public sdk::PrecisionPolicy {
+     public:
+      sdk::OpPrecision plan(const sdk::OpDescription& op) const override {
+        return {DType::bf16, op.has_gemm() ? DType::fp8_e4m3 : DType::bf16, DType::bf16,
+                DType::bf16};
+      }
+      bool needs_loss_scaling() const override { return false; }
+    } policy;
+    EXPECT_THROW(plan_precision(*m, policy, cpu()->capabilities(), {}), sdk::PluginError);
+  }
+  // Scaled by an FP8 policy, it plans.
+  auto m = cnn();
+  RecordingPolicy scaled(true);
+  EXPECT_NO_THROW(plan_precision(*m, scaled, cpu()->capabilities(), {}));
+}
+
 // What operand_scaling() gives is checked before a cast uses it: an operand scaled to a dtype
 // that is not fp8, a scale that is not a finite number above 0, or a scale_inv that is not its
 // inverse is the policy's fault, named with the slot and the values (such a run trained silently

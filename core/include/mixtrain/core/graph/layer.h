@@ -202,6 +202,10 @@ struct OpTraits {
   // Training statistics that data parallel can sum over the ranks (synchronized batch norm): the
   // op takes a StatisticsReducer (set_statistics_reducer) and then needs synchronized_needs().
   bool reduces_statistics = false;
+  // Its GEMMs read fp8 operands only as a policy scales them (a convolution: its channels-last
+  // input is cast by its operand scaler), so a plan of fp8 GEMM inputs that no policy scales is
+  // refused for it at planning; a linear casts them at a scale of 1.
+  bool fp8_only_scaled = false;
   // Forward FLOPs per output row (a multiply-add is 2): what `mixtrain check` sums per sample.
   // The Layer constructor sets out_features.
   std::int64_t forward_flops_per_row = 0;

@@ -28,7 +28,11 @@
 //   (state_tensors(), save_state()), loaded into a new optimizer, continues bit for bit; the state
 //   tensors are fp32, each name once; step() with grad_scale s equals step() with the gradients
 //   multiplied by s (within fp32 rounding); two runs from the same inputs give the same bits.
-// - Policies (PolicyConformance): an MLP trains under the policy (finite losses that fall), and
+// - add_*() take test names of letters, digits and '_', each once per kind (std::invalid_argument
+//   otherwise). A program that forgets set_plugin_search_path() fails the policy and format
+//   suites with a message that says to call it.
+// - Policies (PolicyConformance): an MLP trains under the policy (its loss falls by at least half
+//   of what the same run's falls in FP32), and
 //   so do a small GPT and a small CNN unless the host refuses the plan with a ConfigError (a policy
 //   may leave an op kind out: the test says which); plan() gives every op the host described the
 //   same dtypes twice and in a new policy, all floating; a policy that plans fp16 needs a loss
@@ -37,7 +41,7 @@
 //   policy the same scales; a run resumed from a checkpoint repeats the uninterrupted run's
 //   losses bit for bit, and two runs give the same bits.
 // - Checkpoint formats (CheckpointFormatConformance): the extension is a dot and letters, digits,
-//   '_' or '-' (the host refuses others); a full
+//   '_' or '-', and no other format's in the plugin search path (the host refuses both); a full
 //   state's round trip (every dtype, a scalar, an empty tensor, a host training state) gives back
 //   every tensor and metadata entry bit for bit, unless the format marks what it reads as weights
 //   only ("mixtrain.weights_only"); a run resumed from its file repeats the uninterrupted losses
