@@ -165,6 +165,42 @@ TEST_F(FormatPlugins, AWriteThatThrowsSaysWhichSaveFailedAndWhatIsLeft) {
   EXPECT_TRUE(has(r.err, "free some disk space; then continue it with --resume")) << r.err;
 }
 
+// A format that writes in place leaves a torn file when it fails midway: the save removes what it
+// left at a path that was free, so `--resume` takes the checkpoint before it, and names a file
+// that was there before as possibly damaged (not the host's to delete), with the checkpoint to
+// resume from instead.
+TEST_F(FormatPlugins, ATornWriteIsRemovedOrNamedAsPossiblyDamaged) {
+  const auto config = faulty_config().string();
+  const std::string train =
+      "train " + config + " --set run.steps=10 --set run.eval_every=0 --set checkpoint.every=5";
+  const auto run_dir = dir_ / "a";
+  auto r =
+      run(train + " --set checkpoint.faulty.mode=torn_second_write --run-dir " + run_dir.string());
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const auto torn = run_dir / "checkpoints" / "step-00000010.flt";
+  const auto kept = run_dir / "checkpoints" / "step-00000005.flt";
+  EXPECT_TRUE(has(r.err, "the step-10 checkpoint was not written")) << r.err;
+  EXPECT_TRUE(has(r.err, "removed what the format left at " + torn.string())) << r.err;
+  EXPECT_TRUE(has(r.err, "the newest checkpoint this run has is " + kept.string())) << r.err;
+  EXPECT_FALSE(fs::exists(torn));
+  r = run("train --resume " + run_dir.string() +
+          " --set run.steps=10 --set checkpoint.faulty.mode=ok");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.out + r.err, "resumed from " + kept.string())) << r.out << r.err;
+
+  const auto planted = dir_ / "b";
+  r = run(train + " --set checkpoint.faulty.mode=plant_then_torn_second_write --run-dir " +
+          planted.string());
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const auto damaged = planted / "checkpoints" / "step-00000010.flt";
+  EXPECT_TRUE(has(r.err, damaged.string() + " was there before this save")) << r.err;
+  EXPECT_TRUE(has(r.err, "checkpoint format 'faulty' (plugin format_faults")) << r.err;
+  EXPECT_TRUE(has(r.err, "may have damaged it")) << r.err;
+  EXPECT_TRUE(has(r.err, "--resume " + (planted / "checkpoints" / "step-00000005.flt").string()))
+      << r.err;
+  EXPECT_TRUE(fs::exists(damaged));
+}
+
 // A long one_of list wraps within its column instead of padding every row to its width.
 TEST_F(FormatPlugins, DescribeWrapsALongRange) {
   const ScopedEnv env("MIXTRAIN_PLUGIN_PATH", kPluginDir.c_str());
