@@ -135,6 +135,26 @@ TEST_F(FormatPlugins, ADamagedStateItReadsIsNamedAsPossiblyItsFault) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_TRUE(has(r.err, "no 'mixtrain.state_version' entry")) << r.err;
   EXPECT_TRUE(has(r.err, blame)) << r.err;
+  // A resume reads more than the weights: each is blamed on the format too.
+  struct Case {
+    std::string mode, says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"extra_tensor", "tensor 'param/ghost.weight' matches no parameter or buffer"},
+           {"short_bytes", "but the file gave"},
+           {"drop_progress",
+            "no 'progress' entry: the file holds a training state ('mixtrain.state_version' and "
+            "the optimizer's slots) without all of its metadata (it lacks 'progress', "
+            "'sampler')"}}) {
+    r = run("train " + config + " --resume " + run_dir.string() +
+            " --set run.steps=12 --set run.eval_every=0 --set checkpoint.every=5"
+            " --set checkpoint.faulty.mode=" +
+            c.mode);
+    EXPECT_EQ(r.exit_code, 2) << c.mode << ": " << r.err;
+    EXPECT_TRUE(has(r.err, c.says)) << c.mode << ": " << r.err;
+    EXPECT_TRUE(has(r.err, blame)) << c.mode << ": " << r.err;
+    EXPECT_FALSE(has(r.err, "holds weights only")) << c.mode << ": " << r.err;
+  }
   // Export reads through the format too.
   const ScopedEnv env("MIXTRAIN_PLUGIN_PATH", kPluginDir.c_str());
   r = run("export " + run_dir.string() + " --format native --from faulty --out " +
@@ -199,6 +219,27 @@ TEST_F(FormatPlugins, ATornWriteIsRemovedOrNamedAsPossiblyDamaged) {
   EXPECT_TRUE(has(r.err, "--resume " + (planted / "checkpoints" / "step-00000005.flt").string()))
       << r.err;
   EXPECT_TRUE(fs::exists(damaged));
+}
+
+// A plugin format's read() that throws what is no sdk::UserError: exit 1, naming the file and the
+// plugin, for a resume and for export alike.
+TEST_F(FormatPlugins, AReadThatThrowsNamesTheFileAndThePlugin) {
+  // It writes as the native format does; its config.toml keeps the mode for export.
+  const auto run_dir = trained_run("run", " --set checkpoint.faulty.mode=throw_read");
+  const auto file = run_dir / "checkpoints" / "step-00000010.flt";
+  for (const std::string& args :
+       {"train " + faulty_config().string() + " --resume " + run_dir.string() +
+            " --set run.steps=12 --set checkpoint.faulty.mode=throw_read",
+        "export " + run_dir.string() + " --format native --out " + (dir_ / "x.mxt").string()}) {
+    const auto r = run(args);
+    EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.err;
+    EXPECT_TRUE(has(r.err, file.string() + ": checkpoint format 'faulty' (plugin format_faults"))
+        << args << "\n"
+        << r.err;
+    EXPECT_TRUE(has(r.err, "failed reading it: faulty: simulated read failure")) << args << "\n"
+                                                                                 << r.err;
+    EXPECT_TRUE(has(r.err, "threw no sdk::UserError")) << args << "\n" << r.err;
+  }
 }
 
 // A long one_of list wraps within its column instead of padding every row to its width.

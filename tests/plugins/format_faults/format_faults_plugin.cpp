@@ -22,6 +22,7 @@ class FaultyFormat final : public sdk::CheckpointFormat {
     return {sdk::OptionSpec::string("ext", default_ext, "the file extension it claims"),
             sdk::OptionSpec::string("mode", "ok", "how it misbehaves")
                 .one_of({"ok", "dup_tensor", "lose_tensor", "drop_metadata", "wrong_dtype",
+                         "extra_tensor", "short_bytes", "drop_progress", "throw_read",
                          "throw_second_write", "refuse_second_write", "torn_second_write",
                          "plant_then_torn_second_write"})};
   }
@@ -62,6 +63,7 @@ class FaultyFormat final : public sdk::CheckpointFormat {
   }
 
   sdk::TrainingState read(const std::filesystem::path& path) const override {
+    if (mode_ == "throw_read") throw std::runtime_error("faulty: simulated read failure");
     sdk::TrainingState st = native_->read(path);
     sdk::HostTensor* param = nullptr;
     for (auto& t : st.tensors)
@@ -76,7 +78,15 @@ class FaultyFormat final : public sdk::CheckpointFormat {
       param->name += "_lost";
     } else if (mode_ == "drop_metadata") {
       st.metadata.clear();
-
+    } else if (mode_ == "drop_progress") {
+      st.metadata.erase("progress");
+      st.metadata.erase("sampler");
+    } else if (mode_ == "extra_tensor") {
+      sdk::HostTensor ghost = *param;
+      ghost.name = "param/ghost.weight";
+      st.tensors.push_back(std::move(ghost));
+    } else if (mode_ == "short_bytes") {
+      param->bytes.resize(param->bytes.size() - 4);
     } else if (mode_ == "wrong_dtype") {
       param->dtype = sdk::DType::bf16;
       param->bytes.resize(param->bytes.size() / 2);
