@@ -5,6 +5,7 @@
 #include <system_error>
 
 #include "mixtrain/core/checkpoint/path.h"
+#include "mixtrain/core/runs/folder.h"
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::cli {
@@ -54,12 +55,21 @@ std::optional<fs::path> run_folder_holding(const fs::path& input) {
   return fs::canonical(run, ec);
 }
 
-// What of the run folder `run` (canonical) `out` is: "config.toml", "checkpoints/", ...; empty
-// when it is none of the run's own records.
-std::string run_record(const fs::path& out, const fs::path& run) {
+// `out` absolute, with the links of the part of it that exists resolved; empty when the OS
+// refuses the path.
+fs::path resolved_output(const fs::path& out) {
   std::error_code ec;
-  const fs::path path = fs::weakly_canonical(fs::absolute(out, ec), ec);
+  fs::path path = fs::weakly_canonical(fs::absolute(out, ec), ec);
   if (ec) return {};
+  // "run/checkpoints/" is the folder "run/checkpoints".
+  if (!path.has_filename() && path.has_parent_path()) path = path.parent_path();
+  return path;
+}
+
+// What of the run folder `run` (canonical) the resolved output `path` is: "config.toml",
+// "checkpoints/", ...; empty when it is none of the run's own records.
+std::string run_record(const fs::path& path, const fs::path& run) {
+  if (path.empty()) return {};
   const fs::path relative = path.lexically_relative(run);
   if (relative.empty() || *relative.begin() == ".." || *relative.begin() == ".") return {};
   const std::string first = relative.begin()->string();
@@ -77,28 +87,57 @@ std::string run_record(const fs::path& out, const fs::path& run) {
   return {};
 }
 
+// The folder `levels` above `out`, as the user spelled `out` ("other/checkpoints/x.mxt", 2:
+// "other").
+fs::path spelled_folder_above(const fs::path& out, std::size_t levels) {
+  fs::path path = out.lexically_normal();
+  if (!path.has_filename() && path.has_parent_path()) path = path.parent_path();
+  for (std::size_t i = 0; i < levels; ++i) path = path.parent_path();
+  return path.empty() ? fs::path(".") : path;
+}
+
+[[noreturn]] void refuse_record(const std::string& out_flag, const fs::path& out,
+                                const fs::path& named, const std::string& record,
+                                const std::string& whose, const std::string& example_name) {
+  const std::string what =
+      record == "checkpoints/"
+          ? "is in the checkpoints/ folder of the run " + named.string() +
+                ", which the trainer's rotation prunes and train --resume, eval, predict and "
+                "export read their newest checkpoint from"
+          : "is the run " + named.string() + "'s own " + record + ", " + whose;
+  throw sdk::UserError(out_flag + " " + out.string() + " " + what,
+                       "write it elsewhere, e.g. beside the run: " + out_flag + " " +
+                           (named / example_name).string() +
+                           "; a run's own files are never overwritten, --force or not");
+}
+
 }  // namespace
 
 void refuse_run_record_as_output(const std::string& out_flag, const fs::path& out,
                                  const CommandInputs& inputs, const std::string& example_name) {
+  const fs::path resolved = resolved_output(out);
+  if (resolved.empty()) return;
   for (const auto& in : inputs) {
     const auto run = run_folder_holding(in.path);
     if (!run) continue;
-    const std::string record = run_record(out, *run);
+    const std::string record = run_record(resolved, *run);
     if (record.empty()) continue;
     // The run as the user named it: the input's own spelling of the folder.
-    const fs::path named = named_run_folder(in.path);
-    const std::string what =
-        record == "checkpoints/"
-            ? "is in the checkpoints/ folder of the run " + named.string() +
-                  ", which the trainer's rotation prunes and train --resume, eval, predict and "
-                  "export read their newest checkpoint from"
-            : "is the run " + named.string() + "'s own " + record + ", a record of the run that " +
-                  in.argument + " " + in.path.string() + " belongs to";
-    throw sdk::UserError(out_flag + " " + out.string() + " " + what,
-                         "write it elsewhere, e.g. beside the run: " + out_flag + " " +
-                             (named / example_name).string() +
-                             "; a run's own files are never overwritten, --force or not");
+    refuse_record(
+        out_flag, out, named_run_folder(in.path), record,
+        "a record of the run that " + in.argument + " " + in.path.string() + " belongs to",
+        example_name);
+  }
+  // Any other run's too: an export named OTHER/checkpoints/step-N.mxt would be the checkpoint
+  // `train --resume OTHER` reads, and --force over OTHER/config.toml would replace the config it
+  // resumes with. Each folder above the output that holds a run (core::holds_training_run).
+  std::size_t levels = 1;
+  for (fs::path folder = resolved.parent_path();; folder = folder.parent_path(), ++levels) {
+    const std::string record = run_record(resolved, folder);
+    if (!record.empty() && core::holds_training_run(folder))
+      refuse_record(out_flag, out, spelled_folder_above(out, levels), record,
+                    "a record of the training run that folder holds", example_name);
+    if (folder == folder.parent_path() || !folder.has_parent_path()) break;
   }
 }
 

@@ -14,8 +14,12 @@
 //   run's own records, existing or not: its config.toml, summary.json, profile.json, metrics
 //   files (metrics.jsonl, metrics.csv, TensorBoard event files), .mixtrain.lock, what a
 //   continuation moved aside (*.discarded-after-step-*), or checkpoints/ and anything under it.
-//   The message names the run, the record and the fix (`example_name` beside the run); other
-//   files in the run folder (an export beside the run) are fine.
+//   The same holds for the records of any other run: `out` is refused when a folder above it
+//   holds a training run (core::holds_training_run: metrics.jsonl, summary.json, a file in
+//   checkpoints/, or a config.toml a run wrote) and `out` is one of that run's records, though
+//   the command reads nothing of it. The message names the run, the record and the fix
+//   (`example_name` beside the run); other files in a run folder (an export beside the run) are
+//   fine.
 #pragma once
 
 #include <filesystem>

@@ -420,10 +420,15 @@ int export_checkpoint(const ExportArgs& args) {
           how_to_load(run) + "; or name a loaded format that reads it with --from");
   }
   std::string reader_label = "the checkpoint format that read it";
+  std::string reader_plugin;  // its label when a plugin outside mixtrain's folder provides it
   for (const auto& c : registry->components())
     if (c.info.kind == sdk::ComponentKind::checkpoint_format)
       for (const auto& [name, f] : readers)
-        if (f == reader && name == c.info.name) reader_label = core::named_format(c, f).label();
+        if (f == reader && name == c.info.name) {
+          const auto named = core::named_format(c, f);
+          reader_label = named.label();
+          if (!named.builtin) reader_plugin = reader_label;
+        }
 
   // By default beside the run, never inside checkpoints/ (the trainer's rotation owns that).
   fs::path default_out = source.filename();
@@ -438,7 +443,7 @@ int export_checkpoint(const ExportArgs& args) {
   check_out_extension(args, out, *writer, all_formats(*registry));
 
   // An export holds weights (and their EMA), never the optimizer's slots: they stay on disk.
-  auto state = core::read_checkpoint_weights(*reader, source);
+  auto state = core::read_checkpoint_with(*reader, source, /*weights_only=*/true, reader_plugin);
   core::refuse_repeated_tensors(state, source, reader_label);
   // The weights the run started from (a Hugging Face folder's model.safetensors, which a PEFT
   // adapter of the run names as its base) are an input too, known once the checkpoint is read.

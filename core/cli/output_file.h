@@ -3,8 +3,9 @@
 // could not be written or would overwrite.
 //
 // Contract: sdk::UserError, naming the path, the `flag` that gave it and the fix, when `out` is
-// one of the command's inputs or a record of the run folder an input belongs to (its config.toml,
-// checkpoints/, ...: command_inputs.h; `force` never overrides either), exists and
+// one of the command's inputs or a record of a run folder (the one an input belongs to, or any
+// other: its config.toml, checkpoints/, ...: command_inputs.h; `force` never overrides either),
+// exists and
 // `force` is false, is a folder (the hint suggests `example_name` in it), is a symbolic link or
 // not a regular file (a device, a FIFO, a socket: `force` never replaces one), or lies in a
 // folder that does not exist, is not one, or does not take new files (permissions; the writers

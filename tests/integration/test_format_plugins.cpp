@@ -135,6 +135,26 @@ TEST_F(FormatPlugins, ADamagedStateItReadsIsNamedAsPossiblyItsFault) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_TRUE(has(r.err, "no 'mixtrain.state_version' entry")) << r.err;
   EXPECT_TRUE(has(r.err, blame)) << r.err;
+  // A resume reads more than the weights: each is blamed on the format too.
+  struct Case {
+    std::string mode, says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"extra_tensor", "tensor 'param/ghost.weight' matches no parameter or buffer"},
+           {"short_bytes", "but the file gave"},
+           {"drop_progress",
+            "no 'progress' entry: the file holds a training state ('mixtrain.state_version' and "
+            "the optimizer's slots) without all of its metadata (it lacks 'progress', "
+            "'sampler')"}}) {
+    r = run("train " + config + " --resume " + run_dir.string() +
+            " --set run.steps=12 --set run.eval_every=0 --set checkpoint.every=5"
+            " --set checkpoint.faulty.mode=" +
+            c.mode);
+    EXPECT_EQ(r.exit_code, 2) << c.mode << ": " << r.err;
+    EXPECT_TRUE(has(r.err, c.says)) << c.mode << ": " << r.err;
+    EXPECT_TRUE(has(r.err, blame)) << c.mode << ": " << r.err;
+    EXPECT_FALSE(has(r.err, "holds weights only")) << c.mode << ": " << r.err;
+  }
   // Export reads through the format too.
   const ScopedEnv env("MIXTRAIN_PLUGIN_PATH", kPluginDir.c_str());
   r = run("export " + run_dir.string() + " --format native --from faulty --out " +
@@ -163,6 +183,63 @@ TEST_F(FormatPlugins, AWriteThatThrowsSaysWhichSaveFailedAndWhatIsLeft) {
   EXPECT_TRUE(has(r.err, "faulty: simulated full disk")) << r.err;
   EXPECT_TRUE(has(r.err, (dir_ / "b" / "checkpoints" / "step-00000005.flt").string())) << r.err;
   EXPECT_TRUE(has(r.err, "free some disk space; then continue it with --resume")) << r.err;
+}
+
+// A format that writes in place leaves a torn file when it fails midway: the save removes what it
+// left at a path that was free, so `--resume` takes the checkpoint before it, and names a file
+// that was there before as possibly damaged (not the host's to delete), with the checkpoint to
+// resume from instead.
+TEST_F(FormatPlugins, ATornWriteIsRemovedOrNamedAsPossiblyDamaged) {
+  const auto config = faulty_config().string();
+  const std::string train =
+      "train " + config + " --set run.steps=10 --set run.eval_every=0 --set checkpoint.every=5";
+  const auto run_dir = dir_ / "a";
+  auto r =
+      run(train + " --set checkpoint.faulty.mode=torn_second_write --run-dir " + run_dir.string());
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const auto torn = run_dir / "checkpoints" / "step-00000010.flt";
+  const auto kept = run_dir / "checkpoints" / "step-00000005.flt";
+  EXPECT_TRUE(has(r.err, "the step-10 checkpoint was not written")) << r.err;
+  EXPECT_TRUE(has(r.err, "removed what the format left at " + torn.string())) << r.err;
+  EXPECT_TRUE(has(r.err, "the newest checkpoint this run has is " + kept.string())) << r.err;
+  EXPECT_FALSE(fs::exists(torn));
+  r = run("train --resume " + run_dir.string() +
+          " --set run.steps=10 --set checkpoint.faulty.mode=ok");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.out + r.err, "resumed from " + kept.string())) << r.out << r.err;
+
+  const auto planted = dir_ / "b";
+  r = run(train + " --set checkpoint.faulty.mode=plant_then_torn_second_write --run-dir " +
+          planted.string());
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const auto damaged = planted / "checkpoints" / "step-00000010.flt";
+  EXPECT_TRUE(has(r.err, damaged.string() + " was there before this save")) << r.err;
+  EXPECT_TRUE(has(r.err, "checkpoint format 'faulty' (plugin format_faults")) << r.err;
+  EXPECT_TRUE(has(r.err, "may have damaged it")) << r.err;
+  EXPECT_TRUE(has(r.err, "--resume " + (planted / "checkpoints" / "step-00000005.flt").string()))
+      << r.err;
+  EXPECT_TRUE(fs::exists(damaged));
+}
+
+// A plugin format's read() that throws what is no sdk::UserError: exit 1, naming the file and the
+// plugin, for a resume and for export alike.
+TEST_F(FormatPlugins, AReadThatThrowsNamesTheFileAndThePlugin) {
+  // It writes as the native format does; its config.toml keeps the mode for export.
+  const auto run_dir = trained_run("run", " --set checkpoint.faulty.mode=throw_read");
+  const auto file = run_dir / "checkpoints" / "step-00000010.flt";
+  for (const std::string& args :
+       {"train " + faulty_config().string() + " --resume " + run_dir.string() +
+            " --set run.steps=12 --set checkpoint.faulty.mode=throw_read",
+        "export " + run_dir.string() + " --format native --out " + (dir_ / "x.mxt").string()}) {
+    const auto r = run(args);
+    EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.err;
+    EXPECT_TRUE(has(r.err, file.string() + ": checkpoint format 'faulty' (plugin format_faults"))
+        << args << "\n"
+        << r.err;
+    EXPECT_TRUE(has(r.err, "failed reading it: faulty: simulated read failure")) << args << "\n"
+                                                                                 << r.err;
+    EXPECT_TRUE(has(r.err, "threw no sdk::UserError")) << args << "\n" << r.err;
+  }
 }
 
 // A long one_of list wraps within its column instead of padding every row to its width.

@@ -185,6 +185,59 @@ TEST_F(OutputIsInput, EveryCommandRefusesTheRecordsOfTheRunItReadsWithForce) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
+// Another run's records are refused too, though the command reads nothing of that run: a
+// checkpoint dropped into its checkpoints/ (without --force: a new file) would be the one
+// `train --resume OTHER` takes, and --force over its config.toml would replace the config it
+// resumes with. A folder a run wrote only its config.toml into (stopped before its first
+// checkpoint) is a run; a folder holding a config.toml of the user's and a checkpoints/ folder
+// is not.
+TEST_F(OutputIsInput, EveryCommandRefusesTheRecordsOfAnotherRunWithForce) {
+  ASSERT_EQ(run("train " + cfg_ + " --run-dir src", dir_).exit_code, 0);
+  ASSERT_EQ(run("train " + cfg_ + " --run-dir other", dir_).exit_code, 0);
+  const fs::path other = dir_ / "other";
+  const auto refused = [&](const std::string& args, const fs::path& record,
+                           const std::string& what) {
+    const bool existed = fs::exists(record);
+    const std::string before = existed ? slurp(record) : std::string();
+    const auto r = run(args, dir_);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    EXPECT_TRUE(has(r.err, what)) << args << "\n" << r.err;
+    EXPECT_TRUE(has(r.err, "write it elsewhere, e.g. beside the run")) << args << "\n" << r.err;
+    EXPECT_TRUE(has(r.err, "--force or not")) << r.err;
+    EXPECT_EQ(fs::exists(record), existed) << record << " by: " << args;
+    if (existed) {
+      EXPECT_EQ(slurp(record), before) << record << " was overwritten by: " << args;
+    }
+  };
+  refused("export src --format native --out other/checkpoints/step-00000999.mxt",
+          other / "checkpoints" / "step-00000999.mxt", "checkpoints/ folder of the run other");
+  refused("export src --format safetensors --force --out other/config.toml", other / "config.toml",
+          "is the run other's own config.toml");
+  refused("export src --format safetensors --force --out ./other/../other/summary.json",
+          other / "summary.json", "own summary.json");
+  refused("predict " + cfg_ + " --checkpoint src --input x.npy --force --out other/metrics.jsonl",
+          other / "metrics.jsonl", "is the run other's own metrics.jsonl");
+  refused("calibrate " + cfg_ + " --steps 1 --force --out other/summary.json",
+          other / "summary.json", "own summary.json");
+  // A run stopped before anything but its config.toml.
+  fs::create_directories(dir_ / "started" / "checkpoints");
+  fs::copy_file(other / "config.toml", dir_ / "started" / "config.toml");
+  refused("export src --format native --out started/checkpoints/x.mxt",
+          dir_ / "started" / "checkpoints" / "x.mxt", "checkpoints/ folder of the run started");
+  // The run is as it was: it continues.
+  auto r = run("train --resume other --set run.steps=3", dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  // Beside its records, and into a folder that holds no run: written.
+  r = run("export src --format safetensors --out other/weights.safetensors", dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  fs::create_directories(dir_ / "mine" / "checkpoints");
+  write_file("mine/config.toml", "[run]\nseed = 4\n");
+  r = run("export src --format safetensors --force --out mine/config.toml", dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = run("export src --format native --out mine/checkpoints/x.mxt", dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 // A device, a FIFO or a socket is never replaced, --force or not: the writers rename a new file
 // into place (as root, over /dev/null, the system's). Refused before any work, the FIFO left as it
 // was; the same for a file of an --layout hf folder.

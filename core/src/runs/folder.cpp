@@ -391,6 +391,16 @@ std::optional<fs::path> continued_run_folder(const fs::path& run_dir,
   return requested;
 }
 
+// folder.h
+bool holds_training_run(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return false;
+  if (holds_run(dir)) return true;
+  std::ifstream config(dir / "config.toml");
+  std::string first;
+  return config && std::getline(config, first) && first.starts_with(kResolvedConfigHeader);
+}
+
 PreparedRunFolder prepare_run_folder(const RunFolderRequest& r,
                                      const std::string& resolved_config) {
   const auto continued = continued_run_folder(r.run_dir, r.resumed_from);

@@ -49,8 +49,9 @@ void check_host_tensor(const sdk::HostTensor& h, sdk::DType dtype, const sdk::Sh
         file.string() + ": tensor '" + h.name + "' is " + std::string(sdk::dtype_name(dtype)) +
             " " + shape.to_string() + ", which takes " + std::to_string(want) +
             " bytes, but the file gave " + std::to_string(h.bytes.size()),
-        "the file is damaged, or the checkpoint format that read it (checkpoint.format) read it "
-        "wrong; use an earlier checkpoint");
+        blame.empty() ? "the file is damaged, or the checkpoint format that read it "
+                        "(checkpoint.format) read it wrong; use an earlier checkpoint"
+                      : "the file is damaged: use an earlier checkpoint" + blame);
   if (h.dtype != dtype || h.shape != shape.to_vector())
     throw sdk::CheckpointError(
         file.string() + ": tensor '" + h.name + "' is " + std::string(sdk::dtype_name(h.dtype)) +
@@ -171,20 +172,25 @@ struct CheckpointFile {
   std::string read_as() const { return gpt2 ? ", reading the gpt2 layout" : ""; }
 };
 
+// The label of a format a plugin outside mixtrain's own folder provides; empty for mixtrain's
+// own (and a test's wrapper), whose errors need no one else named.
+std::string plugin_label(const NamedFormat* named) {
+  return named != nullptr && !named->builtin ? named->label() : std::string();
+}
+
 CheckpointFile read_checkpoint_file(Trainer::State& s, const fs::path& path, bool weights_only,
                                     WeightLayout layout) {
   CheckpointFile file;
   file.path = path;
+  const sdk::CheckpointFormat& reader =
+      weights_only ? weights_format_for(s.c, path) : *s.c.checkpoint_format;
+  const NamedFormat* named = named_format_of(s.c, reader);
   if (weights_only && s.shape_checkpoint && s.shape_checkpoint->first == path) {
     file.st = std::move(s.shape_checkpoint->second);  // read once, for the data's shape
     s.shape_checkpoint.reset();
   } else {
-    file.st = weights_only ? read_checkpoint_weights(weights_format_for(s.c, path), path)
-                           : s.c.checkpoint_format->read(path);
+    file.st = read_checkpoint_with(reader, path, weights_only, plugin_label(named));
   }
-  const sdk::CheckpointFormat& reader =
-      weights_only ? weights_format_for(s.c, path) : *s.c.checkpoint_format;
-  const NamedFormat* named = named_format_of(s.c, reader);
   if (named != nullptr && !named->builtin)
     file.format_blame = "; or the format plugin '" + named->name + "' that read the file (" +
                         named->origin + ") read it wrong";
@@ -470,7 +476,8 @@ void refuse_what_the_model_lacks(const CheckpointFile& file,
               "' matches no parameter or buffer of the model, so resuming would drop it",
           "resume with the [model] the run was trained with; to start a changed model from "
           "these weights, begin a new run with checkpoint.init_from (which warns of what the "
-          "model lacks and ignores it)");
+          "model lacks and ignores it)" +
+              file.format_blame);
 }
 
 // What the checkpoint's run had that this config's model and precision give otherwise, from the
@@ -567,12 +574,28 @@ void finish_initial_weights(Trainer::State& s, const CheckpointFile& file,
              (file.gpt2 ? " (Hugging Face GPT-2 layout)" : ""));
 }
 
-// A metadata entry of a full training state, parsed.
+// A metadata entry of a full training state, parsed. Read only once the file passed for one (it
+// has 'mixtrain.state_version'), so a missing entry is a state kept in part (damaged, or a format
+// that dropped it), not a weights-only file: said with every entry it lacks.
 json metadata_entry(const CheckpointFile& file, const std::string& key) {
   auto it = file.st.metadata.find(key);
-  if (it == file.st.metadata.end())
-    throw sdk::CheckpointError(file.path.string() + ": no '" + key + "' entry",
-                               "this file holds weights only; use it as checkpoint.init_from");
+  if (it == file.st.metadata.end()) {
+    std::string lacks;
+    for (const char* entry : {"progress", "sampler", "optimizer", "scaler", "policy"})
+      if (!file.st.metadata.count(entry))
+        lacks += (lacks.empty() ? "'" : ", '") + std::string(entry) + "'";
+    const bool slots =
+        std::any_of(file.st.tensors.begin(), file.st.tensors.end(),
+                    [](const sdk::HostTensor& t) { return t.name.starts_with("optimizer/"); });
+    throw sdk::CheckpointError(
+        file.path.string() + ": no '" + key +
+            "' entry: the file holds a training state ('mixtrain.state_version'" +
+            (slots ? " and the optimizer's slots" : "") +
+            ") without all of its metadata (it lacks " + lacks + ")",
+        "the file is damaged, or its format kept the state in part: resume from an earlier "
+        "checkpoint, or start a new run from its weights with checkpoint.init_from" +
+            file.format_blame);
+  }
   auto j = json::parse(it->second, nullptr, false);
   if (j.is_discarded())
     throw sdk::CheckpointError(file.path.string() + ": the '" + key + "' entry is not valid JSON");
@@ -839,8 +862,10 @@ void restore_training_state(Trainer::State& s, const CheckpointFile& file) {
 // trainer_state.h
 bool take_recorded_shape(Trainer::State& s, const fs::path& checkpoint) {
   // Kept whatever it records: the load that follows takes it rather than reading the file again.
-  s.shape_checkpoint.emplace(
-      checkpoint, read_checkpoint_weights(weights_format_for(s.c, checkpoint), checkpoint));
+  const sdk::CheckpointFormat& reader = weights_format_for(s.c, checkpoint);
+  s.shape_checkpoint.emplace(checkpoint,
+                             read_checkpoint_with(reader, checkpoint, /*weights_only=*/true,
+                                                  plugin_label(named_format_of(s.c, reader))));
   const auto& metadata = s.shape_checkpoint->second.metadata;
   const auto it = metadata.find("data_shape");
   if (it == metadata.end()) return false;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <optional>
+#include <system_error>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -185,17 +186,37 @@ fs::path Trainer::save_checkpoint() {
     }
   // Whatever the format throws ends the run here: say which save failed, what the run leaves to
   // continue from (a full disk is the usual cause) and, for a plugin's format, whose code it was.
+  std::error_code ec;
+  const bool existed = fs::exists(fs::symlink_status(path, ec));
   const auto failed = [&](const std::string& what) {
     const NamedFormat* named = named_format_of(s.c, *s.c.checkpoint_format);
+    const std::string format =
+        named != nullptr ? named->label() : "checkpoint format '" + s.e.checkpoint.format + "'";
     const std::optional<fs::path> last = newest_checkpoint_before(s, s.position.step);
-    return std::pair{"the step-" + std::to_string(s.position.step) +
-                         " checkpoint was not written: " +
-                         (named != nullptr ? named->label()
-                                           : "checkpoint format '" + s.e.checkpoint.format + "'") +
-                         " failed writing " + path.string() + ": " + what +
-                         (last ? "; the newest checkpoint this run has is " + last->string()
-                               : "; this run has no checkpoint yet"),
-                     last ? "continue it with --resume " + s.run_dir.string() : std::string()};
+    // A format that writes in place (not through sdk::AtomicFileWriter) may leave a torn file,
+    // which --resume would take for the newest checkpoint. One the save created is removed; one
+    // that was there before is not the host's to delete.
+    std::string left;
+    std::error_code gone;
+    if (!existed && fs::exists(fs::symlink_status(path, gone))) {
+      if (fs::remove(path, gone) && !gone)
+        left = "; removed what the format left at " + path.string();
+      else
+        left = "; it left " + path.string() + ", which could not be removed (" + gone.message() +
+               "): delete it before resuming";
+    } else if (existed) {
+      left = "; " + path.string() + " was there before this save, and " + format +
+             " may have damaged it: do not resume from it";
+    }
+    return std::pair{
+        "the step-" + std::to_string(s.position.step) + " checkpoint was not written: " + format +
+            " failed writing " + path.string() + ": " + what + left +
+            (last ? "; the newest checkpoint this run has is " + last->string()
+                  : "; this run has no checkpoint yet"),
+        // Not the run folder when the damaged file is there: --resume RUN would
+        // take it for the newest.
+        last ? "continue it with --resume " + (existed ? last->string() : s.run_dir.string())
+             : std::string()};
   };
   try {
     s.c.checkpoint_format->write(path, st);
@@ -219,7 +240,6 @@ fs::path Trainer::save_checkpoint() {
   std::vector<fs::path> own;
   for (auto& file : step_checkpoints(dir, extension))
     if (checkpoint_step(file, extension).value_or(0) <= s.position.step) own.push_back(file);
-  std::error_code ec;
   for (std::size_t i = 0; i + static_cast<std::size_t>(s.e.checkpoint.keep) < own.size(); ++i)
     fs::remove(own[i], ec);
   s.log.info("checkpoint written: " + path.string());

@@ -2,6 +2,7 @@
 // a format plugin: where it finds one (a run folder's config.toml), what extensions it accepts,
 // and whom it blames when a read or a write goes wrong. Both wrap the native format's bytes under
 // an extension of their own (option `ext`); option `mode` makes them misbehave in one way.
+#include <fstream>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -21,7 +22,9 @@ class FaultyFormat final : public sdk::CheckpointFormat {
     return {sdk::OptionSpec::string("ext", default_ext, "the file extension it claims"),
             sdk::OptionSpec::string("mode", "ok", "how it misbehaves")
                 .one_of({"ok", "dup_tensor", "lose_tensor", "drop_metadata", "wrong_dtype",
-                         "throw_second_write", "refuse_second_write"})};
+                         "extra_tensor", "short_bytes", "drop_progress", "throw_read",
+                         "throw_second_write", "refuse_second_write", "torn_second_write",
+                         "plant_then_torn_second_write"})};
   }
 
   FaultyFormat(const sdk::Options& options, const sdk::PluginContext& context)
@@ -35,7 +38,24 @@ class FaultyFormat final : public sdk::CheckpointFormat {
   std::string file_extension() const override { return ext_; }
 
   void write(const std::filesystem::path& path, const sdk::TrainingState& state) const override {
-    if (++writes_ == 2 && mode_ == "throw_second_write")
+    ++writes_;
+    // A format that writes in place, not through sdk::AtomicFileWriter: a failure midway leaves
+    // the first bytes at `path`.
+    const bool torn = mode_ == "torn_second_write" || mode_ == "plant_then_torn_second_write";
+    if (writes_ == 2 && torn) {
+      std::ofstream(path, std::ios::binary) << "torn";
+      throw std::runtime_error("faulty: simulated I/O failure after 4 bytes");
+    }
+    // A file already at the second save's path (a run checkpointing every 5 steps: step 10's),
+    // as another writer could have left it.
+    if (writes_ == 1 && mode_ == "plant_then_torn_second_write") {
+      std::string planted = path.filename().string();
+      if (const auto at = planted.find("00000005"); at != std::string::npos) {
+        planted.replace(at, 8, "00000010");
+        native_->write(path.parent_path() / planted, state);
+      }
+    }
+    if (writes_ == 2 && mode_ == "throw_second_write")
       throw std::runtime_error("faulty: simulated I/O failure");
     if (writes_ == 2 && mode_ == "refuse_second_write")
       throw sdk::CheckpointError("faulty: simulated full disk", "free some disk space");
@@ -43,6 +63,7 @@ class FaultyFormat final : public sdk::CheckpointFormat {
   }
 
   sdk::TrainingState read(const std::filesystem::path& path) const override {
+    if (mode_ == "throw_read") throw std::runtime_error("faulty: simulated read failure");
     sdk::TrainingState st = native_->read(path);
     sdk::HostTensor* param = nullptr;
     for (auto& t : st.tensors)
@@ -57,6 +78,15 @@ class FaultyFormat final : public sdk::CheckpointFormat {
       param->name += "_lost";
     } else if (mode_ == "drop_metadata") {
       st.metadata.clear();
+    } else if (mode_ == "drop_progress") {
+      st.metadata.erase("progress");
+      st.metadata.erase("sampler");
+    } else if (mode_ == "extra_tensor") {
+      sdk::HostTensor ghost = *param;
+      ghost.name = "param/ghost.weight";
+      st.tensors.push_back(std::move(ghost));
+    } else if (mode_ == "short_bytes") {
+      param->bytes.resize(param->bytes.size() - 4);
     } else if (mode_ == "wrong_dtype") {
       param->dtype = sdk::DType::bf16;
       param->bytes.resize(param->bytes.size() / 2);

@@ -18,6 +18,16 @@ namespace mixtrain::core {
 sdk::TrainingState read_checkpoint_weights(const sdk::CheckpointFormat& format,
                                            const std::filesystem::path& path);
 
+// format.read(path), or read_checkpoint_weights() when `weights_only`, for a format from a plugin
+// outside mixtrain's own folder (`plugin`: its label, "checkpoint format 'tbck' (plugin tb_ckpt
+// 1.0.0, libmixtrain_tb_ckpt.so)"): an exception of it that is no sdk::UserError (its internal
+// error, not the user's input) becomes a core::PluginFault naming the file and the plugin, so the
+// command still exits 1 but says what failed where, as a failed save does. An empty `plugin`
+// (mixtrain's own format) leaves every error as it is.
+sdk::TrainingState read_checkpoint_with(const sdk::CheckpointFormat& format,
+                                        const std::filesystem::path& path, bool weights_only,
+                                        const std::string& plugin);
+
 // Throws sdk::CheckpointError when `state` holds a tensor name twice: a file holds each tensor
 // once, so the format that read it (`format`: "checkpoint format 'tbck' (plugin ...)") gave one
 // twice, and which of the two is the file's is anybody's guess. Named as that format's fault, not

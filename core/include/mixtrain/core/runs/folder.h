@@ -97,6 +97,12 @@ struct PreparedRunFolder {
 std::optional<std::filesystem::path> continued_run_folder(
     const std::filesystem::path& run_dir, const std::filesystem::path& resumed_from);
 
+// Whether `dir` holds a training run: a trace of one (metrics.jsonl, summary.json, a file in
+// checkpoints/) or a config.toml a run wrote (its first line is the resolved config's header; a
+// run writes it before its first step). What export, predict and calibrate never write a record
+// of, whichever run they read.
+bool holds_training_run(const std::filesystem::path& dir);
+
 // The folder, ready: checkpoints/ exists and config.toml holds `resolved_config`.
 PreparedRunFolder prepare_run_folder(const RunFolderRequest& request,
                                      const std::string& resolved_config);
