@@ -204,7 +204,8 @@ fs::path Trainer::save_checkpoint() {
       else
         left = "; it left " + path.string() + ", which could not be removed (" + gone.message() +
                "): delete it before resuming";
-    } else if (existed) {
+    } else if (existed && (named == nullptr || !named->builtin)) {
+      // mixtrain's own formats write through sdk::AtomicFileWriter: the old file stays whole.
       left = "; " + path.string() + " was there before this save, and " + format +
              " may have damaged it: do not resume from it";
     }
@@ -215,7 +216,9 @@ fs::path Trainer::save_checkpoint() {
                   : "; this run has no checkpoint yet"),
         // Not the run folder when the damaged file is there: --resume RUN would
         // take it for the newest.
-        last ? "continue it with --resume " + (existed ? last->string() : s.run_dir.string())
+        last ? "continue it with --resume " + (existed && (named == nullptr || !named->builtin)
+                                                   ? last->string()
+                                                   : s.run_dir.string())
              : std::string()};
   };
   try {
