@@ -34,7 +34,8 @@ RankText lowest_rank_text(sdk::Communicator& comm, const std::string& mine) {
 
 std::string rank0_text(sdk::Communicator& comm, const std::string& text) {
   std::vector<std::byte> bytes(text.size());
-  std::memcpy(bytes.data(), text.data(), text.size());
+  // An empty text (no --run-dir) has no buffer: memcpy's pointers must not be null, even for 0.
+  if (!text.empty()) std::memcpy(bytes.data(), text.data(), text.size());
   comm.broadcast_host(bytes, 0);
   return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
 }
