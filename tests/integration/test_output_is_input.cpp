@@ -55,6 +55,23 @@ class OutputIsInput : public CliTest {
     write_file("merge.toml", "[run]\nseed = 4\n");
   }
 
+  // Runs `args` and expects a run's record refused as its --out: exit 2 saying `what` and the
+  // fix, and `record` as it was (absent if it was).
+  void expect_record_refused(const std::string& args, const fs::path& record,
+                             const std::string& what) {
+    const bool existed = fs::exists(record);
+    const std::string before = existed ? slurp(record) : std::string();
+    const auto r = run(args, dir_);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    EXPECT_TRUE(has(r.err, what)) << args << "\n" << r.err;
+    EXPECT_TRUE(has(r.err, "write it elsewhere, e.g. beside the run")) << args << "\n" << r.err;
+    EXPECT_TRUE(has(r.err, "--force or not")) << r.err;
+    EXPECT_EQ(fs::exists(record), existed) << record << " by: " << args;
+    if (existed) {
+      EXPECT_EQ(slurp(record), before) << record << " was overwritten by: " << args;
+    }
+  }
+
   // Runs `args` and expects the refusal: exit 2, the input named, the fix, `input` unchanged.
   void expect_refused(const std::string& args, const std::string& input_argument,
                       const fs::path& input) {
@@ -139,43 +156,35 @@ TEST_F(OutputIsInput, ExportRefusesItsCheckpointConfigAndInitFromWithForce) {
 TEST_F(OutputIsInput, EveryCommandRefusesTheRecordsOfTheRunItReadsWithForce) {
   ASSERT_EQ(run("train " + cfg_ + " --run-dir run", dir_).exit_code, 0);
   const fs::path run_dir = dir_ / "run";
-  const auto refused = [&](const std::string& args, const fs::path& record,
-                           const std::string& what) {
-    const bool existed = fs::exists(record);
-    const std::string before = existed ? slurp(record) : std::string();
-    const auto r = run(args, dir_);
-    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
-    EXPECT_TRUE(has(r.err, what)) << args << "\n" << r.err;
-    EXPECT_TRUE(has(r.err, "write it elsewhere, e.g. beside the run")) << args << "\n" << r.err;
-    EXPECT_TRUE(has(r.err, "--force or not")) << r.err;
-    EXPECT_EQ(fs::exists(record), existed) << record << " by: " << args;
-    if (existed) {
-      EXPECT_EQ(slurp(record), before) << record << " was overwritten by: " << args;
-    }
-  };
   const std::string safetensors = "export run --format safetensors --force --out ";
   for (const char* record : {"config.toml", "summary.json", "metrics.jsonl"})
-    refused(safetensors + "run/" + record, run_dir / record,
-            "is the run run's own " + std::string(record));
+    expect_record_refused(safetensors + "run/" + record, run_dir / record,
+                          "is the run run's own " + std::string(record));
   // Another name in checkpoints/ (the run's rotation and newest-checkpoint lookups own it), and
   // a trailing separator or ./ spelling of the same run.
-  refused(safetensors + "run/checkpoints/step-00000099.safetensors",
-          run_dir / "checkpoints" / "step-00000099.safetensors", "checkpoints/ folder of the run");
-  refused("export run/checkpoints/ --format safetensors --force --out ./run/summary.json",
-          run_dir / "summary.json", "own summary.json");
+  expect_record_refused(safetensors + "run/checkpoints/step-00000099.safetensors",
+                        run_dir / "checkpoints" / "step-00000099.safetensors",
+                        "checkpoints/ folder of the run");
+  expect_record_refused(
+      "export run/checkpoints/ --format safetensors --force --out ./run/summary.json",
+      run_dir / "summary.json", "own summary.json");
   // predict reads the run through --checkpoint, or through its config; calibrate and export
   // --initial through the config.
   const std::string predict = "predict " + cfg_ + " --checkpoint run --input x.npy --force --out ";
-  refused(predict + "run/metrics.jsonl", run_dir / "metrics.jsonl", "own metrics.jsonl");
-  refused("predict " + cfg_ +
-              " --checkpoint run/checkpoints/ --input x.npy --force --out run/config.toml",
-          run_dir / "config.toml", "is the run run's own config.toml");
-  refused("predict run/config.toml --checkpoint run --input x.npy --force --out run/summary.json",
-          run_dir / "summary.json", "own summary.json");
-  refused("calibrate run/config.toml --steps 1 --force --out run/summary.json",
-          run_dir / "summary.json", "own summary.json");
-  refused("export run/config.toml --initial --force --out run/checkpoints/init.safetensors",
-          run_dir / "checkpoints" / "init.safetensors", "checkpoints/ folder of the run");
+  expect_record_refused(predict + "run/metrics.jsonl", run_dir / "metrics.jsonl",
+                        "own metrics.jsonl");
+  expect_record_refused(
+      "predict " + cfg_ +
+          " --checkpoint run/checkpoints/ --input x.npy --force --out run/config.toml",
+      run_dir / "config.toml", "is the run run's own config.toml");
+  expect_record_refused(
+      "predict run/config.toml --checkpoint run --input x.npy --force --out run/summary.json",
+      run_dir / "summary.json", "own summary.json");
+  expect_record_refused("calibrate run/config.toml --steps 1 --force --out run/summary.json",
+                        run_dir / "summary.json", "own summary.json");
+  expect_record_refused(
+      "export run/config.toml --initial --force --out run/checkpoints/init.safetensors",
+      run_dir / "checkpoints" / "init.safetensors", "checkpoints/ folder of the run");
   auto r = run("train --resume run --set run.steps=3", dir_);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   // Beside the records: written.
@@ -195,35 +204,25 @@ TEST_F(OutputIsInput, EveryCommandRefusesTheRecordsOfAnotherRunWithForce) {
   ASSERT_EQ(run("train " + cfg_ + " --run-dir src", dir_).exit_code, 0);
   ASSERT_EQ(run("train " + cfg_ + " --run-dir other", dir_).exit_code, 0);
   const fs::path other = dir_ / "other";
-  const auto refused = [&](const std::string& args, const fs::path& record,
-                           const std::string& what) {
-    const bool existed = fs::exists(record);
-    const std::string before = existed ? slurp(record) : std::string();
-    const auto r = run(args, dir_);
-    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
-    EXPECT_TRUE(has(r.err, what)) << args << "\n" << r.err;
-    EXPECT_TRUE(has(r.err, "write it elsewhere, e.g. beside the run")) << args << "\n" << r.err;
-    EXPECT_TRUE(has(r.err, "--force or not")) << r.err;
-    EXPECT_EQ(fs::exists(record), existed) << record << " by: " << args;
-    if (existed) {
-      EXPECT_EQ(slurp(record), before) << record << " was overwritten by: " << args;
-    }
-  };
-  refused("export src --format native --out other/checkpoints/step-00000999.mxt",
-          other / "checkpoints" / "step-00000999.mxt", "checkpoints/ folder of the run other");
-  refused("export src --format safetensors --force --out other/config.toml", other / "config.toml",
-          "is the run other's own config.toml");
-  refused("export src --format safetensors --force --out ./other/../other/summary.json",
-          other / "summary.json", "own summary.json");
-  refused("predict " + cfg_ + " --checkpoint src --input x.npy --force --out other/metrics.jsonl",
-          other / "metrics.jsonl", "is the run other's own metrics.jsonl");
-  refused("calibrate " + cfg_ + " --steps 1 --force --out other/summary.json",
-          other / "summary.json", "own summary.json");
+  expect_record_refused("export src --format native --out other/checkpoints/step-00000999.mxt",
+                        other / "checkpoints" / "step-00000999.mxt",
+                        "checkpoints/ folder of the run other");
+  expect_record_refused("export src --format safetensors --force --out other/config.toml",
+                        other / "config.toml", "is the run other's own config.toml");
+  expect_record_refused(
+      "export src --format safetensors --force --out ./other/../other/summary.json",
+      other / "summary.json", "own summary.json");
+  expect_record_refused(
+      "predict " + cfg_ + " --checkpoint src --input x.npy --force --out other/metrics.jsonl",
+      other / "metrics.jsonl", "is the run other's own metrics.jsonl");
+  expect_record_refused("calibrate " + cfg_ + " --steps 1 --force --out other/summary.json",
+                        other / "summary.json", "own summary.json");
   // A run stopped before anything but its config.toml.
   fs::create_directories(dir_ / "started" / "checkpoints");
   fs::copy_file(other / "config.toml", dir_ / "started" / "config.toml");
-  refused("export src --format native --out started/checkpoints/x.mxt",
-          dir_ / "started" / "checkpoints" / "x.mxt", "checkpoints/ folder of the run started");
+  expect_record_refused("export src --format native --out started/checkpoints/x.mxt",
+                        dir_ / "started" / "checkpoints" / "x.mxt",
+                        "checkpoints/ folder of the run started");
   // The run is as it was: it continues.
   auto r = run("train --resume other --set run.steps=3", dir_);
   EXPECT_EQ(r.exit_code, 0) << r.err;

@@ -3,6 +3,7 @@
 #include <fnmatch.h>
 
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -113,27 +114,27 @@ void check_block_layouts(Model& model, std::size_t i, const sdk::BlockScalingFac
 // Stored tensors (a weight's working copy, which the optimizer refreshes from the master; an
 // activation and its gradient, which GEMMs and kernels write) are fp32, tf32, bf16 or fp16: fp8
 // is a GEMM operand dtype (gemm_input), cast with the policy's scale just before the GEMM reads
-// it. Returns the first stored role of `p` outside those, or nullptr.
-const char* unstorable_role(const sdk::OpPrecision& p) {
-  const auto storable = [](sdk::DType t) {
-    return t == sdk::DType::fp32 || t == sdk::DType::tf32 || t == sdk::DType::bf16 ||
-           t == sdk::DType::fp16;
-  };
-  if (!storable(p.weight)) return "weight";
-  if (!storable(p.activation)) return "activation";
-  if (!storable(p.activation_grad)) return "activation_grad";
-  return nullptr;
-}
+// it. unstorable() gives the first stored role of a plan outside those, with its dtype.
+struct StoredRole {
+  const char* role;  // "weight", "activation", "activation_grad"
+  sdk::DType dtype;
+  // "weight is fp8_e4m3, but stored tensors are ...": why the plan cannot be.
+  std::string why() const {
+    return std::string(role) + " is " + std::string(sdk::dtype_name(dtype)) +
+           ", but stored tensors are fp32, tf32, bf16 or fp16" +
+           (sdk::is_fp8(dtype)
+                ? " (fp8 is a GEMM operand dtype: gemm_input, which the policy scales)"
+                : "");
+  }
+};
 
-std::string why_unstorable(const char* role, sdk::DType t) {
-  return std::string(role) + " is " + std::string(sdk::dtype_name(t)) +
-         ", but stored tensors are fp32, tf32, bf16 or fp16" +
-         (sdk::is_fp8(t) ? " (fp8 is a GEMM operand dtype: gemm_input, which the policy scales)"
-                         : "");
-}
-
-sdk::DType role_dtype(const sdk::OpPrecision& p, const std::string& role) {
-  return role == "weight" ? p.weight : role == "activation" ? p.activation : p.activation_grad;
+std::optional<StoredRole> unstorable(const sdk::OpPrecision& p) {
+  for (const StoredRole r : {StoredRole{"weight", p.weight}, StoredRole{"activation", p.activation},
+                             StoredRole{"activation_grad", p.activation_grad}})
+    if (r.dtype != sdk::DType::fp32 && r.dtype != sdk::DType::tf32 && r.dtype != sdk::DType::bf16 &&
+        r.dtype != sdk::DType::fp16)
+      return r;
+  return std::nullopt;
 }
 
 bool all_fp32(const sdk::OpPrecision& p) {
@@ -263,10 +264,10 @@ void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
     }
     // Caught here, where the policy is known to be the cause: later a backend or the optimizer
     // would refuse the dtype in its own terms (an fp8 weight copy read as the optimizer's fault).
-    if (const char* role = unstorable_role(p))
+    if (const auto bad = unstorable(p))
       throw sdk::PluginError(
           "the precision policy planned op '" + op.name + "' (" + op.kind + ") as " + dtypes_of(p) +
-              ": " + why_unstorable(role, role_dtype(p, role)),
+              ": " + bad->why(),
           "fix the policy's plan() (a plugin's fault), or choose another policy");
     // The one place precision-sensitive ops are pinned: from the op's own trait, whatever the
     // policy planned (policies keep no deny-list of op kinds).
@@ -296,13 +297,12 @@ void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
       if (o.gemm_input) p.gemm_input = *o.gemm_input;
       if (o.activation) p.activation = *o.activation;
       if (o.activation_grad) p.activation_grad = *o.activation_grad;
-      if (const char* role = unstorable_role(p))
+      if (const auto bad = unstorable(p))
         throw sdk::ConfigError(
-            o.where, std::string("precision.override.") + role,
-            "'" + layer->name() + "' would be " + dtypes_of(p) + ": " +
-                why_unstorable(role, role_dtype(p, role)),
-            sdk::is_fp8(role_dtype(p, role))
-                ? "set gemm_input = " + std::string(sdk::dtype_name(role_dtype(p, role))) +
+            o.where, std::string("precision.override.") + bad->role,
+            "'" + layer->name() + "' would be " + dtypes_of(p) + ": " + bad->why(),
+            sdk::is_fp8(bad->dtype)
+                ? "set gemm_input = " + std::string(sdk::dtype_name(bad->dtype)) +
                       " instead, under an FP8 policy (fp8-delayed, "
                       "fp8-current) that scales it"
                 : "choose fp32, tf32, bf16 or fp16");
