@@ -30,6 +30,16 @@ int count_of(std::int64_t n, const char* what) {
   return static_cast<int>(n);
 }
 
+// A root outside the world is the caller's mistake, refused on every rank before any transfer:
+// MPI's own check would report it as a failed collective (CommunicationError), which ends a run.
+void require_root(int root, int world, const char* what) {
+  if (root < 0 || root >= world)
+    throw sdk::BackendError(std::string("mpi.") + what + ": root " + std::to_string(root) +
+                                " is not a rank of this run (ranks 0.." +
+                                std::to_string(world - 1) + ")",
+                            "broadcast from a rank in [0, world_size())");
+}
+
 std::string seconds_text(double s) {
   char text[32];
   std::snprintf(text, sizeof text, "%g", s);
@@ -490,6 +500,7 @@ sdk::CommunicationHandlePtr MpiCommunicator::start_all_gather(sdk::TensorView se
 
 void MpiCommunicator::broadcast(sdk::TensorView data, int root) {
   require_bound("broadcast");
+  require_root(root, world_, "broadcast");
   const std::string what = "broadcast from rank " + std::to_string(root) + " of " + elements(data);
   MPI_Request request = MPI_REQUEST_NULL;
   check(MPI_Ibcast(data.data, count_of(static_cast<std::int64_t>(data.bytes()), "broadcast"),
@@ -530,6 +541,7 @@ void MpiCommunicator::all_reduce_host(std::span<double> values, sdk::ReduceOp op
 }
 
 void MpiCommunicator::broadcast_host(std::vector<std::byte>& bytes, int root) {
+  require_root(root, world_, "broadcast_host");
   const std::string what = "host broadcast from rank " + std::to_string(root);
   long long size = static_cast<long long>(bytes.size());
   MPI_Request request = MPI_REQUEST_NULL;

@@ -14,7 +14,10 @@
 //   - all_gather: recv.numel() == send.numel() · world_size(); rank r's `send` lands in piece r.
 //   - broadcast: root's `data` is copied into every rank's.
 //   A plugin reduces at least fp32 (sum, avg, max); it moves any dtype it gathers or broadcasts.
-//   Anything it cannot do is BackendError naming the dtype and what it supports.
+//   Anything it cannot do is BackendError naming the dtype and what it supports, and so are
+//   arguments that do not fit (sizes, a root outside the world), thrown before any transfer so
+//   that the ranks still agree on what comes next. The component kit checks all of this
+//   (mixtrain/conformance/communicator_conformance.h).
 // - start_* returns at once with a handle; the operation's buffers stay owned by the caller and
 //   untouched by the caller until wait() (or test() == true) returns. A device-stream plugin may
 //   complete on its stream: wait() then orders the backend's later ops after it, and the host sees
