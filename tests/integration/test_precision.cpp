@@ -3,6 +3,7 @@
 // per-layer overrides, and the warnings of `mixtrain check`.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <sstream>
 #include <string>
@@ -231,6 +232,54 @@ TEST_F(Precision, CheckWarnsAboutFp16WithoutAScalerAndOddGemmSizes) {
   // FP32 GEMMs do not use Tensor Cores' 16-bit paths: no size warning.
   auto fp32 = run("check " + quickstart());
   EXPECT_EQ(fp32.err.find("not a multiple of 8"), std::string::npos) << fp32.err;
+}
+
+// `auto` chooses its plan from the backend's capabilities, so a resume elsewhere (here: the same
+// CPU with its bf16 GEMMs forced to emulation, where auto chooses fp32) would train the rest of
+// the run under another plan without a word. Refused, naming both choices; the hint's way that
+// continues as trained repeats the run bit for bit, with nothing said of a switch.
+TEST_F(Precision, AutoChoosingAnotherPolicyOnResumeIsRefusedWithBothWaysOn) {
+  const std::string common =
+      " --set precision.policy=auto --set run.steps=12 --set run.log_every=1"
+      " --set run.eval_every=0 --set checkpoint.every=6 --set checkpoint.keep=5";
+  const auto full = dir_ / "full", resumed = dir_ / "resumed", refused = dir_ / "refused";
+  auto r = run("train " + quickstart() + common + " --set backend.cpu.bf16_gemm=onednn --run-dir " +
+               full.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  if (r.err.find("auto policy chose bf16-mixed") == std::string::npos)
+    GTEST_SKIP() << "oneDNN has no bf16 matmul on this CPU, so auto chose the same either way";
+  const std::string checkpoint = (full / "checkpoints" / "step-00000006.mxt").string();
+  r = run("train " + quickstart() + common + " --set backend.cpu.bf16_gemm=emulated --resume " +
+          checkpoint + " --run-dir " + refused.string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("precision policy 'auto' chose 'bf16-mixed' for the run, and on this "
+                       "backend (cpu) it chooses 'fp32'"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("--set precision.policy=bf16-mixed; or switch deliberately: --set "
+                       "precision.policy=fp32"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(refused / "metrics.jsonl"));
+  // The hint's first way, on the run's own backend path: the losses of the uninterrupted run.
+  r = run("train " + quickstart() + common +
+          " --set backend.cpu.bf16_gemm=onednn --set precision.policy=bf16-mixed --resume " +
+          checkpoint + " --run-dir " + resumed.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("which chose 'bf16-mixed': the run continues under it"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("starts from its initial state"), std::string::npos) << r.err;
+  std::map<int, double> want;
+  for (const auto& j : records(full / "metrics.jsonl"))
+    if (j.contains("loss") && !j.contains("eval_loss"))
+      want[j["step"].get<int>()] = j["loss"].get<double>();
+  int compared = 0;
+  for (const auto& j : records(resumed / "metrics.jsonl"))
+    if (j.contains("loss") && !j.contains("eval_loss")) {
+      EXPECT_EQ(j["loss"].get<double>(), want.at(j["step"].get<int>())) << "step " << j["step"];
+      ++compared;
+    }
+  EXPECT_EQ(compared, 6);
 }
 
 TEST_F(Precision, UnknownPolicyListsThePolicies) {

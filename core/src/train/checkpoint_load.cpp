@@ -740,6 +740,29 @@ void warn_of_changed_update(Trainer::State& s, const CheckpointFile& file) {
 // none: the new policy starts from its initial state (FP8 scales and histories are the old
 // policy's), and a warning says so. Another policy named any other way (an edited config, a
 // --merge) is a CheckpointError naming both and the --set that would switch.
+// The policy a choosing policy (auto) chose when the checkpoint was written; empty for one that
+// is itself, or a checkpoint written before the choice was recorded.
+std::string chosen_then(const json& saved) {
+  return saved.is_object() && saved.contains("resolved") && saved["resolved"].is_string()
+             ? saved["resolved"].get<std::string>()
+             : std::string();
+}
+
+// `auto` chooses in adapt_to() from the backend's capabilities, so a resume on another machine
+// (or with another backend option) may choose another plan: the run would go on under it without
+// a word, and no longer repeat itself. Refused with both ways on, as a policy switch is.
+void check_same_choice(const Trainer::State& s, const CheckpointFile& file, const json& saved) {
+  const std::string then = chosen_then(saved);
+  const std::string now = s.c.policy->resolved_name();
+  if (then.empty() || now.empty() || then == now) return;
+  throw sdk::CheckpointError(file.path.string() + ": precision policy '" + s.e.policy_name +
+                                 "' chose '" + then + "' for the run, and on this backend (" +
+                                 s.c.backend->capabilities().kind + ") it chooses '" + now + "' (" +
+                                 s.e.policy_where.to_string() + ")",
+                             "continue as trained, bit for bit: --set precision.policy=" + then +
+                                 "; or switch deliberately: --set precision.policy=" + now);
+}
+
 void restore_policy(Trainer::State& s, const CheckpointFile& file,
                     const TrainingProgress& progress) {
   const json saved = metadata_entry(file, "policy");
@@ -764,7 +787,19 @@ void restore_policy(Trainer::State& s, const CheckpointFile& file,
     TrainingProgress heard = progress;
     heard.applied -= since;
     s.position.policy_since_applied = since;
+    check_same_choice(s, file, saved);
     return restore_component(file, "policy", s.e.policy_name, heard, *s.c.policy);
+  }
+  // The policy `auto` chose, named: the same plan, so the run continues (a choosing policy keeps
+  // no state of its own to carry).
+  if (chosen_then(saved) == s.e.policy_name &&
+      (!saved.contains("values") || saved["values"].empty())) {
+    s.log.info(file.path.string() + " was trained under '" + before + "', which chose '" +
+               s.e.policy_name + "': the run continues under it");
+    if (saved.contains("since_applied"))
+      s.position.policy_since_applied = read_checkpoint_int(
+          saved["since_applied"], "policy.since_applied", 0, progress.applied, file.path);
+    return;
   }
   if (s.e.policy_where.file.rfind("--set ", 0) == 0) {
     s.log.warn(file.path.string() + " was trained under precision policy '" + before + "'; " +

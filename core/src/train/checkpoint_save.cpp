@@ -90,6 +90,10 @@ sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
     json policy = component_state_to_json(s.e.policy_name, s.c.policy->save_state());
     if (s.position.policy_since_applied > 0)
       policy["since_applied"] = s.position.policy_since_applied;
+    // What a choosing policy (auto) chose for this backend: a resume elsewhere may choose
+    // otherwise (restore_policy, checkpoint_load.cpp).
+    if (const std::string resolved = s.c.policy->resolved_name(); !resolved.empty())
+      policy["resolved"] = resolved;
     st.metadata["policy"] = policy.dump();
   }
   st.metadata["optimizer"] =
