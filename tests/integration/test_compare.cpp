@@ -149,6 +149,47 @@ TEST_F(CompareCli, AutoShowsItsChoiceAndEmulatedThroughputIsMarked) {
   EXPECT_NE(slurp(base / "compare.md").find("emul: bf16 GEMMs emulated"), std::string::npos);
 }
 
+// A resume that switches the policy (--set precision.policy) leaves a run trained under two: its
+// summary names both with the step each began at, a later resume of it keeps them, and compare
+// labels it by the chain, not by the policy it ended with. A resume without a switch adds none.
+TEST_F(CompareCli, ARunWhosePolicyAResumeSwitchedIsLabelledByBoth) {
+  const auto base = train("base", "--set checkpoint.every=20 --set checkpoint.keep=5");
+  ASSERT_FALSE(HasFailure());
+  const auto switched = dir_ / "switched", later = dir_ / "later", plain = dir_ / "plain";
+  auto r = run("train " + quickstart() +
+               " --set run.steps=40 --set run.log_every=5 --set checkpoint.every=30 "
+               "--set precision.policy=fp16-mixed --resume " +
+               (base / "checkpoints" / "step-00000020.mxt").string() + " --run-dir " +
+               switched.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json segments = summary(switched)["segments"];
+  ASSERT_EQ(segments.size(), 2u) << summary(switched).dump();
+  EXPECT_EQ(segments[0]["first_step"], 1);
+  EXPECT_EQ(segments[0]["policy"], "fp32");
+  EXPECT_EQ(segments[1]["first_step"], 21);
+  EXPECT_EQ(segments[1]["policy"], "fp16-mixed");
+  EXPECT_EQ(segments[1]["scaler"], "none");
+  // The switched run's own checkpoint carries both.
+  r = run("train " + quickstart() +
+          " --set run.steps=40 --set run.log_every=5 --set precision.policy=fp16-mixed --resume " +
+          (switched / "checkpoints" / "step-00000030.mxt").string() + " --run-dir " +
+          later.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(summary(later)["segments"], segments);
+  r = run("train " + quickstart() + " --set run.steps=40 --set run.log_every=5 --resume " +
+          (base / "checkpoints" / "step-00000020.mxt").string() + " --run-dir " + plain.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(summary(plain).contains("segments")) << summary(plain).dump();
+
+  r = run("compare " + base.string() + " " + switched.string() + " " + plain.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("switched (fp32\u2192fp16-mixed@21/none)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("plain (fp32/none)"), std::string::npos) << r.out;
+  const auto j = json::parse(slurp(base / "compare.json"));
+  EXPECT_EQ(j["runs"][1]["segments"], segments);
+  EXPECT_TRUE(j["runs"][2]["segments"].is_null());
+}
+
 // A run folder's name may hold any bytes: one that is not UTF-8 (and holds Markdown's
 // syntax) trains, writes its summary and compares; every output is valid UTF-8, the Markdown
 // shows the brackets as text.

@@ -13,6 +13,7 @@
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "runs/comparison_internal.h"
+#include "runs/component_history_json.h"
 
 namespace mixtrain::core {
 
@@ -340,6 +341,8 @@ std::string comparison_json(const RunComparison& c) {
          {"resolved_policy", d.resolved_policy.empty() ? json(nullptr) : json(d.resolved_policy)},
          {"scaler", d.scaler},
          {"optimizer", d.optimizer},
+         {"segments",
+          d.segments.size() > 1 ? component_history_to_json(d.segments) : json(nullptr)},
          {"backend", d.backend},
          {"steps", d.steps_run},
          {"final_loss", opt_json(r.final_loss)},

@@ -15,6 +15,7 @@
 #include "mixtrain/core/runs/comparison.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/options.h"
+#include "runs/component_history_json.h"
 #include "runs/metrics_sink.h"
 
 namespace mixtrain::core {
@@ -198,6 +199,8 @@ void read_summary(RunData& run, const fs::path& file) {
   str("scaler", run.scaler);
   str("optimizer", run.optimizer);
   str("backend", run.backend);
+  if (auto h = j.find("segments"); h != j.end())
+    if (auto segments = component_history_from_json(*h)) run.segments = std::move(*segments);
   // Written by trainers since the "precision" record exists; older summaries simply lack it.
   if (auto p = j.find("precision"); p != j.end() && p->is_object()) {
     if (auto it = p->find("policy"); it != p->end() && it->is_string())
@@ -295,8 +298,13 @@ void derive_from_records(RunData& run) {
 }  // namespace
 
 std::string RunData::policy_label() const {
+  if (segments.size() > 1) return history_text(segments, HistoryPart::policy);
   if (resolved_policy.empty() || resolved_policy == policy) return policy;
   return policy + "\u2192" + resolved_policy;
+}
+
+std::string RunData::scaler_label() const {
+  return segments.size() > 1 ? history_text(segments, HistoryPart::scaler) : scaler;
 }
 
 std::vector<std::string> RunData::emulated_gemm_inputs() const {

@@ -7,6 +7,7 @@
 #include "graph/parameter_memory_json.h"
 #include "mixtrain/core/runs/folder.h"
 #include "mixtrain/sdk/error.h"
+#include "runs/component_history_json.h"
 
 namespace mixtrain::core {
 
@@ -107,6 +108,7 @@ void write_run_summary(const std::filesystem::path& file, const TrainSummary& s)
                         {"ranks_identical", d.ranks_identical}};
   }
   if (!s.resumed_from.empty()) j["resumed_from"] = s.resumed_from.string();
+  if (s.segments.size() > 1) j["segments"] = component_history_to_json(s.segments);
   // Atomically: a second Ctrl-C lands most often during these final writes, and compare must
   // then find the previous summary or none, never half a file.
   // A run folder's path may hold bytes that are not UTF-8: written replaced, never refused.

@@ -24,6 +24,7 @@
 #include "mixtrain/core/checkpoint/weights_read.h"
 #include "mixtrain/core/data/data_shape.h"
 #include "mixtrain/core/graph/lora.h"
+#include "runs/component_history_json.h"
 #include "train/host_tensor.h"
 #include "train/planned_model.h"
 #include "train/resume_terms.h"
@@ -890,6 +891,8 @@ void restore_training_state(Trainer::State& s, const CheckpointFile& file) {
   s.position.applied = progress.applied;
   s.position.skipped = progress.skipped;
   s.metrics.note_loss(progress.last_loss, progress.step);
+  s.history = history_of_checkpoint(file.st.metadata);
+  s.history_first_step = progress.step + 1;
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include "mixtrain/core/plugins/plugin_fault.h"
 #include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "mixtrain/sdk/version.h"
+#include "runs/component_history_json.h"
 #include "train/host_tensor.h"
 #include "train/planned_model.h"
 #include "train/resume_terms.h"
@@ -50,6 +51,14 @@ std::vector<std::string> frozen_names(Model& model) {
 }
 
 // trainer_state.h
+// trainer_state.h
+ComponentHistory current_history(const Trainer::State& s) {
+  ComponentHistory h = s.history;
+  extend_history(h, {s.history_first_step, s.e.policy_name, s.c.policy->resolved_name(),
+                     s.e.scaler_type, s.e.optimizer_type});
+  return h;
+}
+
 sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
   auto& b = *s.c.backend;
   sdk::TrainingState st;
@@ -99,6 +108,7 @@ sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
   st.metadata["optimizer"] =
       component_state_to_json(s.e.optimizer_type, s.c.optimizer->save_state()).dump();
   st.metadata["config"] = resolved_toml(s.e);
+  st.metadata["history"] = component_history_to_json(current_history(s)).dump();
   // The preprocessing the weights expect, for whoever runs them elsewhere (export carries it).
   if (!s.normalization.mean.empty())
     st.metadata["normalization"] = normalization_json(s.normalization).dump();

@@ -577,6 +577,7 @@ void summarize_run(Trainer::State& s, TrainSummary& sum, const RunEnd& end,
   sum.backend = e.backend_type;
   record_precision(sum, *s.model, *s.c.policy, b.capabilities());
   sum.resumed_from = s.position.resumed_from;
+  sum.segments = current_history(s);
   sum.interrupted = end.interrupted;
   sum.divergence = divergence_reason(sum, end.stopped_by);
   sum.diverged = !sum.divergence.empty();

@@ -18,6 +18,7 @@
 #include "distributed/reducer.h"
 #include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/core/data/data_shape.h"
+#include "mixtrain/core/runs/component_history.h"
 #include "mixtrain/core/runs/folder.h"
 #include "mixtrain/core/train/lr_schedule.h"
 #include "mixtrain/core/train/trainer.h"
@@ -68,6 +69,10 @@ struct Trainer::State {
   // file again.
   std::optional<std::pair<std::filesystem::path, sdk::TrainingState>> shape_checkpoint;
   RunPosition position;
+  // The components of the steps before this process's first (a resumed run's, from its
+  // checkpoint); this process's own segment starts at history_first_step (current_history()).
+  ComponentHistory history;
+  std::int64_t history_first_step = 1;
   PrecisionState precision;
   DataPosition data;
   RunMetrics metrics;
@@ -115,6 +120,8 @@ void feed_batch(Trainer::State& s, const Dataset& d, std::span<const std::int64_
 // (checkpoint/state.h) in both. weights_only is what `export --initial` writes. Under data
 // parallelism every rank must call it (the optimizer's gather), not only the one that writes.
 sdk::TrainingState capture_state(Trainer::State& s, bool weights_only);
+// The run's components by range of steps, this process's included (checkpoint_save.cpp).
+ComponentHistory current_history(const Trainer::State& s);
 // The newest step checkpoint this run's folder holds from before `step`, if any: what a run that
 // ends without writing one leaves to continue from.
 std::optional<std::filesystem::path> newest_checkpoint_before(const Trainer::State& s,

@@ -36,6 +36,8 @@
 #include <string>
 #include <vector>
 
+#include "mixtrain/core/runs/component_history.h"
+
 namespace mixtrain::core {
 
 // One logged training step of metrics.jsonl. A non-finite loss is stored as NaN (JSON null).
@@ -85,6 +87,8 @@ struct RunData {
   // summary.json "precision": the policy that applied ("" when not recorded) and, per GEMM input
   // dtype of the plan, whether the backend ran it natively and how.
   std::string resolved_policy;
+  // summary.json "segments": the components by range of steps when a resume changed one.
+  ComponentHistory segments;
   struct GemmInput {
     bool native = false;
     std::string how;
@@ -95,9 +99,11 @@ struct RunData {
   // -> "128"); nullopt when the folder has no readable config.toml.
   std::optional<std::map<std::string, std::string>> setup;
 
-  // "auto→bf16-mixed" when the policy resolved to another one, else the policy.
+  // "auto→bf16-mixed" when the policy resolved to another one, else the policy; a run whose
+  // policy a resume switched names each with the step it began at ("fp32→fp16-mixed@21").
   std::string policy_label() const;
-  std::string label() const { return name + " (" + policy_label() + "/" + scaler + ")"; }
+  std::string scaler_label() const;  // likewise: "none→dynamic@21"
+  std::string label() const { return name + " (" + policy_label() + "/" + scaler_label() + ")"; }
   // GEMM input dtypes the backend emulated; empty when all ran natively or nothing was recorded.
   std::vector<std::string> emulated_gemm_inputs() const;
 };

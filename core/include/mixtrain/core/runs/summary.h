@@ -15,7 +15,8 @@
 //   stopped) when early stopping is on; "divergence" when it diverged; "eval_loss" /
 //   "eval_accuracy" / "eval_step" only when an evaluation ran, and with them "eval_top<k>_accuracy"
 //   when [eval] top_k = k; "best_checkpoint" (metric, value, step, and the file's path when it
-//   is on disk) when checkpoint.keep_best is set and an evaluation gave a number.
+//   is on disk) when checkpoint.keep_best is set and an evaluation gave a number; "segments"
+//   (runs/component_history.h) when a resume changed a component of the run.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,7 @@
 #include <string_view>
 
 #include "mixtrain/core/graph/parameter_memory.h"
+#include "mixtrain/core/runs/component_history.h"
 
 namespace mixtrain::core {
 
@@ -84,6 +86,9 @@ struct TrainSummary {
   };
   std::map<std::string, GemmInput> gemm_inputs;
   std::filesystem::path resumed_from;  // empty: a fresh run
+  // The components by range of steps, across the resumes that led here ("segments" in
+  // summary.json when there is more than one: a resume switched the policy, say).
+  ComponentHistory segments;
   // The resumed checkpoint was already at run.steps: nothing was trained and nothing written.
   bool already_complete = false;
   std::filesystem::path run_dir;
