@@ -38,6 +38,15 @@ nlohmann::json normalization_json(const ChannelStats& stats) {
   return {{"mean", stats.mean}, {"std", stats.std}};
 }
 
+// A component's state with the run's counters when it began (run_position.h), when a resume
+// switched to it: its counters count from there.
+json with_origin(json state, const StateOrigin& since) {
+  if (since.step > 0) state["since_step"] = since.step;
+  if (since.applied > 0) state["since_applied"] = since.applied;
+  if (since.skipped > 0) state["since_skipped"] = since.skipped;
+  return state;
+}
+
 }  // namespace
 
 // trainer_state.h
@@ -85,15 +94,18 @@ sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
                                 {"train_data", s.train_fingerprint},
                                 {"eval_data", s.eval_fingerprint}}
                                .dump();
-  st.metadata["scaler"] = component_state_to_json(s.e.scaler_type, s.c.scaler->save_state()).dump();
-  {
-    json policy = component_state_to_json(s.e.policy_name, s.c.policy->save_state());
-    if (s.position.policy_since_applied > 0)
-      policy["since_applied"] = s.position.policy_since_applied;
-    st.metadata["policy"] = policy.dump();
-  }
+  st.metadata["scaler"] =
+      with_origin(component_state_to_json(s.e.scaler_type, s.c.scaler->save_state()),
+                  s.position.scaler_since)
+          .dump();
+  st.metadata["policy"] =
+      with_origin(component_state_to_json(s.e.policy_name, s.c.policy->save_state()),
+                  s.position.policy_since)
+          .dump();
   st.metadata["optimizer"] =
-      component_state_to_json(s.e.optimizer_type, s.c.optimizer->save_state()).dump();
+      with_origin(component_state_to_json(s.e.optimizer_type, s.c.optimizer->save_state()),
+                  s.position.optimizer_since)
+          .dump();
   st.metadata["config"] = resolved_toml(s.e);
   // The preprocessing the weights expect, for whoever runs them elsewhere (export carries it).
   if (!s.normalization.mean.empty())

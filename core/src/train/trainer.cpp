@@ -851,7 +851,8 @@ TrainSummary Trainer::run() {
       ", policy " + e.policy_name + ", scaler " + e.scaler_type + ", optimizer " +
       e.optimizer_type + ", backend " + s.c.backend->capabilities().device_name +
       (s.run_dir.empty() ? std::string(" (no run folder)") : ", folder " + s.run_dir.string()));
-  if (const auto warning = unscaled_narrow_gradients(e, *s.c.policy, *s.model))
+  if (const auto warning =
+          unscaled_narrow_gradients(e, *s.c.policy, *s.model, !s.position.resumed_from.empty()))
     s.log.warn(*warning);
   if (const auto warning = ema_kept_by_format_warning(s)) s.log.warn(*warning);
   if (e.distributed.enabled() && s.reducer->leads())
