@@ -130,31 +130,6 @@ sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
   return st;
 }
 
-// trainer_state.h
-std::optional<std::string> ema_kept_by_format_warning(Trainer::State& s) {
-  if (s.ema.empty() || s.run_dir.empty() || !s.writes) return std::nullopt;
-  const auto& format = *s.c.checkpoint_format;
-  const fs::path probe = s.run_dir / "checkpoints" / (".ema-probe" + format.file_extension());
-  sdk::TrainingState st;
-  sdk::HostTensor t{"ema/probe", sdk::DType::fp32, {1}, std::vector<std::byte>(sizeof(float))};
-  st.tensors.push_back(std::move(t));
-  st.metadata["mixtrain.state_version"] = kTrainingStateVersion;
-  bool kept = true;
-  try {
-    format.write(probe, st);
-    kept = format.read(probe).find("ema/probe") != nullptr;
-  } catch (const std::exception&) {  // a format that refuses such a state: no answer
-  }
-  std::error_code ec;
-  fs::remove(probe, ec);
-  if (kept) return std::nullopt;
-  return "checkpoint.format = \"" + s.e.checkpoint.format + "\" does not keep the EMA of the " +
-         "weights ([ema]): its checkpoints hold the masters, so eval, predict, sample and export " +
-         "of them give the masters' numbers, not the averages " +
-         (s.e.eval.weights == EvalWeights::ema ? "this run evaluates" : "it keeps") +
-         ". Use checkpoint.format = \"native\" to keep it (export writes either set from it)";
-}
-
 sdk::TrainingState Trainer::training_state(bool weights_only) const {
   return capture_state(*s_, weights_only);
 }
@@ -190,8 +165,8 @@ fs::path Trainer::save_checkpoint() {
       throw sdk::CheckpointError(
           "not writing " + path.string() + ": tensor '" + t.name + "' holds " + *bad +
               "; a checkpoint of weights that are not finite would replace the run's good ones",
-          last ? "the newest checkpoint this run has is " + last->string() +
-                     ": resume from it (--resume " + s.run_dir.string() +
+          last ? "the newest checkpoint this run has is " + last->string() + ": go on from it (" +
+                     continue_route(s, *last, s.run_dir) +
                      ") with a lower optimizer.lr, or check the optimizer plugin that made them"
                : "this run has no checkpoint yet: check optimizer.lr and the weights it started "
                  "from");
@@ -228,9 +203,10 @@ fs::path Trainer::save_checkpoint() {
                   : "; this run has no checkpoint yet"),
         // Not the run folder when the damaged file is there: --resume RUN would
         // take it for the newest.
-        last ? "continue it with --resume " + (existed && (named == nullptr || !named->builtin)
-                                                   ? last->string()
-                                                   : s.run_dir.string())
+        last ? "continue it with " + continue_route(s, *last,
+                                                    existed && (named == nullptr || !named->builtin)
+                                                        ? *last
+                                                        : s.run_dir)
              : std::string()};
   };
   try {

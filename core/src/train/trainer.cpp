@@ -420,8 +420,8 @@ void note_divergence(const Trainer::State& s, const StepOutcome& step, RunEnd& e
         "an optimizer update made them so (an optimizer.lr too large, or an optimizer "
         "plugin's fault) unless the run started from them. " +
         (last ? "The newest checkpoint, " + last->string() +
-                    ", holds finite weights: resume from it (--resume " + s.run_dir.string() +
-                    ") with a lower optimizer.lr"
+                    ", holds finite weights: go on from it (" +
+                    continue_route(s, *last, s.run_dir) + ") with a lower optimizer.lr"
               : std::string("This run has no checkpoint from before them"));
     return;
   }
@@ -597,8 +597,9 @@ void report_end(Trainer::State& s, const RunEnd& end, const fs::path& last_check
   if (end.interrupted)
     s.log.warn("interrupted after step " + std::to_string(s.position.step) + " of " +
                std::to_string(s.e.run.steps) +
-               (last_checkpoint.empty() ? std::string()
-                                        : "; continue with --resume " + last_checkpoint.string()));
+               (last_checkpoint.empty()
+                    ? std::string()
+                    : "; continue with " + continue_route(s, last_checkpoint, last_checkpoint)));
 }
 
 // A resume of a checkpoint at or past run.steps: says so and how to go on; trains and writes
@@ -854,7 +855,10 @@ TrainSummary Trainer::run() {
   if (const auto warning =
           unscaled_narrow_gradients(e, *s.c.policy, *s.model, !s.position.resumed_from.empty()))
     s.log.warn(*warning);
-  if (const auto warning = ema_kept_by_format_warning(s)) s.log.warn(*warning);
+  const FormatKeeps keeps = probe_checkpoint_format(s);
+  s.checkpoints_resume = keeps.training_state;
+  if (const auto warning = weights_only_format_warning(s, keeps)) s.log.warn(*warning);
+  if (const auto warning = ema_kept_by_format_warning(s, keeps)) s.log.warn(*warning);
   if (e.distributed.enabled() && s.reducer->leads())
     if (const auto grace = stop_grace_warning(detect_mpi_launch()); !grace.empty())
       s.log.warn(grace);
