@@ -2,7 +2,8 @@
 // loss scaler or optimizer, like another precision policy, is a deliberate switch when the command
 // line names it (--set): the new one starts from its initial state, with a warning naming both,
 // and the checkpoints of the switched run resume bit for bit. Named by an edited config or a
-// --merge it is refused at file:line:col with the --set that makes it deliberate.
+// --merge it is refused at file:line:col with the --set that makes it deliberate. A run cannot
+// change its checkpoint format on resume: the refusal says so, and its hints work as written.
 #include <map>
 
 #include "cli_test_support.h"
@@ -152,6 +153,59 @@ TEST_F(ResumeSwaps, AnOptimizerNamedBySetStartsAfreshAndTheSwitchedRunResumesBit
                              merge.string() + ":2:"))
       << r.err;
   EXPECT_TRUE(has(r.err, "--set optimizer.type=sgd")) << r.err;
+}
+
+// A native run resumed under checkpoint.format = "safetensors": refused as a format change (the
+// hint was "--checkpoint FILE", which train does not take), and the hint's --set resumes it.
+TEST_F(ResumeSwaps, ACheckpointFormatChangeOnResumeIsRefusedAndItsHintWorks) {
+  const auto run_dir = dir_ / "run";
+  auto r =
+      run("train " + quickstart() + kCommon + " --set run.steps=10 --run-dir " + run_dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string other = " --set run.steps=12 --set checkpoint.format=safetensors";
+  for (const std::string& given : {run_dir.string(), checkpoint(run_dir, 10)}) {
+    r = run("train " + quickstart() + kCommon + other + " --resume " + given);
+    EXPECT_EQ(r.exit_code, 2) << given << ": " << r.err;
+    EXPECT_TRUE(has(r.err, "a run cannot change its checkpoint format on resume")) << r.err;
+    EXPECT_TRUE(has(r.err, "--set checkpoint.format=native")) << r.err;
+    EXPECT_FALSE(has(r.err, "--checkpoint")) << r.err;
+  }
+  r = run("train " + quickstart() + kCommon + other + " --set checkpoint.format=native --resume " +
+          run_dir.string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  // The other route: a new run in the new format from the checkpoint's weights.
+  r = run("train " + quickstart() + kCommon + other + " --set checkpoint.init_from=" +
+          checkpoint(run_dir, 10) + " --run-dir " + (dir_ / "new").string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  // eval takes the file by --checkpoint, as its hint says.
+  r = run("eval " + quickstart() + " --set backend.threads=1 --set checkpoint.format=safetensors" +
+          " --checkpoint " + run_dir.string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "--checkpoint " + checkpoint(run_dir, 12))) << r.err;
+  r = run("eval " + quickstart() + " --set backend.threads=1 --set checkpoint.format=safetensors" +
+          " --checkpoint " + checkpoint(run_dir, 12));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+// A safetensors run's checkpoints hold weights only: resumed, the refusal says so and gives the
+// init_from that works (a format change would not help).
+TEST_F(ResumeSwaps, AWeightsOnlyCheckpointIsRefusedWithARouteThatWorks) {
+  const auto run_dir = dir_ / "run";
+  auto r =
+      run("train " + quickstart() + kCommon +
+          " --set run.steps=4 --set checkpoint.format=safetensors --run-dir " + run_dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto file = run_dir / "checkpoints" / "step-00000004.safetensors";
+  for (const std::string format : {"safetensors", "native"}) {
+    r = run("train " + quickstart() + kCommon + " --set run.steps=6 --set checkpoint.format=" +
+            format + " --resume " + file.string() + " --run-dir " + (dir_ / format).string());
+    EXPECT_EQ(r.exit_code, 2) << format << ": " << r.err;
+    EXPECT_TRUE(has(r.err, "kept the weights only")) << format << ": " << r.err;
+    EXPECT_TRUE(has(r.err, "--set checkpoint.init_from=" + file.string())) << r.err;
+  }
+  r = run("train " + quickstart() + kCommon + " --set run.steps=2 --set checkpoint.init_from=" +
+          file.string() + " --run-dir " + (dir_ / "new").string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
 }  // namespace

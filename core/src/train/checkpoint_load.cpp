@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 #include <stdexcept>
+#include <system_error>
 
 #include <nlohmann/json.hpp>
 
@@ -20,6 +21,7 @@
 #include "graph/ops/op_support.h"
 #include "mixtrain/core/checkpoint/gpt2_layout.h"
 #include "mixtrain/core/checkpoint/hf_folder.h"
+#include "mixtrain/core/checkpoint/path.h"
 #include "mixtrain/core/checkpoint/peft_adapter.h"
 #include "mixtrain/core/checkpoint/weights_read.h"
 #include "mixtrain/core/data/data_shape.h"
@@ -938,6 +940,46 @@ void restore_training_state(Trainer::State& s, const CheckpointFile& file) {
 }
 
 }  // namespace
+
+// trainer_state.h
+void refuse_another_format(const Trainer::State& s, const fs::path& resume) {
+  const std::string extension = s.c.checkpoint_format->file_extension();
+  // The file the resume means, when another format wrote it; its format.
+  fs::path file;
+  const NamedFormat* other = nullptr;
+  std::error_code ec;
+  if (fs::is_directory(resume, ec)) {
+    const fs::path folder =
+        fs::is_directory(resume / "checkpoints", ec) ? resume / "checkpoints" : resume;
+    if (!step_checkpoints(folder, extension).empty()) return;
+    std::int64_t newest = -1;
+    for (const auto& f : s.c.weight_formats) {
+      const std::string theirs = f.format->file_extension();
+      if (theirs == extension) continue;
+      const auto files = step_checkpoints(folder, theirs);
+      if (files.empty()) continue;
+      const std::int64_t step = checkpoint_step(files.back(), theirs).value_or(-1);
+      if (step > newest) newest = step, file = files.back(), other = &f;
+    }
+  } else if (resume.extension() != extension) {
+    for (const auto& f : s.c.weight_formats)
+      if (f.format->file_extension() == resume.extension().string()) file = resume, other = &f;
+  }
+  if (other == nullptr) return;
+  // A weights-only file is refused as such, whatever the format: its read says so.
+  check_training_state_version(
+      read_checkpoint_with(*other->format, file, /*weights_only=*/true, plugin_label(other))
+          .metadata,
+      file);
+  throw sdk::CheckpointError(
+      file.string() + " was written by checkpoint format '" + other->name +
+          "', and this run's checkpoint.format is \"" + s.e.checkpoint.format +
+          "\": a run cannot change its checkpoint format on resume",
+      "resume it in its own format: --set checkpoint.format=" + other->name +
+          " (mixtrain export writes a file of another format from any checkpoint); or start a "
+          "new run in this format from its weights: --set checkpoint.init_from=" +
+          file.string() + " without --resume");
+}
 
 // trainer_state.h
 bool take_recorded_shape(Trainer::State& s, const fs::path& checkpoint) {

@@ -753,7 +753,8 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   if (!options.weights.empty()) load_checkpoint(options.weights, true, options.weights_layout);
   if (options.resume) {
     const std::string extension = s.c.checkpoint_format->file_extension();
-    s.position.resumed_from = resolve_checkpoint_path(*options.resume, extension);
+    refuse_another_format(s, *options.resume);
+    s.position.resumed_from = resolve_checkpoint_path(*options.resume, extension, "--resume");
     try {
       load_checkpoint(s.position.resumed_from, /*weights_only=*/false);
     } catch (const sdk::CheckpointError& e) {

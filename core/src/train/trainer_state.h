@@ -179,6 +179,13 @@ const sdk::CheckpointFormat& weights_format_for(const Components& c,
 // `format`'s name and origin among c.weight_formats; null for one the host did not create from
 // the registry (a test's wrapper).
 const NamedFormat* named_format_of(const Components& c, const sdk::CheckpointFormat& format);
+// A resume of `resume` (a file, a run folder or its checkpoints/ folder) whose checkpoint another
+// registered format wrote (the file's extension is that format's; a folder holds no step
+// checkpoint of checkpoint.format's but one of another's): a run cannot change its checkpoint
+// format on resume, so it is sdk::CheckpointError naming both formats, with the --set of the
+// file's format that resumes it, and checkpoint.init_from for a new run in this one. A file of a
+// format that keeps the weights only is refused as such (its read says so). Nothing otherwise.
+void refuse_another_format(const Trainer::State& s, const std::filesystem::path& resume);
 
 // ema = decay * ema + (1 - decay) * master, on the device, for every trainable parameter.
 void update_ema(Trainer::State& s);
