@@ -1,7 +1,8 @@
 // Trainer::State: what one training run holds, shared by the files that implement the Trainer
 // (train/trainer.cpp: construction and the loop; step.cpp: one step; checkpoint_save.cpp and
-// checkpoint_load.cpp: save and resume; best_checkpoint.cpp: checkpoint.keep_best;
-// evaluation.cpp: evaluation). Internal to the core. The run's position, its precision state, its
+// checkpoint_load.cpp: save and resume; format_keeps.cpp: what checkpoint.format keeps, and so how
+// a run goes on from its checkpoints; best_checkpoint.cpp: checkpoint.keep_best; evaluation.cpp:
+// evaluation). Internal to the core. The run's position, its precision state, its
 // data position and its metrics are objects of their own (train/run_position.h,
 // precision_state.h, data_position.h, run_metrics.h).
 #pragma once
