@@ -419,7 +419,8 @@ int run_check(const ConfigArgs& cfg, bool rehearse) {
               << ", so a rank peaks lower\n";
   std::vector<std::string> warnings = core::tensor_core_warnings(trainer.model());
   // The session adapted the policy to the model ("auto" resolved), as training would.
-  if (auto w = core::unscaled_narrow_gradients(experiment, *session.policy, trainer.model()))
+  if (auto w = core::unscaled_narrow_gradients(experiment, *session.policy, trainer.model(),
+                                               /*resuming=*/false))
     warnings.push_back(std::move(*w));
   // The rehearsal ran the first batch: a forward that overflows there is a step the run skips
   // (and a run of them, a divergence), whatever the loss scale.

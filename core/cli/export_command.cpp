@@ -123,7 +123,7 @@ std::pair<fs::path, std::shared_ptr<sdk::CheckpointFormat>> newest_in_folder(con
                                                                              const RunRecord& run) {
   for (const auto& [name, f] : formats) {
     try {
-      return {core::resolve_checkpoint_path(folder, f->file_extension()), f};
+      return {core::resolve_checkpoint_path(folder, f->file_extension(), ""), f};
     } catch (const sdk::CheckpointError&) {
       // none of this format's files here; try the next format
     }
@@ -410,7 +410,7 @@ int export_checkpoint(const ExportArgs& args) {
   if (fs::is_directory(source, ec)) {
     std::tie(source, reader) = newest_in_folder(source, readers, run);
   } else {
-    source = core::resolve_checkpoint_path(source, source.extension().string());  // must exist
+    source = core::resolve_checkpoint_path(source, source.extension().string(), "");  // must exist
     if (!args.from.empty()) reader = readers.front().second;
     for (const auto& [name, f] : readers)
       if (!reader && f->file_extension() == source.extension().string()) reader = f;

@@ -43,8 +43,8 @@ ModelSession open_model_session(const ConfigArgs& cfg, SessionWeights weights, b
   opt.trains = rehearses;
   opt.splits = splits;
   if (!checkpoint.path.empty())
-    s.checkpoint =
-        core::resolve_checkpoint_path(checkpoint.path, s.checkpoint_format->file_extension());
+    s.checkpoint = core::resolve_checkpoint_path(
+        checkpoint.path, s.checkpoint_format->file_extension(), "--checkpoint");
   if (splits != core::DataSplits::both && !checkpoint.path.empty() && checkpoint.records_shape &&
       !core::is_token_source(s.experiment.data.source))
     opt.shape_from = s.checkpoint;

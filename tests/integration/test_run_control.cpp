@@ -185,6 +185,33 @@ TEST_F(RunControl, CtrlCStopsCleanlyWritesACheckpointAndResumeContinues) {
   EXPECT_EQ(steps.back(), stopped_at + 3);
 }
 
+// A run whose checkpoint format keeps the weights only (safetensors) is told so once, when it
+// starts, and its Ctrl-C offers what works for such a checkpoint: a new run from its weights (it
+// offered a --resume, which refuses a weights-only file).
+TEST_F(RunControl, CtrlCOfAWeightsOnlyRunOffersANewRunFromItsWeights) {
+  auto d = dir_ / "run";
+  const auto p = start_endless_run(quickstart() + " --set checkpoint.format=safetensors", dir_, d);
+  ASSERT_FALSE(HasFailure());
+  p->signal(SIGINT);
+  expect_clean_stop(*p, SIGINT, dir_ / "err.txt");
+  ASSERT_FALSE(HasFailure());
+  const std::string said = slurp(dir_ / "out.txt") + slurp(dir_ / "err.txt");
+  EXPECT_EQ(lines_with(said, "keeps the weights only").size(), 1u) << said;
+  const auto interrupted = lines_with(said, "interrupted after step");
+  ASSERT_EQ(interrupted.size(), 1u) << said;
+  EXPECT_FALSE(has(interrupted[0], "--resume")) << interrupted[0];
+  // The command it gives, run as written (with fewer steps than the run's ten million, and a
+  // folder of the test's), starts from the checkpoint's weights.
+  const std::string marker = "mixtrain train ";
+  const auto at = interrupted[0].find(marker);
+  ASSERT_NE(at, std::string::npos) << interrupted[0];
+  const auto r =
+      run(interrupted[0].substr(at + std::string("mixtrain ").size()) +
+          " --set run.steps=2 --set run.eval_every=0 --run-dir " + (dir_ / "new").string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.err, "initial weights loaded from " + (d / "checkpoints").string())) << r.err;
+}
+
 // A scheduler's SIGTERM stops the run as Ctrl-C does; the exit status names the signal (143), as
 // a shell reports a process SIGTERM ended, and summary.json says it was a clean stop.
 TEST_F(RunControl, SigtermStopsCleanlyAndExitsWith143) {

@@ -73,12 +73,18 @@ std::string why_no_checkpoint(const fs::path& run) {
          "or failed";
 }
 
+// `file` as the command takes it: after its option ("--checkpoint FILE"), or as it is.
+std::string pass_file(const std::string& pass, const fs::path& file) {
+  return (pass.empty() ? "" : pass + " ") + file.string();
+}
+
 // A checkpoint the folder does hold, of another kind than `extension`'s step-N files: the newest
 // step checkpoint of another format (the run's checkpoint.format differs from this config's), or
 // a best.* (checkpoint.keep_best without step checkpoints). The error to give for it (message,
 // hint), or nullopt.
 std::optional<std::pair<std::string, std::string>> other_checkpoints(const fs::path& folder,
-                                                                     const std::string& extension) {
+                                                                     const std::string& extension,
+                                                                     const std::string& pass) {
   std::error_code ec;
   std::optional<fs::path> newest, best;
   std::int64_t newest_step = -1;
@@ -96,20 +102,24 @@ std::optional<std::pair<std::string, std::string>> other_checkpoints(const fs::p
     return std::pair{"no checkpoint (step-*" + extension + ") in " + folder.string() + ", but " +
                          newest->filename().string() +
                          ": the run wrote another checkpoint format than this config's",
-                     "use the run's config.toml (it names the run's checkpoint.format), or "
-                     "pass the file itself: --checkpoint " +
-                         newest->string()};
+                     pass == "--resume"
+                         ? "a run cannot change its checkpoint format on resume: resume with the "
+                           "run's config.toml (it names the run's checkpoint.format)"
+                         : "use the run's config.toml (it names the run's checkpoint.format), or "
+                           "pass the file itself: " +
+                               pass_file(pass, *newest)};
   }
   if (best)
     return std::pair{"no step checkpoint (step-*" + extension + ") in " + folder.string() +
                          ", only its best one (checkpoint.keep_best)",
-                     "pass it: --checkpoint " + best->string()};
+                     "pass it: " + pass_file(pass, *best)};
   return std::nullopt;
 }
 
 }  // namespace
 
-fs::path resolve_checkpoint_path(const fs::path& path, const std::string& extension) {
+fs::path resolve_checkpoint_path(const fs::path& path, const std::string& extension,
+                                 const std::string& pass) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
     const fs::path folder =
@@ -120,14 +130,19 @@ fs::path resolve_checkpoint_path(const fs::path& path, const std::string& extens
         fs::is_regular_file(path / kHfWeightsFile, ec))
       throw sdk::CheckpointError(
           path.string() + " is a Hugging Face model folder, not a mixtrain run",
-          "pass its weights with their layout: --checkpoint " + (path / kHfWeightsFile).string() +
-              " --layout gpt2");
+          pass == "--resume"
+              ? "a resume continues a mixtrain run; start a new run from these weights: --set "
+                "checkpoint.init_from=" +
+                    (path / kHfWeightsFile).string() +
+                    " --set checkpoint.init_layout=gpt2, without --resume"
+              : "pass its weights with their layout: " + pass_file(pass, path / kHfWeightsFile) +
+                    " --layout gpt2");
     if (all.empty() && fs::is_regular_file(path / kPeftConfigFile, ec))
       throw sdk::CheckpointError(path.string() + " is a PEFT adapter folder (" +
                                      std::string(kPeftConfigFile) + "), not a mixtrain run",
                                  peft_adapter_route(path.string()));
     if (all.empty()) {
-      if (const auto other = other_checkpoints(folder, extension))
+      if (const auto other = other_checkpoints(folder, extension, pass))
         throw sdk::CheckpointError(other->first, other->second);
       const std::string why = why_no_checkpoint(run_folder_of(folder));
       throw sdk::CheckpointError(

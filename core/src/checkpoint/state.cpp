@@ -158,8 +158,12 @@ void check_training_state_version(const std::map<std::string, std::string>& meta
          "this file holds weights only; use it as checkpoint.init_from");
   if (metadata.count("mixtrain.weights_only"))
     fail(file, "its format kept the weights only (metadata 'mixtrain.weights_only')",
-         "resume from a native checkpoint (checkpoint.format = \"native\"), or start a new run "
-         "from these weights with checkpoint.init_from");
+         "it cannot be resumed: start a new run from these weights, --set "
+         "checkpoint.init_from=" +
+             file.string() +
+             " without --resume (the step count, the optimizer state and the data order start "
+             "afresh); a run resumes from checkpoints of a format that keeps the training state "
+             "(checkpoint.format = \"native\")");
   if (it->second != kTrainingStateVersion)
     fail(file,
          "mixtrain.state_version is '" + it->second + "', this build reads only '" +

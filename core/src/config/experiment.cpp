@@ -324,6 +324,7 @@ void read_scaler(const PluginSections& plugins, Experiment& e) {
   spec.training_only = true;
   auto host = plugins.read(std::move(spec), e.scaler_type, e.scaler_options);
   push_component(e.core_sections, "scaler", "type", e.scaler_type, host, e.scaler_options);
+  e.scaler_where = plugins.config.location("scaler.type");
 }
 
 // [optimizer]: the plugin's keys and the host's schedule keys.
@@ -339,6 +340,7 @@ void read_optimizer(const PluginSections& plugins, Experiment& e) {
                              /*training_only=*/true},
                             e.optimizer_type, e.optimizer_options);
   read_schedule(plugins.config, sched, e);
+  e.optimizer_where = plugins.config.location("optimizer.type");
   push_component(e.core_sections, "optimizer", "type", e.optimizer_type, sched,
                  e.optimizer_options);
   // milestones is a list: the resolved config writes it as one, never as its text in quotes.

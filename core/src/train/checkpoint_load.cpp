@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 #include <stdexcept>
+#include <system_error>
 
 #include <nlohmann/json.hpp>
 
@@ -20,6 +21,7 @@
 #include "graph/ops/op_support.h"
 #include "mixtrain/core/checkpoint/gpt2_layout.h"
 #include "mixtrain/core/checkpoint/hf_folder.h"
+#include "mixtrain/core/checkpoint/path.h"
 #include "mixtrain/core/checkpoint/peft_adapter.h"
 #include "mixtrain/core/checkpoint/weights_read.h"
 #include "mixtrain/core/data/data_shape.h"
@@ -737,10 +739,6 @@ void warn_of_changed_update(Trainer::State& s, const CheckpointFile& file) {
              "with to keep the old");
 }
 
-// The policy's state, or — when this run names another policy by a --set, a deliberate switch —
-// none: the new policy starts from its initial state (FP8 scales and histories are the old
-// policy's), and a warning says so. Another policy named any other way (an edited config, a
-// --merge) is a CheckpointError naming both and the --set that would switch.
 // The policy a choosing policy (auto) chose when the checkpoint was written; empty for one that
 // is itself, or a checkpoint written before the choice was recorded.
 std::string chosen_then(const json& saved) {
@@ -764,57 +762,149 @@ void check_same_choice(const Trainer::State& s, const CheckpointFile& file, cons
                                  "; or switch deliberately: --set precision.policy=" + now);
 }
 
-void restore_policy(Trainer::State& s, const CheckpointFile& file,
-                    const TrainingProgress& progress) {
-  const json saved = metadata_entry(file, "policy");
+// A component a resume may swap (README, --resume): the precision policy, the loss scaler, the
+// optimizer.
+struct SwappableComponent {
+  const char* what;                  // its metadata entry: "scaler"
+  const char* noun;                  // for messages: "loss scaler"
+  const char* trained;               // "was trained <trained> '<type>'": "with loss scaler"
+  const char* key;                   // its config key: "scaler.type"
+  const std::string& now;            // this run's
+  const sdk::SourceLocation& where;  // where this run's was given
+  const char* not_carried;           // what of the old one's state is lost by a switch
+};
+
+// The run's counters when the checkpoint's component state began (run_position.h), each within
+// the checkpoint's own.
+StateOrigin read_origin(const json& saved, const char* what, const TrainingProgress& progress,
+                        const fs::path& file) {
+  StateOrigin since;
+  const auto field = [&](const char* name, std::int64_t most, std::int64_t& out) {
+    if (saved.contains(name))
+      out = read_checkpoint_int(saved[name], std::string(what) + "." + name, 0, most, file);
+  };
+  field("since_step", progress.step, since.step);
+  field("since_applied", progress.applied, since.applied);
+  field("since_skipped", progress.skipped, since.skipped);
+  return since;
+}
+
+// Whether the checkpoint's state of `c` is this run's to restore. The same component's is (true),
+// its counters checked from where its state began (`since`, read from the checkpoint). Another
+// one named by a --set of c.key is a deliberate switch (false): the new component starts from its
+// initial state, its counters from this step (`since`), and a warning says so. Another named any
+// other way (an edited config, a --merge) is a CheckpointError naming both, where this run's was
+// given, and the --set of either that resumes.
+bool keeps_state(Trainer::State& s, const CheckpointFile& file, const SwappableComponent& c,
+                 const TrainingProgress& progress, StateOrigin& since) {
+  const json saved = metadata_entry(file, c.what);
   const std::string before =
       saved.is_object() && saved.contains("component") && saved["component"].is_string()
           ? saved["component"].get<std::string>()
           : std::string();
-  if (before.empty() || before == s.e.policy_name) {
-    if (const auto changed = changed_policy_options(file.st.metadata, s.e); !changed.empty()) {
-      std::string list;
-      for (const auto& c : changed) list += (list.empty() ? "" : ", ") + c;
-      s.log.warn(file.path.string() + " was trained with other [precision." + s.e.policy_name +
-                 "] options: " + list +
-                 " (an edited config, or a default that changed); the steps from here use the new "
-                 "ones. Resume with the run's config.toml to keep the old");
-    }
-    // A policy switched to by an earlier resume heard only of the steps since the switch.
-    std::int64_t since = 0;
-    if (saved.is_object() && saved.contains("since_applied"))
-      since = read_checkpoint_int(saved["since_applied"], "policy.since_applied", 0,
-                                  progress.applied, file.path);
-    TrainingProgress heard = progress;
-    heard.applied -= since;
-    s.position.policy_since_applied = since;
-    check_same_choice(s, file, saved);
-    return restore_component(file, "policy", s.e.policy_name, heard, *s.c.policy);
+  if (before.empty() || before == c.now) {
+    since = saved.is_object() ? read_origin(saved, c.what, progress, file.path) : StateOrigin{};
+    return true;
   }
-  // The policy `auto` chose, named: the same plan, so the run continues (a choosing policy keeps
-  // no state of its own to carry).
-  if (chosen_then(saved) == s.e.policy_name &&
-      (!saved.contains("values") || saved["values"].empty())) {
-    s.log.info(file.path.string() + " was trained under '" + before + "', which chose '" +
-               s.e.policy_name + "': the run continues under it");
-    if (saved.contains("since_applied"))
-      s.position.policy_since_applied = read_checkpoint_int(
-          saved["since_applied"], "policy.since_applied", 0, progress.applied, file.path);
-    return;
-  }
-  if (s.e.policy_where.file.rfind("--set ", 0) == 0) {
-    s.log.warn(file.path.string() + " was trained under precision policy '" + before + "'; " +
-               s.e.policy_where.file + " switches to '" + s.e.policy_name +
-               "', which starts from its initial state (the old policy's state is not carried)");
-    s.position.policy_since_applied = progress.applied;
-    return;
+  if (c.where.file.rfind("--set ", 0) == 0) {
+    s.log.warn(file.path.string() + " was trained " + c.trained + " '" + before + "'; " +
+               c.where.file + " switches to '" + c.now +
+               "', which starts from its initial state (" + c.not_carried + ")");
+    since = {progress.step, progress.applied, progress.skipped};
+    return false;
   }
   throw sdk::CheckpointError(
-      file.path.string() + ": the policy state was written by '" + before +
-          "' but this run uses '" + s.e.policy_name + "' (" + s.e.policy_where.to_string() + ")",
-      "resume with the run's policy (its config.toml), or switch deliberately on the command "
-      "line: --set precision.policy=" +
-          s.e.policy_name);
+      file.path.string() + ": the " + c.what + " state was written by '" + before +
+          "' but this run uses '" + c.now + "' (" + c.where.to_string() + ")",
+      "resume with the checkpoint's " + std::string(c.noun) + " (--set " + c.key + "=" + before +
+          "), or switch deliberately on the command line: --set " + c.key + "=" + c.now);
+}
+
+// The counters a component that began at `since` has heard of.
+TrainingProgress heard_since(TrainingProgress progress, const StateOrigin& since) {
+  progress.step -= since.step;
+  progress.applied -= since.applied;
+  progress.skipped -= since.skipped;
+  return progress;
+}
+
+// The policy's state (a deliberate switch drops it: keeps_state); FP8 scales and histories are
+// the old policy's. The same policy with other options is said.
+void restore_policy(Trainer::State& s, const CheckpointFile& file,
+                    const TrainingProgress& progress) {
+  const SwappableComponent policy{"policy",
+                                  "precision policy",
+                                  "under precision policy",
+                                  "precision.policy",
+                                  s.e.policy_name,
+                                  s.e.policy_where,
+                                  "the old policy's state is not carried"};
+  const json saved = metadata_entry(file, "policy");
+  // The policy `auto` chose, named: the same plan, so the run continues (a choosing policy keeps
+  // no state of its own to carry).
+  if (saved.is_object() && !chosen_then(saved).empty() && chosen_then(saved) == s.e.policy_name &&
+      (!saved.contains("values") || saved["values"].empty())) {
+    const std::string chooser = saved.contains("component") && saved["component"].is_string()
+                                    ? saved["component"].get<std::string>()
+                                    : std::string("its policy");
+    s.log.info(file.path.string() + " was trained under '" + chooser + "', which chose '" +
+               s.e.policy_name + "': the run continues under it");
+    s.position.policy_since = read_origin(saved, "policy", progress, file.path);
+    return;
+  }
+  if (!keeps_state(s, file, policy, progress, s.position.policy_since)) return;
+  check_same_choice(s, file, saved);
+  if (const auto changed = changed_policy_options(file.st.metadata, s.e); !changed.empty()) {
+    std::string list;
+    for (const auto& c : changed) list += (list.empty() ? "" : ", ") + c;
+    s.log.warn(file.path.string() + " was trained with other [precision." + s.e.policy_name +
+               "] options: " + list +
+               " (an edited config, or a default that changed); the steps from here use the new "
+               "ones. Resume with the run's config.toml to keep the old");
+  }
+  restore_component(file, "policy", s.e.policy_name, heard_since(progress, s.position.policy_since),
+                    *s.c.policy);
+}
+
+// The loss scaler's state; a deliberate switch (keeps_state) starts the new one at its initial
+// scale.
+void restore_scaler(Trainer::State& s, const CheckpointFile& file,
+                    const TrainingProgress& progress) {
+  const SwappableComponent scaler{
+      "scaler",
+      "loss scaler",
+      "with loss scaler",
+      "scaler.type",
+      s.e.scaler_type,
+      s.e.scaler_where,
+      "its scale and counters start afresh; the old scaler's are not carried"};
+  if (!keeps_state(s, file, scaler, progress, s.position.scaler_since)) return;
+  restore_component(file, "scaler", s.e.scaler_type, heard_since(progress, s.position.scaler_since),
+                    *s.c.scaler);
+}
+
+// The optimizer's slots and state; a deliberate switch (keeps_state) starts the new one with
+// fresh slots (no moments, no momentum), while the learning-rate schedule, the host's, goes on.
+void restore_optimizer(Trainer::State& s, const CheckpointFile& file,
+                       const TrainingProgress& progress) {
+  const SwappableComponent optimizer{
+      "optimizer",
+      "optimizer",
+      "with optimizer",
+      "optimizer.type",
+      s.e.optimizer_type,
+      s.e.optimizer_where,
+      "fresh slots: the old optimizer's moments or momentum are not carried; the learning-rate "
+      "schedule goes on from this step"};
+  if (!keeps_state(s, file, optimizer, progress, s.position.optimizer_since)) return;
+  s.reducer->load_optimizer_state(
+      *s.c.optimizer, [&](const std::string& name) { return file.st.find("optimizer/" + name); },
+      [&](const sdk::HostTensor& whole, sdk::TensorView slot) {
+        from_host(*s.c.backend, whole, slot, file.path, file.format_blame);
+      },
+      file.path.string());
+  restore_component(file, "optimizer", s.e.optimizer_type,
+                    heard_since(progress, s.position.optimizer_since), *s.c.optimizer);
 }
 
 // A Trainer that writes nothing (eval, predict, sample) runs a checkpoint as its run evaluated
@@ -873,15 +963,9 @@ void restore_training_state(Trainer::State& s, const CheckpointFile& file) {
   auto sampler = metadata_entry(file, "sampler");
   check_same_data(s, sampler, path);
   warn_of_other_data(s, file, sampler);
-  s.reducer->load_optimizer_state(
-      *s.c.optimizer, [&](const std::string& name) { return file.st.find("optimizer/" + name); },
-      [&](const sdk::HostTensor& whole, sdk::TensorView slot) {
-        from_host(*s.c.backend, whole, slot, path, file.format_blame);
-      },
-      path.string());
+  restore_optimizer(s, file, progress);
   restore_ema(s, file);
-  restore_component(file, "optimizer", s.e.optimizer_type, progress, *s.c.optimizer);
-  restore_component(file, "scaler", s.e.scaler_type, progress, *s.c.scaler);
+  restore_scaler(s, file, progress);
   restore_policy(s, file, progress);
   // Each step draws run.accumulate batches.
   s.data.sampler->set_cursor(read_sampler_cursor(sampler, progress.step * s.e.run.accumulate,
@@ -896,6 +980,46 @@ void restore_training_state(Trainer::State& s, const CheckpointFile& file) {
 }
 
 }  // namespace
+
+// trainer_state.h
+void refuse_another_format(const Trainer::State& s, const fs::path& resume) {
+  const std::string extension = s.c.checkpoint_format->file_extension();
+  // The file the resume means, when another format wrote it; its format.
+  fs::path file;
+  const NamedFormat* other = nullptr;
+  std::error_code ec;
+  if (fs::is_directory(resume, ec)) {
+    const fs::path folder =
+        fs::is_directory(resume / "checkpoints", ec) ? resume / "checkpoints" : resume;
+    if (!step_checkpoints(folder, extension).empty()) return;
+    std::int64_t newest = -1;
+    for (const auto& f : s.c.weight_formats) {
+      const std::string theirs = f.format->file_extension();
+      if (theirs == extension) continue;
+      const auto files = step_checkpoints(folder, theirs);
+      if (files.empty()) continue;
+      const std::int64_t step = checkpoint_step(files.back(), theirs).value_or(-1);
+      if (step > newest) newest = step, file = files.back(), other = &f;
+    }
+  } else if (resume.extension() != extension) {
+    for (const auto& f : s.c.weight_formats)
+      if (f.format->file_extension() == resume.extension().string()) file = resume, other = &f;
+  }
+  if (other == nullptr) return;
+  // A weights-only file is refused as such, whatever the format: its read says so.
+  check_training_state_version(
+      read_checkpoint_with(*other->format, file, /*weights_only=*/true, plugin_label(other))
+          .metadata,
+      file);
+  throw sdk::CheckpointError(
+      file.string() + " was written by checkpoint format '" + other->name +
+          "', and this run's checkpoint.format is \"" + s.e.checkpoint.format +
+          "\": a run cannot change its checkpoint format on resume",
+      "resume it in its own format: --set checkpoint.format=" + other->name +
+          " (mixtrain export writes a file of another format from any checkpoint); or start a "
+          "new run in this format from its weights: --set checkpoint.init_from=" +
+          file.string() + " without --resume");
+}
 
 // trainer_state.h
 bool take_recorded_shape(Trainer::State& s, const fs::path& checkpoint) {

@@ -39,6 +39,15 @@ nlohmann::json normalization_json(const ChannelStats& stats) {
   return {{"mean", stats.mean}, {"std", stats.std}};
 }
 
+// A component's state with the run's counters when it began (run_position.h), when a resume
+// switched to it: its counters count from there.
+json with_origin(json state, const StateOrigin& since) {
+  if (since.step > 0) state["since_step"] = since.step;
+  if (since.applied > 0) state["since_applied"] = since.applied;
+  if (since.skipped > 0) state["since_skipped"] = since.skipped;
+  return state;
+}
+
 }  // namespace
 
 // trainer_state.h
@@ -94,11 +103,13 @@ sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
                                 {"train_data", s.train_fingerprint},
                                 {"eval_data", s.eval_fingerprint}}
                                .dump();
-  st.metadata["scaler"] = component_state_to_json(s.e.scaler_type, s.c.scaler->save_state()).dump();
+  st.metadata["scaler"] =
+      with_origin(component_state_to_json(s.e.scaler_type, s.c.scaler->save_state()),
+                  s.position.scaler_since)
+          .dump();
   {
-    json policy = component_state_to_json(s.e.policy_name, s.c.policy->save_state());
-    if (s.position.policy_since_applied > 0)
-      policy["since_applied"] = s.position.policy_since_applied;
+    json policy = with_origin(component_state_to_json(s.e.policy_name, s.c.policy->save_state()),
+                              s.position.policy_since);
     // What a choosing policy (auto) chose for this backend: a resume elsewhere may choose
     // otherwise (restore_policy, checkpoint_load.cpp).
     if (const std::string resolved = s.c.policy->resolved_name(); !resolved.empty())
@@ -106,7 +117,9 @@ sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
     st.metadata["policy"] = policy.dump();
   }
   st.metadata["optimizer"] =
-      component_state_to_json(s.e.optimizer_type, s.c.optimizer->save_state()).dump();
+      with_origin(component_state_to_json(s.e.optimizer_type, s.c.optimizer->save_state()),
+                  s.position.optimizer_since)
+          .dump();
   st.metadata["config"] = resolved_toml(s.e);
   st.metadata["history"] = component_history_to_json(current_history(s)).dump();
   // The preprocessing the weights expect, for whoever runs them elsewhere (export carries it).
@@ -130,31 +143,6 @@ sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
       !s.precision.escalation.events().empty())
     st.metadata["escalation"] = s.precision.escalation.to_json().dump();
   return st;
-}
-
-// trainer_state.h
-std::optional<std::string> ema_kept_by_format_warning(Trainer::State& s) {
-  if (s.ema.empty() || s.run_dir.empty() || !s.writes) return std::nullopt;
-  const auto& format = *s.c.checkpoint_format;
-  const fs::path probe = s.run_dir / "checkpoints" / (".ema-probe" + format.file_extension());
-  sdk::TrainingState st;
-  sdk::HostTensor t{"ema/probe", sdk::DType::fp32, {1}, std::vector<std::byte>(sizeof(float))};
-  st.tensors.push_back(std::move(t));
-  st.metadata["mixtrain.state_version"] = kTrainingStateVersion;
-  bool kept = true;
-  try {
-    format.write(probe, st);
-    kept = format.read(probe).find("ema/probe") != nullptr;
-  } catch (const std::exception&) {  // a format that refuses such a state: no answer
-  }
-  std::error_code ec;
-  fs::remove(probe, ec);
-  if (kept) return std::nullopt;
-  return "checkpoint.format = \"" + s.e.checkpoint.format + "\" does not keep the EMA of the " +
-         "weights ([ema]): its checkpoints hold the masters, so eval, predict, sample and export " +
-         "of them give the masters' numbers, not the averages " +
-         (s.e.eval.weights == EvalWeights::ema ? "this run evaluates" : "it keeps") +
-         ". Use checkpoint.format = \"native\" to keep it (export writes either set from it)";
 }
 
 sdk::TrainingState Trainer::training_state(bool weights_only) const {
@@ -192,8 +180,8 @@ fs::path Trainer::save_checkpoint() {
       throw sdk::CheckpointError(
           "not writing " + path.string() + ": tensor '" + t.name + "' holds " + *bad +
               "; a checkpoint of weights that are not finite would replace the run's good ones",
-          last ? "the newest checkpoint this run has is " + last->string() +
-                     ": resume from it (--resume " + s.run_dir.string() +
+          last ? "the newest checkpoint this run has is " + last->string() + ": go on from it (" +
+                     continue_route(s, *last, s.run_dir) +
                      ") with a lower optimizer.lr, or check the optimizer plugin that made them"
                : "this run has no checkpoint yet: check optimizer.lr and the weights it started "
                  "from");
@@ -230,9 +218,10 @@ fs::path Trainer::save_checkpoint() {
                   : "; this run has no checkpoint yet"),
         // Not the run folder when the damaged file is there: --resume RUN would
         // take it for the newest.
-        last ? "continue it with --resume " + (existed && (named == nullptr || !named->builtin)
-                                                   ? last->string()
-                                                   : s.run_dir.string())
+        last ? "continue it with " + continue_route(s, *last,
+                                                    existed && (named == nullptr || !named->builtin)
+                                                        ? *last
+                                                        : s.run_dir)
              : std::string()};
   };
   try {

@@ -208,7 +208,8 @@ std::vector<std::string> changed_update_options(const std::map<std::string, std:
   std::vector<std::string> changed;
   try {
     const auto never = [](const std::string&) { return false; };
-    // Another optimizer or scaler is refused when its state is restored: only the same one's.
+    // Another optimizer or scaler starts afresh or is refused (checkpoint_load.cpp): only the
+    // same one's options compare.
     if (section_selector(config, "optimizer", "type", "", {"milestones"}) == e.optimizer_type)
       collect_changed(
           config.table_options("optimizer." + e.optimizer_type), e.optimizer_options.effective(),

@@ -420,8 +420,8 @@ void note_divergence(const Trainer::State& s, const StepOutcome& step, RunEnd& e
         "an optimizer update made them so (an optimizer.lr too large, or an optimizer "
         "plugin's fault) unless the run started from them. " +
         (last ? "The newest checkpoint, " + last->string() +
-                    ", holds finite weights: resume from it (--resume " + s.run_dir.string() +
-                    ") with a lower optimizer.lr"
+                    ", holds finite weights: go on from it (" +
+                    continue_route(s, *last, s.run_dir) + ") with a lower optimizer.lr"
               : std::string("This run has no checkpoint from before them"));
     return;
   }
@@ -598,8 +598,9 @@ void report_end(Trainer::State& s, const RunEnd& end, const fs::path& last_check
   if (end.interrupted)
     s.log.warn("interrupted after step " + std::to_string(s.position.step) + " of " +
                std::to_string(s.e.run.steps) +
-               (last_checkpoint.empty() ? std::string()
-                                        : "; continue with --resume " + last_checkpoint.string()));
+               (last_checkpoint.empty()
+                    ? std::string()
+                    : "; continue with " + continue_route(s, last_checkpoint, last_checkpoint)));
 }
 
 // A resume of a checkpoint at or past run.steps: says so and how to go on; trains and writes
@@ -753,7 +754,8 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   if (!options.weights.empty()) load_checkpoint(options.weights, true, options.weights_layout);
   if (options.resume) {
     const std::string extension = s.c.checkpoint_format->file_extension();
-    s.position.resumed_from = resolve_checkpoint_path(*options.resume, extension);
+    refuse_another_format(s, *options.resume);
+    s.position.resumed_from = resolve_checkpoint_path(*options.resume, extension, "--resume");
     try {
       load_checkpoint(s.position.resumed_from, /*weights_only=*/false);
     } catch (const sdk::CheckpointError& e) {
@@ -852,9 +854,13 @@ TrainSummary Trainer::run() {
       ", policy " + e.policy_name + ", scaler " + e.scaler_type + ", optimizer " +
       e.optimizer_type + ", backend " + s.c.backend->capabilities().device_name +
       (s.run_dir.empty() ? std::string(" (no run folder)") : ", folder " + s.run_dir.string()));
-  if (const auto warning = unscaled_narrow_gradients(e, *s.c.policy, *s.model))
+  if (const auto warning =
+          unscaled_narrow_gradients(e, *s.c.policy, *s.model, !s.position.resumed_from.empty()))
     s.log.warn(*warning);
-  if (const auto warning = ema_kept_by_format_warning(s)) s.log.warn(*warning);
+  const FormatKeeps keeps = probe_checkpoint_format(s);
+  s.checkpoints_resume = keeps.training_state;
+  if (const auto warning = weights_only_format_warning(s, keeps)) s.log.warn(*warning);
+  if (const auto warning = ema_kept_by_format_warning(s, keeps)) s.log.warn(*warning);
   if (e.distributed.enabled() && s.reducer->leads())
     if (const auto grace = stop_grace_warning(detect_mpi_launch()); !grace.empty())
       s.log.warn(grace);

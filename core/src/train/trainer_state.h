@@ -1,7 +1,8 @@
 // Trainer::State: what one training run holds, shared by the files that implement the Trainer
 // (train/trainer.cpp: construction and the loop; step.cpp: one step; checkpoint_save.cpp and
-// checkpoint_load.cpp: save and resume; best_checkpoint.cpp: checkpoint.keep_best;
-// evaluation.cpp: evaluation). Internal to the core. The run's position, its precision state, its
+// checkpoint_load.cpp: save and resume; format_keeps.cpp: what checkpoint.format keeps, and so how
+// a run goes on from its checkpoints; best_checkpoint.cpp: checkpoint.keep_best; evaluation.cpp:
+// evaluation). Internal to the core. The run's position, its precision state, its
 // data position and its metrics are objects of their own (train/run_position.h,
 // precision_state.h, data_position.h, run_metrics.h).
 #pragma once
@@ -103,6 +104,9 @@ struct Trainer::State {
   std::int64_t eval_batch_rows = 0;
   bool writes = true;
   bool warned_of_scaler_contract = false;  // a scaler applied a non-finite step (step.cpp)
+  // checkpoint.format keeps the training state (probe_checkpoint_format, at the start of run()):
+  // messages offer --resume of the run's checkpoints, or else a new run from their weights.
+  bool checkpoints_resume = true;
 };
 
 // Copies the given rows of `d` (features or token ids, and their labels) into the model's batch;
@@ -137,11 +141,28 @@ void save_best_checkpoint(Trainer::State& s);
 // restored best's file is found in the folder, or copied from the resumed run's, or its absence
 // is a warning (the next improvement writes one).
 void reconcile_best_checkpoint(Trainer::State& s);
-// With [ema] and a run folder: whether checkpoint.format keeps the EMA's ema/ tensors, asked of
-// the format itself (a one-tensor state written to and read back from checkpoints/, then
-// removed); the warning when it does not (a weights-only format), nullopt when it does or the
-// probe could not tell.
-std::optional<std::string> ema_kept_by_format_warning(Trainer::State& s);
+// What checkpoint.format keeps of a training state (format_keeps.cpp), asked of the format
+// itself: a one-tensor state ("ema/probe", with "mixtrain.state_version") written to and read back
+// from checkpoints/, then removed. training_state: it read back the version and no
+// "mixtrain.weights_only" mark (sdk/checkpoint_format.h), so its checkpoints resume. Both true
+// without a run folder, on a rank that writes nothing, or when the probe could not tell (the
+// format refused the state).
+struct FormatKeeps {
+  bool training_state = true;
+  bool ema = true;
+};
+FormatKeeps probe_checkpoint_format(const Trainer::State& s);
+// With [ema]: the warning when the format drops the EMA's ema/ tensors; nullopt otherwise.
+std::optional<std::string> ema_kept_by_format_warning(const Trainer::State& s,
+                                                      const FormatKeeps& keeps);
+// The warning when the format keeps the weights only: the run's checkpoints cannot be resumed.
+std::optional<std::string> weights_only_format_warning(const Trainer::State& s,
+                                                       const FormatKeeps& keeps);
+// How to go on from `checkpoint`, one of this run's: "--resume <resume_as>" when the run's
+// checkpoints resume (State::checkpoints_resume); otherwise a new run from its weights, the
+// command that starts one (the run's config.toml with checkpoint.init_from).
+std::string continue_route(const Trainer::State& s, const std::filesystem::path& checkpoint,
+                           const std::filesystem::path& resume_as);
 
 // Loads the data again normalised with `stats` (the checkpoint's record, for a session that runs
 // trained weights: eval, predict) instead of the config's [data.normalize], and uploads the byte
@@ -166,6 +187,13 @@ const sdk::CheckpointFormat& weights_format_for(const Components& c,
 // `format`'s name and origin among c.weight_formats; null for one the host did not create from
 // the registry (a test's wrapper).
 const NamedFormat* named_format_of(const Components& c, const sdk::CheckpointFormat& format);
+// A resume of `resume` (a file, a run folder or its checkpoints/ folder) whose checkpoint another
+// registered format wrote (the file's extension is that format's; a folder holds no step
+// checkpoint of checkpoint.format's but one of another's): a run cannot change its checkpoint
+// format on resume, so it is sdk::CheckpointError naming both formats, with the --set of the
+// file's format that resumes it, and checkpoint.init_from for a new run in this one. A file of a
+// format that keeps the weights only is refused as such (its read says so). Nothing otherwise.
+void refuse_another_format(const Trainer::State& s, const std::filesystem::path& resume);
 
 // ema = decay * ema + (1 - decay) * master, on the device, for every trainable parameter.
 void update_ema(Trainer::State& s);

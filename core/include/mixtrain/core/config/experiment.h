@@ -252,9 +252,10 @@ struct Experiment {
   std::vector<std::filesystem::path> plugin_paths;
 
   std::string backend_type, policy_name, scaler_type, optimizer_type;
-  // Where precision.policy was given: a resume may change the policy only by a --set
-  // (train/checkpoint_load.cpp), a deliberate choice, never by an edited or merged file.
-  sdk::SourceLocation policy_where;
+  // Where precision.policy, scaler.type and optimizer.type were given: a resume may change one
+  // of them only by a --set (train/checkpoint_load.cpp), a deliberate choice, never by an edited
+  // or merged file.
+  sdk::SourceLocation policy_where, scaler_where, optimizer_where;
   sdk::Options backend_options, policy_options, scaler_options, optimizer_options,
       checkpoint_options, communicator_options;
   std::vector<ResolvedSection> core_sections;  // run, data, model, ... in resolved form

@@ -5,7 +5,9 @@
 //
 // Contract: `policy` has been adapted to the model (PrecisionPolicy::adapt_to ran, so "auto" is
 // resolved) and `model` is planned under it and its overrides; returns the warning's one line, or
-// nothing when no gradient needs loss scaling or a scaler is configured. Throws nothing.
+// nothing when no gradient needs loss scaling or a scaler is configured. `resuming`: the run
+// resumes a checkpoint, so the fix it names is the --set that switches the scaler (an edited
+// config's other scaler is refused there). Throws nothing.
 #pragma once
 
 #include <optional>
@@ -19,6 +21,6 @@ namespace mixtrain::core {
 
 std::optional<std::string> unscaled_narrow_gradients(const Experiment& experiment,
                                                      const sdk::PrecisionPolicy& policy,
-                                                     const Model& model);
+                                                     const Model& model, bool resuming);
 
 }  // namespace mixtrain::core
