@@ -26,6 +26,7 @@
 #include "mixtrain/core/graph/lora.h"
 #include "train/host_tensor.h"
 #include "train/planned_model.h"
+#include "train/restore_flags.h"
 #include "train/resume_terms.h"
 #include "train/trainer_state.h"
 
@@ -482,26 +483,30 @@ void refuse_what_the_model_lacks(const CheckpointFile& file,
 
 // What the checkpoint's run had that this config's model and precision give otherwise, from the
 // resolved config the checkpoint carries: "key = then -> now", empty without one. Keys of one
-// side only were written before the key existed. No difference either: what only training reads
-// (label smoothing, dropout, the initialisation) or where the weights come from
-// (model.from_pretrained; the checkpoint's weights replace them).
-std::vector<std::string> model_changes_since(const Trainer::State& s, const CheckpointFile& file) {
+// side only were written before the key existed. No difference either: where the weights come
+// from or how they start (model.from_pretrained, the initialisation; the checkpoint's weights
+// replace them), what an export alone reads (the token ids), and recomputing outputs (the same
+// model, the same numbers). What only training reads (label smoothing, dropout) is a difference
+// to a resume, whose objective it changes (`training`), and none to eval or predict.
+std::vector<std::string> model_changes_since(const Trainer::State& s, const CheckpointFile& file,
+                                             bool training) {
   // A checkpoint carries its run's config as "config", an export as "mixtrain.config".
   auto saved = file.st.metadata.find("config");
   if (saved == file.st.metadata.end()) saved = file.st.metadata.find("mixtrain.config");
   if (saved == file.st.metadata.end()) return {};
-  // recompute trades memory for passes: the same model, the same numbers.
-  static constexpr std::string_view kTrainingOnly[] = {
-      "label_smoothing", "dropout",      "p",        "init_std", "zero_init", "from_pretrained",
-      "bos_token_id",    "eos_token_id", "recompute"};
+  static constexpr std::string_view kNoNumber[] = {
+      "init_std", "zero_init", "from_pretrained", "bos_token_id", "eos_token_id", "recompute"};
+  static constexpr std::string_view kTrainingOnly[] = {"label_smoothing", "dropout", "p"};
+  const auto among = [](const auto& keys, std::string_view key) {
+    return std::find(std::begin(keys), std::end(keys), key) != std::end(keys);
+  };
   return changed_values(
       saved->second, resolved_toml(s.e),
-      [](std::string_view key) {
+      [&](std::string_view key) {
         if (key == "precision.policy") return true;
         if (!key.starts_with("model.")) return false;
         const std::string_view last = key.substr(key.rfind('.') + 1);
-        return std::find(std::begin(kTrainingOnly), std::end(kTrainingOnly), last) ==
-               std::end(kTrainingOnly);
+        return !among(kNoNumber, last) && (training || !among(kTrainingOnly, last));
       },
       /*one_sided=*/false);
 }
@@ -510,13 +515,34 @@ std::string changes_text(const std::vector<std::string>& changes) {
   return short_list(changes, 6);
 }
 
+// How to keep what a warned change replaces: the --set flags of the old values (the run folder's
+// config.toml holds the new ones once the run starts, so pointing at it would not help), and the
+// changes no flag undoes (a key only one side has) to undo by hand. `what`: "the old schedule".
+std::string to_keep_the_old(const std::vector<std::string>& changes, const std::string& what) {
+  const std::string flags = restore_flags(changes);
+  std::vector<std::string> by_hand;  // "leave out precision.override[0]"
+  for (const auto& c : changes) {
+    const auto eq = c.find(" = "), arrow = c.find(" -> ", eq == std::string::npos ? 0 : eq);
+    if (eq == std::string::npos || arrow == std::string::npos || !restore_flags({c}).empty())
+      continue;
+    const std::string key = c.substr(0, eq), was = c.substr(eq + 3, arrow - eq - 3);
+    by_hand.push_back(was == "(none)" ? "leave out " + key : "give back " + key + " = " + was);
+  }
+  std::string out = "To keep " + what;
+  if (!flags.empty()) out += ", resume with " + flags;
+  if (!by_hand.empty())
+    out += std::string(flags.empty() ? ", " : " and ") + changes_text(by_hand) +
+           " in the config (no --set undoes that)";
+  return flags.empty() && by_hand.empty() ? std::string() : out;
+}
+
 // eval, predict and sample run the checkpoint's model: a parameter or buffer of the file with no
 // place in this config's model means the two differ (a layer removed), and the numbers would be
 // another model's; refused, naming the config keys that differ. Other config differences with
 // the same tensors (heads, an activation, the policy) are a warning: they may be deliberate.
 void check_inference_model(const Trainer::State& s, const CheckpointFile& file,
                            const std::set<const sdk::HostTensor*>& used) {
-  const auto changes = model_changes_since(s, file);
+  const auto changes = model_changes_since(s, file, /*training=*/false);
   const std::string since =
       changes.empty() ? std::string() : " (its run had " + changes_text(changes) + ")";
   for (const auto& t : file.st.tensors)
@@ -527,21 +553,21 @@ void check_inference_model(const Trainer::State& s, const CheckpointFile& file,
               "' matches no parameter or buffer of this config's model" + since,
           "run it with the config it was trained with (its run folder's config.toml)");
   if (!changes.empty())
-    s.log.warn(file.path.string() +
-               " was trained with another model or precision: " + changes_text(changes) +
-               "; the numbers are this config's. Use its run folder's config.toml for the run's");
+    s.log.warn(file.path.string() + " was trained with another model or precision: " +
+               changes_text(changes) + "; the numbers are this config's. For the run's, add " +
+               (restore_flags(changes).empty() ? "the run's values" : restore_flags(changes)));
 }
 
 // A resume whose [model] differs with the same tensors (heads, an activation) trains another
 // model from the step on: allowed, as a deliberate change may be, but said (the policy has its
 // own rule: restore_policy).
 void warn_of_another_model(const Trainer::State& s, const CheckpointFile& file) {
-  auto changes = model_changes_since(s, file);
+  auto changes = model_changes_since(s, file, /*training=*/true);
   std::erase_if(changes, [](const std::string& c) { return c.starts_with("precision."); });
   if (!changes.empty())
     s.log.warn(file.path.string() + " was trained with another model: " + changes_text(changes) +
-               "; the steps from here train this config's. Resume with the run's config.toml to "
-               "keep the old");
+               "; the steps from here train this config's. " +
+               to_keep_the_old(changes, "the old model"));
 }
 
 void finish_initial_weights(Trainer::State& s, const CheckpointFile& file,
@@ -646,11 +672,13 @@ void warn_of_other_data(const Trainer::State& s, const CheckpointFile& file, con
   differs("train_data", s.train_fingerprint, "training");
   differs("eval_data", s.eval_fingerprint, "held-out");
   if (changes.empty()) return;
-  s.log.warn(file.path.string() +
-             " was trained on other data or data settings: " + changes_text(changes) +
-             "; the steps from here train on this config's (and evaluations, best checkpoints and "
-             "early stopping measure its held-out rows). Resume with the run's config.toml and "
-             "data to keep the old");
+  s.log.warn(
+      file.path.string() + " was trained on other data or data settings: " + changes_text(changes) +
+      "; the steps from here train on this config's (and evaluations, best checkpoints and "
+      "early stopping measure its held-out rows). " +
+      (restore_flags(changes).empty() ? std::string("Resume on the run's data to keep the old")
+                                      : "To keep the old, resume with " + restore_flags(changes) +
+                                            " (and the run's data files)"));
 }
 
 bool holds_ema(const CheckpointFile& file) {
@@ -667,7 +695,11 @@ void restore_ema(Trainer::State& s, const CheckpointFile& file) {
       s.log.warn(file.path.string() +
                  " holds an EMA of the weights, which this config keeps none of ([ema] decay "
                  "is 0 or absent): the run continues without it and its next checkpoints drop "
-                 "it. Resume with the run's config.toml (or its [ema] decay) to keep it");
+                 "it. To keep it, resume with " +
+                 (saved_ema_decay(file.st.metadata)
+                      ? "--set ema.decay=" +
+                            sdk::option_value_to_string(*saved_ema_decay(file.st.metadata))
+                      : std::string("the [ema] decay the run had")));
     return;
   }
   const auto was = saved_ema_decay(file.st.metadata);
@@ -720,8 +752,8 @@ void warn_of_changed_schedule(Trainer::State& s, const CheckpointFile& file,
   std::snprintf(rates, sizeof rates, "%.6g where the checkpoint's schedule gives %.6g",
                 s.schedule.lr_at(applied), change->was.lr_at(applied));
   s.log.warn(file.path.string() + " was trained with another learning-rate schedule: " + list +
-             "; the next step's lr is " + rates +
-             ". Resume with the run's config.toml to keep the old schedule");
+             "; the next step's lr is " + rates + ". " +
+             to_keep_the_old(change->changed, "the old schedule"));
 }
 
 // A resume that changes the optimizer's or the scaler's options (Adam's betas, weight decay, the
@@ -732,8 +764,7 @@ void warn_of_changed_update(Trainer::State& s, const CheckpointFile& file) {
   std::string list;
   for (const auto& c : changed) list += (list.empty() ? "" : ", ") + c;
   s.log.warn(file.path.string() + " was trained with other optimizer or scaler settings: " + list +
-             "; the steps from here use the new ones. Resume with the config the run was trained "
-             "with to keep the old");
+             "; the steps from here use the new ones. " + to_keep_the_old(changed, "the old ones"));
 }
 
 // The policy's state, or — when this run names another policy by a --set, a deliberate switch —
@@ -751,10 +782,9 @@ void restore_policy(Trainer::State& s, const CheckpointFile& file,
     if (const auto changed = changed_policy_options(file.st.metadata, s.e); !changed.empty()) {
       std::string list;
       for (const auto& c : changed) list += (list.empty() ? "" : ", ") + c;
-      s.log.warn(file.path.string() + " was trained with other [precision." + s.e.policy_name +
-                 "] options: " + list +
-                 " (an edited config, or a default that changed); the steps from here use the new "
-                 "ones. Resume with the run's config.toml to keep the old");
+      s.log.warn(file.path.string() + " was trained with other [precision] options: " + list +
+                 "; the steps from here use the new ones. " +
+                 to_keep_the_old(changed, "the old ones"));
     }
     // A policy switched to by an earlier resume heard only of the steps since the switch.
     std::int64_t since = 0;
@@ -776,8 +806,8 @@ void restore_policy(Trainer::State& s, const CheckpointFile& file,
   throw sdk::CheckpointError(
       file.path.string() + ": the policy state was written by '" + before +
           "' but this run uses '" + s.e.policy_name + "' (" + s.e.policy_where.to_string() + ")",
-      "resume with the run's policy (its config.toml), or switch deliberately on the command "
-      "line: --set precision.policy=" +
+      "resume under the checkpoint's policy, as the run trained: --set precision.policy=" + before +
+          ", or switch deliberately on the command line: --set precision.policy=" +
           s.e.policy_name);
 }
 
