@@ -79,6 +79,31 @@ TEST_F(ResumeAdvice, TheWarningsFlagsKeepTheOldAndTheOldConfigIsKeptAside) {
   EXPECT_TRUE(fs::exists(run_dir / "config.discarded-after-step-10.3.toml"));
 }
 
+// SGD with momentum 0 keeps no buffer, so a resume with momentum is refused before anything is
+// announced as applied, naming the option change and the two ways on; the first one works.
+TEST_F(ResumeAdvice, MomentumTheRunNeverKeptIsRefusedNamingTheOption) {
+  const auto dir = dir_ / "run";
+  const std::string sgd = " --set optimizer.type=sgd --set optimizer.sgd.lr=0.05";
+  ASSERT_EQ(run("train " + quickstart() + kCommon + sgd + " --run-dir " + dir.string()).exit_code,
+            0);
+  const auto at10 = (dir / "checkpoints" / "step-00000010.mxt").string();
+  auto r = run("train --resume " + at10 + " --set optimizer.sgd.momentum=0.9");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err,
+                  "this run gives the optimizer other options (optimizer.sgd.momentum = 0.0 -> "
+                  "0.9), which need state the checkpoint's run never kept"))
+      << r.err;
+  EXPECT_FALSE(has(r.err, "checkpoint format did not keep")) << r.err;
+  EXPECT_FALSE(has(r.err, "the steps from here use the new ones")) << r.err;
+  EXPECT_TRUE(has(r.err,
+                  "--set optimizer.sgd.momentum=0.0, or start a new run from these "
+                  "weights: checkpoint.init_from = \"" +
+                      at10 + "\""))
+      << r.err;
+  r = run("train --resume " + at10 + " --set optimizer.sgd.momentum=0.0");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 // A checkpoint from before a policy switch, resumed with the run's config.toml (which names the
 // switched-to policy): the refusal offers the checkpoint's own policy, which repeats the run bit
 // for bit; eval of that checkpoint with the same config.toml warns with the same flag.

@@ -767,6 +767,32 @@ void warn_of_changed_update(Trainer::State& s, const CheckpointFile& file) {
              "; the steps from here use the new ones. " + to_keep_the_old(changed, "the old ones"));
 }
 
+// An optimizer slot the file lacks: when the checkpoint's optimizer is another one, its refusal
+// (written by 'adamw', this run uses 'sgd') says why; when it is the same one with other options
+// (SGD's momentum from 0, which keeps no buffer), the new options need state the run never kept,
+// refused naming the options and the ways on. Otherwise returns, and the slot's own error stands.
+void refuse_state_the_options_lack(const Trainer::State& s, const CheckpointFile& file,
+                                   const sdk::CheckpointError& missing) {
+  const json saved = metadata_entry(file, "optimizer");
+  component_state_from_json(saved, "optimizer", s.e.optimizer_type, file.path);  // the same one
+  auto changed = changed_update_options(file.st.metadata, s.e);
+  const std::string own = "optimizer." + s.e.optimizer_type + ".";
+  std::erase_if(changed, [&](const std::string& c) { return !c.starts_with(own); });
+  if (changed.empty()) return;
+  const std::string what = missing.what();
+  const auto slot = what.find("no optimizer state '");
+  const std::string lacks =
+      slot == std::string::npos
+          ? std::string()
+          : " (" + what.substr(slot, what.find('\'', slot + 20) + 1 - slot) + ")";
+  throw sdk::CheckpointError(
+      file.path.string() + ": this run gives the optimizer other options (" +
+          changes_text(changed) + "), which need state the checkpoint's run never kept" + lacks,
+      "resume with the options it kept state for: " + restore_flags(changed) +
+          ", or start a new run from these weights: " +
+          start_from_weights_route(s.e, file.path, /*merge_lora=*/false));
+}
+
 // The policy's state, or — when this run names another policy by a --set, a deliberate switch —
 // none: the new policy starts from its initial state (FP8 scales and histories are the old
 // policy's), and a warning says so. Another policy named any other way (an edited config, a
@@ -862,20 +888,27 @@ void restore_training_state(Trainer::State& s, const CheckpointFile& file) {
   // Before the sampler's cursor, whose check a changed batch size would fail less clearly.
   const ResumeTerms terms = read_resume_terms(file.st.metadata, path);
   keep_resume_terms(terms, s.e, frozen_names(*s.model), s.schedule, progress.applied, s.log, path);
-  warn_of_changed_schedule(s, file, terms, progress.applied);
-  warn_of_changed_update(s, file);
   auto sampler = metadata_entry(file, "sampler");
   check_same_data(s, sampler, path);
   warn_of_other_data(s, file, sampler);
-  s.reducer->load_optimizer_state(
-      *s.c.optimizer, [&](const std::string& name) { return file.st.find("optimizer/" + name); },
-      [&](const sdk::HostTensor& whole, sdk::TensorView slot) {
-        from_host(*s.c.backend, whole, slot, path, file.format_blame);
-      },
-      path.string());
+  try {
+    s.reducer->load_optimizer_state(
+        *s.c.optimizer, [&](const std::string& name) { return file.st.find("optimizer/" + name); },
+        [&](const sdk::HostTensor& whole, sdk::TensorView slot) {
+          from_host(*s.c.backend, whole, slot, path, file.format_blame);
+        },
+        path.string());
+  } catch (const sdk::CheckpointError& e) {
+    refuse_state_the_options_lack(s, file, e);
+    throw;
+  }
   restore_ema(s, file);
   restore_component(file, "optimizer", s.e.optimizer_type, progress, *s.c.optimizer);
   restore_component(file, "scaler", s.e.scaler_type, progress, *s.c.scaler);
+  // Said once the state they change was taken: a refused swap of the optimizer or the scaler is
+  // not announced as applied first.
+  warn_of_changed_schedule(s, file, terms, progress.applied);
+  warn_of_changed_update(s, file);
   restore_policy(s, file, progress);
   // Each step draws run.accumulate batches.
   s.data.sampler->set_cursor(read_sampler_cursor(sampler, progress.step * s.e.run.accumulate,
