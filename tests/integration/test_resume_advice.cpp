@@ -125,6 +125,27 @@ TEST_F(ResumeAdvice, APolicyMismatchOffersTheCheckpointsOwnPolicy) {
   EXPECT_EQ(step_losses(dir), step_losses(full));
 }
 
+// Other data (rows or seed) cannot continue the sampler's order: refused, naming the key and both
+// values, with the flag that resumes and the init_from route; the flag works.
+TEST_F(ResumeAdvice, OtherDataIsRefusedNamingTheKeys) {
+  const auto dir = dir_ / "run";
+  ASSERT_EQ(run("train " + quickstart() + kCommon + " --run-dir " + dir.string()).exit_code, 0);
+  const auto at10 = (dir / "checkpoints" / "step-00000010.mxt").string();
+  auto r = run("train --resume " + at10 + " --set data.eval_fraction=0.2");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "was trained on other data (")) << r.err;
+  EXPECT_TRUE(has(r.err, "): data.eval_fraction = 0.1 -> 0.2")) << r.err;
+  EXPECT_TRUE(has(r.err,
+                  "resume with --set data.eval_fraction=0.1, or start a new run from "
+                  "these weights: checkpoint.init_from = \""))
+      << r.err;
+  r = run("train --resume " + at10 + " --set run.seed=7");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "run.seed = 1 -> 7")) << r.err;
+  r = run("train --resume " + at10 + " --set data.eval_fraction=0.1");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 // An override added on resume changes the numbers as an option of the policy does: named, with
 // how to keep the old (an entry no --set removes).
 TEST_F(ResumeAdvice, AnAddedOverrideIsNamed) {

@@ -628,14 +628,44 @@ json metadata_entry(const CheckpointFile& file, const std::string& key) {
   return j;
 }
 
-void check_same_data(const Trainer::State& s, const json& sampler, const fs::path& path) {
-  if (read_checkpoint_int(sampler.at("rows"), "sampler.rows", 0,
-                          std::numeric_limits<std::int64_t>::max(), path) != s.train.rows ||
-      !sampler.at("seed").is_number_unsigned() ||
-      sampler.at("seed").get<std::uint64_t>() != s.e.run.seed)
-    throw sdk::CheckpointError(
-        path.string() + ": the checkpoint was trained on other data (rows or seed differ)",
-        "resume with the same [data] and run.seed as the original run");
+// The sampler's order is drawn from the row count and the seed: other ones cannot continue it.
+// Refused naming the keys of [data] and run.seed that differ (from the checkpoint's resolved
+// config; a checkpoint without one names the counts alone), with the flags that resume as the
+// run was, and the way to start from the weights instead.
+void check_same_data(const Trainer::State& s, const CheckpointFile& file, const json& sampler) {
+  const fs::path& path = file.path;
+  const auto rows = read_checkpoint_int(sampler.at("rows"), "sampler.rows", 0,
+                                        std::numeric_limits<std::int64_t>::max(), path);
+  const bool seed_known = sampler.at("seed").is_number_unsigned();
+  const std::uint64_t seed = seed_known ? sampler.at("seed").get<std::uint64_t>() : 0;
+  if (rows == s.train.rows && seed_known && seed == s.e.run.seed) return;
+  std::vector<std::string> changes;
+  if (const auto saved = file.st.metadata.find("config"); saved != file.st.metadata.end()) {
+    // The loader's keys leave the rows as they are (data.batch_size has its own refusal).
+    static constexpr std::string_view kLoaderOnly[] = {"data.prefetch", "data.pin_memory",
+                                                       "data.eval_batch_size", "data.batch_size"};
+    changes = changed_values(
+        saved->second, resolved_toml(s.e),
+        [](std::string_view key) {
+          return key == "run.seed" || (key.starts_with("data.") &&
+                                       std::find(std::begin(kLoaderOnly), std::end(kLoaderOnly),
+                                                 key) == std::end(kLoaderOnly));
+        },
+        /*one_sided=*/false);
+  }
+  const std::string counts = " (" + std::to_string(rows) + " training rows and seed " +
+                             (seed_known ? std::to_string(seed) : std::string("unknown")) +
+                             " then, " + std::to_string(s.train.rows) + " and " +
+                             std::to_string(s.e.run.seed) + " now)";
+  const std::string flags = restore_flags(changes);
+  throw sdk::CheckpointError(
+      path.string() + ": the checkpoint was trained on other data" + counts +
+          (changes.empty() ? std::string() : ": " + changes_text(changes)),
+      "a resumed run keeps its data order: resume with " +
+          (flags.empty() ? std::string("the [data] and run.seed the run was trained with")
+                         : flags) +
+          ", or start a new run from these weights: " +
+          start_from_weights_route(s.e, path, /*merge_lora=*/false));
 }
 
 // A resume whose data differ with the same row count and seed (another file of the same shape,
@@ -889,7 +919,7 @@ void restore_training_state(Trainer::State& s, const CheckpointFile& file) {
   const ResumeTerms terms = read_resume_terms(file.st.metadata, path);
   keep_resume_terms(terms, s.e, frozen_names(*s.model), s.schedule, progress.applied, s.log, path);
   auto sampler = metadata_entry(file, "sampler");
-  check_same_data(s, sampler, path);
+  check_same_data(s, file, sampler);
   warn_of_other_data(s, file, sampler);
   try {
     s.reducer->load_optimizer_state(
