@@ -555,7 +555,8 @@ void check_inference_model(const Trainer::State& s, const CheckpointFile& file,
   if (!changes.empty())
     s.log.warn(file.path.string() + " was trained with another model or precision: " +
                changes_text(changes) + "; the numbers are this config's. For the run's, add " +
-               (restore_flags(changes).empty() ? "the run's values" : restore_flags(changes)));
+               (restore_flags(changes).empty() ? "the values of the config it was trained with"
+                                               : restore_flags(changes)));
 }
 
 // A resume whose [model] differs with the same tensors (heads, an activation) trains another
@@ -809,12 +810,13 @@ void refuse_state_the_options_lack(const Trainer::State& s, const CheckpointFile
   const std::string own = "optimizer." + s.e.optimizer_type + ".";
   std::erase_if(changed, [&](const std::string& c) { return !c.starts_with(own); });
   if (changed.empty()) return;
+  // The slot the reducer named ("no optimizer state 'fc1.weight.momentum_buffer'"), if it did.
+  constexpr std::string_view kLead = "no optimizer state '";
   const std::string what = missing.what();
-  const auto slot = what.find("no optimizer state '");
+  const auto slot = what.find(kLead);
+  const auto end = slot == std::string::npos ? slot : what.find('\'', slot + kLead.size());
   const std::string lacks =
-      slot == std::string::npos
-          ? std::string()
-          : " (" + what.substr(slot, what.find('\'', slot + 20) + 1 - slot) + ")";
+      end == std::string::npos ? std::string() : " (" + what.substr(slot, end + 1 - slot) + ")";
   throw sdk::CheckpointError(
       file.path.string() + ": this run gives the optimizer other options (" +
           changes_text(changed) + "), which need state the checkpoint's run never kept" + lacks,
