@@ -59,6 +59,18 @@ TEST_F(ResumeAdvice, TheWarningsFlagsKeepTheOldAndTheOldConfigIsKeptAside) {
       << r.err;
   EXPECT_FALSE(has(slurp(aside), "label_smoothing = 0.1")) << slurp(aside);
   EXPECT_TRUE(has(slurp(run_dir / "config.toml"), "label_smoothing = 0.1"));
+  // A checkpoint of the discarded continuation, resumed without a config, is pointed at it, and the
+  // hint works as given (into a folder of its own: the checkpoint is no longer in checkpoints/).
+  const auto discarded =
+      (run_dir / "checkpoints.discarded-after-step-10" / "step-00000020.mxt").string();
+  r = run("train --resume " + discarded);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(
+      has(r.err, "name the config: mixtrain train " + aside.string() + " --resume " + discarded))
+      << r.err;
+  r = run("train " + aside.string() + " --resume " + discarded + " --set run.steps=21", dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(has(r.err, "was trained with")) << r.err;
 
   // The run's config.toml holds the new values now: the warnings' flags are the way back.
   r = run("train --resume " + at10);
