@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -49,10 +50,22 @@ fs::path run_config_of(const fs::path& resume) {
                          "file; `ls runs/` lists the runs");
   const fs::path folder = core::run_folder_of(resume);
   const fs::path config = folder / "config.toml";
-  if (!fs::is_regular_file(config, ec))
-    throw sdk::UserError("--resume " + resume.string() + " without a config: no config.toml in " +
-                             folder.string() + " to continue the run with",
-                         "name the config: mixtrain train CONFIG --resume " + resume.string());
+  if (!fs::is_regular_file(config, ec)) {
+    // A checkpoint that continuing a run moved aside (runs/folder.h): the config.toml it trained
+    // with is kept beside it when the resumed run's differed.
+    std::string named = "CONFIG";
+    const std::string aside = folder.filename().string();
+    const std::string_view lead = "checkpoints.";
+    if (aside.starts_with(std::string(lead) + "discarded-after-step-")) {
+      const fs::path kept =
+          folder.parent_path() / ("config." + aside.substr(lead.size()) + ".toml");
+      if (fs::is_regular_file(kept, ec)) named = kept.string();
+    }
+    throw sdk::UserError(
+        "--resume " + resume.string() + " without a config: no config.toml in " + folder.string() +
+            " to continue the run with",
+        "name the config: mixtrain train " + named + " --resume " + resume.string());
+  }
   return config;
 }
 

@@ -479,8 +479,9 @@ TEST_F(block_scaled_policies, AResumeUnderAnotherPolicyNeedsAnExplicitSet) {
 }
 
 // The block recipes keep no state, so only the checkpoint's resolved config knows the options a
-// run trained with: resuming under others (an edited config, or fp8-block's default that became
-// Transformer Engine's power-of-two scales) warns, naming each; the run's own config.toml agrees.
+// run trained with: resuming under others (an edited config, a --set, or fp8-block's default that
+// became Transformer Engine's power-of-two scales) warns, naming each with the --set that keeps
+// the old; the run's own config.toml agrees.
 TEST_F(block_scaled_policies, AResumeUnderOtherRecipeOptionsSaysWhichChanged) {
   const auto cfg = write_file("tiny.toml", kTinyMlp);
   const auto run_dir = dir_ / "run";
@@ -493,16 +494,18 @@ TEST_F(block_scaled_policies, AResumeUnderOtherRecipeOptionsSaysWhichChanged) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   r = run("train --resume " + run_dir.string() + " --set run.steps=3", dir_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_FALSE(has(r.err, "was trained with other [precision.fp8-block] options")) << r.err;
+  EXPECT_FALSE(has(r.err, "was trained with other [precision] options")) << r.err;
   r = run("train " + cfg.string() +
               " --set precision.policy=fp8-block --set run.steps=4 --resume " + run_dir.string(),
           dir_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(has(r.err,
-                  "was trained with other [precision.fp8-block] options: "
-                  "power_of_two_scales = false -> true"))
+                  "was trained with other [precision] options: "
+                  "precision.fp8-block.power_of_two_scales = false -> true"))
       << r.err;
-  // The same change asked for by --set is deliberate: no warning.
+  EXPECT_TRUE(has(r.err, "resume with --set precision.fp8-block.power_of_two_scales=false"))
+      << r.err;
+  // The same change asked for by --set changes the numbers as much: said too.
   r = run(
       "train " + cfg.string() +
           " --set precision.policy=fp8-block --set precision.fp8-block.power_of_two_scales=false"
@@ -510,7 +513,10 @@ TEST_F(block_scaled_policies, AResumeUnderOtherRecipeOptionsSaysWhichChanged) {
           run_dir.string(),
       dir_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_FALSE(has(r.err, "was trained with other [precision.fp8-block] options")) << r.err;
+  EXPECT_TRUE(has(r.err,
+                  "was trained with other [precision] options: "
+                  "precision.fp8-block.power_of_two_scales = true -> false"))
+      << r.err;
 }
 
 TEST_F(block_scaled_policies, AnOpWithoutABlockScaledPathIsRefusedAtPlanTimeByName) {

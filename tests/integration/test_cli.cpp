@@ -809,7 +809,10 @@ TEST_F(Cli, ResumingAnEarlierCheckpointInPlaceMovesTheLaterOnesAside) {
       "from after step 20, moved aside: 2 checkpoints to " +
       (dir / "checkpoints.discarded-after-step-20").string() + "/; " + std::to_string(records) +
       " metrics records to " + (dir / "metrics.discarded-after-step-20").string() +
-      ".*; summary.json to " + (dir / "summary.discarded-after-step-20.json").string() + " (";
+      ".*; summary.json to " + (dir / "summary.discarded-after-step-20.json").string() +
+      // run.steps and checkpoint.every differ: the config that trained the steps after 20 too.
+      "; the config.toml it last trained with to " +
+      (dir / "config.discarded-after-step-20.toml").string() + " (";
   ASSERT_NE(said.find(line), std::string::npos) << said;
   EXPECT_EQ(said.find(line, said.find(line) + 1), std::string::npos) << said;
   // No TensorBoard sink, no events: the line names no folder nothing went into.
@@ -820,6 +823,7 @@ TEST_F(Cli, ResumingAnEarlierCheckpointInPlaceMovesTheLaterOnesAside) {
   EXPECT_EQ(summary(dir)["steps"], 30) << slurp(dir / "summary.json");
   EXPECT_EQ(nlohmann::json::parse(slurp(dir / "summary.discarded-after-step-20.json"))["steps"],
             60);
+  EXPECT_TRUE(has(slurp(dir / "config.discarded-after-step-20.toml"), "steps = 60"));
   // A fresh run says nothing of the kind.
   EXPECT_EQ((r.out + r.err).find("moved aside"), std::string::npos);
 }

@@ -180,4 +180,20 @@ TEST_F(Fp8, BadOptionsExit2WithLocation) {
   EXPECT_NE(r3.err.find("did you mean 'unfused'"), std::string::npos) << r3.err;
 }
 
+// The FP8 linears' note on the passes their backward runs apart names what the model has: a relu
+// model's, not gelu's.
+TEST_F(Fp8, TheNoteOnPassesOfTheirOwnNamesTheModelsActivation) {
+  auto r = run("train " + quickstart() +
+               " --set run.steps=1 --set run.eval_every=0 --set precision.policy=fp8-delayed"
+               " --set precision.fp8-delayed.base=fp16-mixed --run-dir " +
+               (dir_ / "run").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string all = r.out + r.err;
+  const auto at = all.find("their backward runs ");
+  ASSERT_NE(at, std::string::npos) << all;
+  const std::string line = all.substr(at, all.find('\n', at) - at);
+  EXPECT_TRUE(has(line, "the bias gradients and relu's gradient")) << line;
+  EXPECT_FALSE(has(line, "gelu")) << line;
+}
+
 }  // namespace

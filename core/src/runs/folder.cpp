@@ -8,6 +8,8 @@
 #include <charconv>
 #include <cstring>
 #include <fstream>
+#include <iterator>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -15,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/resolved_values.h"
 #include "mixtrain/core/checkpoint/path.h"
 #include "mixtrain/sdk/error.h"
 #include "mixtrain/sdk/support/atomic_file_writer.h"
@@ -139,6 +142,7 @@ std::string discard_suffix(const fs::path& dir, std::int64_t step) {
         !fs::exists(dir / ("metrics." + suffix + ".jsonl")) &&
         !fs::exists(dir / ("metrics." + suffix + ".csv")) &&
         !fs::exists(dir / ("summary." + suffix + ".json")) &&
+        !fs::exists(dir / ("config." + suffix + ".toml")) &&
         !fs::exists(dir / ("tensorboard." + suffix)))
       return suffix;
   }
@@ -269,9 +273,22 @@ std::int64_t abandon_metrics_after_step(const fs::path& dir, std::int64_t step,
   return jsonl.discarded_records;
 }
 
+// Whether two resolved configs hold other values: the comments (the header names the file each
+// came from) are none.
+bool other_values(const std::string& a, const std::string& b) {
+  const auto values = [](const std::string& text) {
+    std::vector<std::string> out;
+    for (const auto& v : resolved_values(text)) out.push_back(v.text);
+    return out;
+  };
+  return values(a) != values(b);
+}
+
 // Returns what it moved, as one sentence, or "" when the folder held nothing after `step`.
-std::string abandon_after_step(const fs::path& dir, std::int64_t step,
-                               const std::string& extension) {
+// `old_config`: the config.toml the abandoned continuation trained with (empty: none), kept
+// beside its records when the resumed run's holds other values.
+std::string abandon_after_step(const fs::path& dir, std::int64_t step, const std::string& extension,
+                               const std::string& old_config, const std::string& new_config) {
   const std::string suffix = discard_suffix(dir, step);
   bool torn = false;
   const std::int64_t records = abandon_metrics_after_step(dir, step, suffix, torn);
@@ -310,6 +327,13 @@ std::string abandon_after_step(const fs::path& dir, std::int64_t step,
     return aside;
   };
   const auto summary_aside = move_aside("summary");
+  // The resumed run's config.toml replaces it: the settings that trained the abandoned steps
+  // (what a resume with other settings warns of) would be in no file.
+  std::optional<fs::path> config_aside;
+  if (!old_config.empty() && other_values(old_config, new_config)) {
+    config_aside = dir / ("config." + suffix + ".toml");
+    write_run_file(*config_aside, old_config, "discarded continuation's config");
+  }
   const auto profiled = profile_steps(dir / "profile.json");
   const auto profile_aside =
       profiled && profiled->last <= step ? std::nullopt : move_aside("profile");
@@ -329,6 +353,8 @@ std::string abandon_after_step(const fs::path& dir, std::int64_t step,
     moved.push_back(count(events, "TensorBoard event") + " to " + events_aside.string() + "/");
   if (summary_aside) moved.push_back("summary.json to " + summary_aside->string());
   if (profile_aside) moved.push_back("profile.json to " + profile_aside->string());
+  if (config_aside)
+    moved.push_back("the config.toml it last trained with to " + config_aside->string());
   std::string list;
   for (std::size_t i = 0; i < moved.size(); ++i) list += (i ? "; " : "") + moved[i];
   return "from after step " + std::to_string(step) + ", moved aside: " + list +
@@ -431,10 +457,16 @@ PreparedRunFolder prepare_run_folder(const RunFolderRequest& r,
   if (ec)
     throw sdk::UserError("cannot create run folder " + dir.string() + ": " + ec.message(),
                          "choose a writable --run-dir");
+  std::string old_config;
+  if (continued) {
+    std::ifstream in(dir / "config.toml", std::ios::binary);
+    old_config.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
   write_run_file(dir / "config.toml", resolved_config, "resolved config");
   PreparedRunFolder prepared{dir, {}, std::move(*lock)};
   if (continued)
-    prepared.moved_aside = abandon_after_step(dir, r.resumed_step, r.checkpoint_extension);
+    prepared.moved_aside = abandon_after_step(dir, r.resumed_step, r.checkpoint_extension,
+                                              old_config, resolved_config);
   return prepared;
 }
 

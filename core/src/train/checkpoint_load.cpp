@@ -29,6 +29,7 @@
 #include "runs/component_history_json.h"
 #include "train/host_tensor.h"
 #include "train/planned_model.h"
+#include "train/restore_flags.h"
 #include "train/resume_terms.h"
 #include "train/trainer_state.h"
 
@@ -485,26 +486,30 @@ void refuse_what_the_model_lacks(const CheckpointFile& file,
 
 // What the checkpoint's run had that this config's model and precision give otherwise, from the
 // resolved config the checkpoint carries: "key = then -> now", empty without one. Keys of one
-// side only were written before the key existed. No difference either: what only training reads
-// (label smoothing, dropout, the initialisation) or where the weights come from
-// (model.from_pretrained; the checkpoint's weights replace them).
-std::vector<std::string> model_changes_since(const Trainer::State& s, const CheckpointFile& file) {
+// side only were written before the key existed. No difference either: where the weights come
+// from or how they start (model.from_pretrained, the initialisation; the checkpoint's weights
+// replace them), what an export alone reads (the token ids), and recomputing outputs (the same
+// model, the same numbers). What only training reads (label smoothing, dropout) is a difference
+// to a resume, whose objective it changes (`training`), and none to eval or predict.
+std::vector<std::string> model_changes_since(const Trainer::State& s, const CheckpointFile& file,
+                                             bool training) {
   // A checkpoint carries its run's config as "config", an export as "mixtrain.config".
   auto saved = file.st.metadata.find("config");
   if (saved == file.st.metadata.end()) saved = file.st.metadata.find("mixtrain.config");
   if (saved == file.st.metadata.end()) return {};
-  // recompute trades memory for passes: the same model, the same numbers.
-  static constexpr std::string_view kTrainingOnly[] = {
-      "label_smoothing", "dropout",      "p",        "init_std", "zero_init", "from_pretrained",
-      "bos_token_id",    "eos_token_id", "recompute"};
+  static constexpr std::string_view kNoNumber[] = {
+      "init_std", "zero_init", "from_pretrained", "bos_token_id", "eos_token_id", "recompute"};
+  static constexpr std::string_view kTrainingOnly[] = {"label_smoothing", "dropout", "p"};
+  const auto among = [](const auto& keys, std::string_view key) {
+    return std::find(std::begin(keys), std::end(keys), key) != std::end(keys);
+  };
   return changed_values(
       saved->second, resolved_toml(s.e),
-      [](std::string_view key) {
+      [&](std::string_view key) {
         if (key == "precision.policy") return true;
         if (!key.starts_with("model.")) return false;
         const std::string_view last = key.substr(key.rfind('.') + 1);
-        return std::find(std::begin(kTrainingOnly), std::end(kTrainingOnly), last) ==
-               std::end(kTrainingOnly);
+        return !among(kNoNumber, last) && (training || !among(kTrainingOnly, last));
       },
       /*one_sided=*/false);
 }
@@ -513,13 +518,34 @@ std::string changes_text(const std::vector<std::string>& changes) {
   return short_list(changes, 6);
 }
 
+// How to keep what a warned change replaces: the --set flags of the old values (the run folder's
+// config.toml holds the new ones once the run starts, so pointing at it would not help), and the
+// changes no flag undoes (a key only one side has) to undo by hand. `what`: "the old schedule".
+std::string to_keep_the_old(const std::vector<std::string>& changes, const std::string& what) {
+  const std::string flags = restore_flags(changes);
+  std::vector<std::string> by_hand;  // "leave out precision.override[0]"
+  for (const auto& c : changes) {
+    const auto eq = c.find(" = "), arrow = c.find(" -> ", eq == std::string::npos ? 0 : eq);
+    if (eq == std::string::npos || arrow == std::string::npos || !restore_flags({c}).empty())
+      continue;
+    const std::string key = c.substr(0, eq), was = c.substr(eq + 3, arrow - eq - 3);
+    by_hand.push_back(was == "(none)" ? "leave out " + key : "give back " + key + " = " + was);
+  }
+  std::string out = "To keep " + what;
+  if (!flags.empty()) out += ", resume with " + flags;
+  if (!by_hand.empty())
+    out += std::string(flags.empty() ? ", " : " and ") + changes_text(by_hand) +
+           " in the config (no --set undoes that)";
+  return flags.empty() && by_hand.empty() ? std::string() : out;
+}
+
 // eval, predict and sample run the checkpoint's model: a parameter or buffer of the file with no
 // place in this config's model means the two differ (a layer removed), and the numbers would be
 // another model's; refused, naming the config keys that differ. Other config differences with
 // the same tensors (heads, an activation, the policy) are a warning: they may be deliberate.
 void check_inference_model(const Trainer::State& s, const CheckpointFile& file,
                            const std::set<const sdk::HostTensor*>& used) {
-  const auto changes = model_changes_since(s, file);
+  const auto changes = model_changes_since(s, file, /*training=*/false);
   const std::string since =
       changes.empty() ? std::string() : " (its run had " + changes_text(changes) + ")";
   for (const auto& t : file.st.tensors)
@@ -530,21 +556,22 @@ void check_inference_model(const Trainer::State& s, const CheckpointFile& file,
               "' matches no parameter or buffer of this config's model" + since,
           "run it with the config it was trained with (its run folder's config.toml)");
   if (!changes.empty())
-    s.log.warn(file.path.string() +
-               " was trained with another model or precision: " + changes_text(changes) +
-               "; the numbers are this config's. Use its run folder's config.toml for the run's");
+    s.log.warn(file.path.string() + " was trained with another model or precision: " +
+               changes_text(changes) + "; the numbers are this config's. For the run's, add " +
+               (restore_flags(changes).empty() ? "the values of the config it was trained with"
+                                               : restore_flags(changes)));
 }
 
 // A resume whose [model] differs with the same tensors (heads, an activation) trains another
 // model from the step on: allowed, as a deliberate change may be, but said (the policy has its
 // own rule: restore_policy).
 void warn_of_another_model(const Trainer::State& s, const CheckpointFile& file) {
-  auto changes = model_changes_since(s, file);
+  auto changes = model_changes_since(s, file, /*training=*/true);
   std::erase_if(changes, [](const std::string& c) { return c.starts_with("precision."); });
   if (!changes.empty())
     s.log.warn(file.path.string() + " was trained with another model: " + changes_text(changes) +
-               "; the steps from here train this config's. Resume with the run's config.toml to "
-               "keep the old");
+               "; the steps from here train this config's. " +
+               to_keep_the_old(changes, "the old model"));
 }
 
 void finish_initial_weights(Trainer::State& s, const CheckpointFile& file,
@@ -605,14 +632,44 @@ json metadata_entry(const CheckpointFile& file, const std::string& key) {
   return j;
 }
 
-void check_same_data(const Trainer::State& s, const json& sampler, const fs::path& path) {
-  if (read_checkpoint_int(sampler.at("rows"), "sampler.rows", 0,
-                          std::numeric_limits<std::int64_t>::max(), path) != s.train.rows ||
-      !sampler.at("seed").is_number_unsigned() ||
-      sampler.at("seed").get<std::uint64_t>() != s.e.run.seed)
-    throw sdk::CheckpointError(
-        path.string() + ": the checkpoint was trained on other data (rows or seed differ)",
-        "resume with the same [data] and run.seed as the original run");
+// The sampler's order is drawn from the row count and the seed: other ones cannot continue it.
+// Refused naming the keys of [data] and run.seed that differ (from the checkpoint's resolved
+// config; a checkpoint without one names the counts alone), with the flags that resume as the
+// run was, and the way to start from the weights instead.
+void check_same_data(const Trainer::State& s, const CheckpointFile& file, const json& sampler) {
+  const fs::path& path = file.path;
+  const auto rows = read_checkpoint_int(sampler.at("rows"), "sampler.rows", 0,
+                                        std::numeric_limits<std::int64_t>::max(), path);
+  const bool seed_known = sampler.at("seed").is_number_unsigned();
+  const std::uint64_t seed = seed_known ? sampler.at("seed").get<std::uint64_t>() : 0;
+  if (rows == s.train.rows && seed_known && seed == s.e.run.seed) return;
+  std::vector<std::string> changes;
+  if (const auto saved = file.st.metadata.find("config"); saved != file.st.metadata.end()) {
+    // The loader's keys leave the rows as they are (data.batch_size has its own refusal).
+    static constexpr std::string_view kLoaderOnly[] = {"data.prefetch", "data.pin_memory",
+                                                       "data.eval_batch_size", "data.batch_size"};
+    changes = changed_values(
+        saved->second, resolved_toml(s.e),
+        [](std::string_view key) {
+          return key == "run.seed" || (key.starts_with("data.") &&
+                                       std::find(std::begin(kLoaderOnly), std::end(kLoaderOnly),
+                                                 key) == std::end(kLoaderOnly));
+        },
+        /*one_sided=*/false);
+  }
+  const std::string counts = " (" + std::to_string(rows) + " training rows and seed " +
+                             (seed_known ? std::to_string(seed) : std::string("unknown")) +
+                             " then, " + std::to_string(s.train.rows) + " and " +
+                             std::to_string(s.e.run.seed) + " now)";
+  const std::string flags = restore_flags(changes);
+  throw sdk::CheckpointError(
+      path.string() + ": the checkpoint was trained on other data" + counts +
+          (changes.empty() ? std::string() : ": " + changes_text(changes)),
+      "a resumed run keeps its data order: resume with " +
+          (flags.empty() ? std::string("the [data] and run.seed the run was trained with")
+                         : flags) +
+          ", or start a new run from these weights: " +
+          start_from_weights_route(s.e, path, /*merge_lora=*/false));
 }
 
 // A resume whose data differ with the same row count and seed (another file of the same shape,
@@ -649,11 +706,13 @@ void warn_of_other_data(const Trainer::State& s, const CheckpointFile& file, con
   differs("train_data", s.train_fingerprint, "training");
   differs("eval_data", s.eval_fingerprint, "held-out");
   if (changes.empty()) return;
-  s.log.warn(file.path.string() +
-             " was trained on other data or data settings: " + changes_text(changes) +
-             "; the steps from here train on this config's (and evaluations, best checkpoints and "
-             "early stopping measure its held-out rows). Resume with the run's config.toml and "
-             "data to keep the old");
+  s.log.warn(
+      file.path.string() + " was trained on other data or data settings: " + changes_text(changes) +
+      "; the steps from here train on this config's (and evaluations, best checkpoints and "
+      "early stopping measure its held-out rows). " +
+      (restore_flags(changes).empty() ? std::string("Resume on the run's data to keep the old")
+                                      : "To keep the old, resume with " + restore_flags(changes) +
+                                            " (and the run's data files)"));
 }
 
 bool holds_ema(const CheckpointFile& file) {
@@ -670,7 +729,11 @@ void restore_ema(Trainer::State& s, const CheckpointFile& file) {
       s.log.warn(file.path.string() +
                  " holds an EMA of the weights, which this config keeps none of ([ema] decay "
                  "is 0 or absent): the run continues without it and its next checkpoints drop "
-                 "it. Resume with the run's config.toml (or its [ema] decay) to keep it");
+                 "it. To keep it, resume with " +
+                 (saved_ema_decay(file.st.metadata)
+                      ? "--set ema.decay=" +
+                            sdk::option_value_to_string(*saved_ema_decay(file.st.metadata))
+                      : std::string("the [ema] decay the run had")));
     return;
   }
   const auto was = saved_ema_decay(file.st.metadata);
@@ -723,8 +786,8 @@ void warn_of_changed_schedule(Trainer::State& s, const CheckpointFile& file,
   std::snprintf(rates, sizeof rates, "%.6g where the checkpoint's schedule gives %.6g",
                 s.schedule.lr_at(applied), change->was.lr_at(applied));
   s.log.warn(file.path.string() + " was trained with another learning-rate schedule: " + list +
-             "; the next step's lr is " + rates +
-             ". Resume with the run's config.toml to keep the old schedule");
+             "; the next step's lr is " + rates + ". " +
+             to_keep_the_old(change->changed, "the old schedule"));
 }
 
 // A resume that changes the optimizer's or the scaler's options (Adam's betas, weight decay, the
@@ -735,8 +798,34 @@ void warn_of_changed_update(Trainer::State& s, const CheckpointFile& file) {
   std::string list;
   for (const auto& c : changed) list += (list.empty() ? "" : ", ") + c;
   s.log.warn(file.path.string() + " was trained with other optimizer or scaler settings: " + list +
-             "; the steps from here use the new ones. Resume with the config the run was trained "
-             "with to keep the old");
+             "; the steps from here use the new ones. " + to_keep_the_old(changed, "the old ones"));
+}
+
+// An optimizer slot the file lacks: when the checkpoint's optimizer is another one, its refusal
+// (written by 'adamw', this run uses 'sgd') says why; when it is the same one with other options
+// (SGD's momentum from 0, which keeps no buffer), the new options need state the run never kept,
+// refused naming the options and the ways on. Otherwise returns, and the slot's own error stands.
+void refuse_state_the_options_lack(const Trainer::State& s, const CheckpointFile& file,
+                                   const sdk::CheckpointError& missing) {
+  const json saved = metadata_entry(file, "optimizer");
+  component_state_from_json(saved, "optimizer", s.e.optimizer_type, file.path);  // the same one
+  auto changed = changed_update_options(file.st.metadata, s.e);
+  const std::string own = "optimizer." + s.e.optimizer_type + ".";
+  std::erase_if(changed, [&](const std::string& c) { return !c.starts_with(own); });
+  if (changed.empty()) return;
+  // The slot the reducer named ("no optimizer state 'fc1.weight.momentum_buffer'"), if it did.
+  constexpr std::string_view kLead = "no optimizer state '";
+  const std::string what = missing.what();
+  const auto slot = what.find(kLead);
+  const auto end = slot == std::string::npos ? slot : what.find('\'', slot + kLead.size());
+  const std::string lacks =
+      end == std::string::npos ? std::string() : " (" + what.substr(slot, end + 1 - slot) + ")";
+  throw sdk::CheckpointError(
+      file.path.string() + ": this run gives the optimizer other options (" +
+          changes_text(changed) + "), which need state the checkpoint's run never kept" + lacks,
+      "resume with the options it kept state for: " + restore_flags(changed) +
+          ", or start a new run from these weights: " +
+          start_from_weights_route(s.e, file.path, /*merge_lora=*/false));
 }
 
 // The policy a choosing policy (auto) chose when the checkpoint was written; empty for one that
@@ -857,10 +946,9 @@ void restore_policy(Trainer::State& s, const CheckpointFile& file,
   if (const auto changed = changed_policy_options(file.st.metadata, s.e); !changed.empty()) {
     std::string list;
     for (const auto& c : changed) list += (list.empty() ? "" : ", ") + c;
-    s.log.warn(file.path.string() + " was trained with other [precision." + s.e.policy_name +
-               "] options: " + list +
-               " (an edited config, or a default that changed); the steps from here use the new "
-               "ones. Resume with the run's config.toml to keep the old");
+    s.log.warn(file.path.string() + " was trained with other [precision] options: " + list +
+               "; the steps from here use the new ones. " +
+               to_keep_the_old(changed, "the old ones"));
   }
   restore_component(file, "policy", s.e.policy_name, heard_since(progress, s.position.policy_since),
                     *s.c.policy);
@@ -897,12 +985,17 @@ void restore_optimizer(Trainer::State& s, const CheckpointFile& file,
       "fresh slots: the old optimizer's moments or momentum are not carried; the learning-rate "
       "schedule goes on from this step"};
   if (!keeps_state(s, file, optimizer, progress, s.position.optimizer_since)) return;
-  s.reducer->load_optimizer_state(
-      *s.c.optimizer, [&](const std::string& name) { return file.st.find("optimizer/" + name); },
-      [&](const sdk::HostTensor& whole, sdk::TensorView slot) {
-        from_host(*s.c.backend, whole, slot, file.path, file.format_blame);
-      },
-      file.path.string());
+  try {
+    s.reducer->load_optimizer_state(
+        *s.c.optimizer, [&](const std::string& name) { return file.st.find("optimizer/" + name); },
+        [&](const sdk::HostTensor& whole, sdk::TensorView slot) {
+          from_host(*s.c.backend, whole, slot, file.path, file.format_blame);
+        },
+        file.path.string());
+  } catch (const sdk::CheckpointError& e) {
+    refuse_state_the_options_lack(s, file, e);
+    throw;
+  }
   restore_component(file, "optimizer", s.e.optimizer_type,
                     heard_since(progress, s.position.optimizer_since), *s.c.optimizer);
 }
@@ -958,14 +1051,16 @@ void restore_training_state(Trainer::State& s, const CheckpointFile& file) {
   // Before the sampler's cursor, whose check a changed batch size would fail less clearly.
   const ResumeTerms terms = read_resume_terms(file.st.metadata, path);
   keep_resume_terms(terms, s.e, frozen_names(*s.model), s.schedule, progress.applied, s.log, path);
-  warn_of_changed_schedule(s, file, terms, progress.applied);
-  warn_of_changed_update(s, file);
   auto sampler = metadata_entry(file, "sampler");
-  check_same_data(s, sampler, path);
+  check_same_data(s, file, sampler);
   warn_of_other_data(s, file, sampler);
   restore_optimizer(s, file, progress);
   restore_ema(s, file);
   restore_scaler(s, file, progress);
+  // Said once the state they change was taken: a refused swap of the optimizer or the scaler is
+  // not announced as applied first.
+  warn_of_changed_schedule(s, file, terms, progress.applied);
+  warn_of_changed_update(s, file);
   restore_policy(s, file, progress);
   // Each step draws run.accumulate batches.
   s.data.sampler->set_cursor(read_sampler_cursor(sampler, progress.step * s.e.run.accumulate,

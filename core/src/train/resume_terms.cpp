@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "checkpoint/state.h"
+#include "config/resolved_values.h"
 #include "mixtrain/core/config/component_section.h"
 #include "mixtrain/core/config/config.h"
 #include "mixtrain/core/graph/lora.h"
@@ -177,26 +178,55 @@ ResumeTerms read_resume_terms(const std::map<std::string, std::string>& metadata
 
 std::vector<std::string> changed_policy_options(const std::map<std::string, std::string>& metadata,
                                                 const Experiment& e) {
+  const auto it = metadata.find("config");
   const auto config = recorded_config(metadata);
   if (!config) return {};
-  std::vector<sdk::RawOption> saved;
   try {
     const auto policy = section_selector(
         *config, "precision", "policy", "",
         host_tables_given_as_arrays(*config, "precision", {"override", "escalate"}));
     if (policy != e.policy_name) return {};  // a switch: restore_policy says so
-    saved = config->table_options("precision." + e.policy_name);
   } catch (const std::exception&) {
     return {};  // a config this build cannot read: nothing to compare
   }
-  std::vector<std::string> changed;
-  // A --set is a deliberate change on the command line, as a policy switch by --set is.
-  collect_changed(
-      saved, e.policy_options.effective(), "",
-      [&](const std::string& key) {
-        return e.policy_options.where(key).file.rfind("--set ", 0) == 0;
+  // Every [precision] value but the policy's name, whichever policy: the resolved config holds
+  // them all, defaults included. A key of one side only was written before it existed, except in
+  // an override or [precision.escalate], where one side's key is one side's entry.
+  const std::string now = resolved_toml(e);
+  const auto entries = [](std::string_view key) {
+    return key.starts_with("precision.override[") || key.starts_with("precision.escalate");
+  };
+  auto changed = changed_values(
+      it->second, now,
+      [&](std::string_view key) {
+        return key.starts_with("precision.") && key != "precision.policy" && !entries(key);
       },
-      changed);
+      /*one_sided=*/false);
+  // An entry one side lacks is named once, with the values it set: "precision.override[0] =
+  // (none) -> {layers = \"head\", weight = \"fp32\"}".
+  std::vector<std::string> whole;  // "precision.override[0]", in order
+  std::map<std::string, std::pair<std::string, std::string>> sides;
+  for (const auto& c : changed_values(it->second, now, entries, /*one_sided=*/true)) {
+    const auto eq = c.find(" = "), arrow = c.find(" -> ", eq);
+    const std::string key = c.substr(0, eq), was = c.substr(eq + 3, arrow - eq - 3),
+                      is = c.substr(arrow + 4);
+    const auto close = key.find("].");
+    if (close == std::string::npos || (was != "(none)" && is != "(none)")) {
+      changed.push_back(c);
+      continue;
+    }
+    const std::string entry = key.substr(0, close + 1), field = key.substr(close + 2);
+    if (!sides.count(entry)) whole.push_back(entry);
+    auto& [a, b] = sides[entry];
+    auto& side = was == "(none)" ? b : a;
+    const std::string& value = was == "(none)" ? is : was;
+    if (value != "\"\"") side += (side.empty() ? "" : ", ") + field + " = " + value;
+  }
+  for (const auto& entry : whole) {
+    const auto& [a, b] = sides[entry];
+    changed.push_back(entry + " = " + (a.empty() ? "(none)" : "{" + a + "}") + " -> " +
+                      (b.empty() ? "(none)" : "{" + b + "}"));
+  }
   return changed;
 }
 
@@ -264,7 +294,8 @@ std::optional<ScheduleChange> changed_schedule(const std::map<std::string, std::
       if (!value) return;
       field = *value;
       if (*value != as_number(current))
-        change.changed.push_back(key + " = " + sdk::option_value_to_string(o->value) + " -> " +
+        change.changed.push_back("optimizer." + key + " = " +
+                                 sdk::option_value_to_string(o->value) + " -> " +
                                  sdk::option_value_to_string(current));
     };
     const auto integer = [&](const std::string& key, std::int64_t current, std::int64_t& field) {
@@ -279,8 +310,8 @@ std::optional<ScheduleChange> changed_schedule(const std::map<std::string, std::
       if (kind == nullptr) return std::nullopt;  // a schedule this build does not know
       was.kind = *kind;
       if (*kind != now.kind)
-        change.changed.push_back("schedule = \"" + name + "\" -> \"" + lr_schedule_name(now.kind) +
-                                 "\"");
+        change.changed.push_back("optimizer.schedule = \"" + name + "\" -> \"" +
+                                 lr_schedule_name(now.kind) + "\"");
     }
     integer("warmup_steps", now.warmup_steps, was.warmup_steps);
     number("min_lr", now.min_lr, was.min_lr);
@@ -297,7 +328,7 @@ std::optional<ScheduleChange> changed_schedule(const std::map<std::string, std::
           for (const auto m : v) out += (out.empty() ? "" : ", ") + std::to_string(m);
           return "[" + out + "]";
         };
-        change.changed.push_back("milestones = " + list(was.milestones) + " -> " +
+        change.changed.push_back("optimizer.milestones = " + list(was.milestones) + " -> " +
                                  list(now.milestones));
       }
     }

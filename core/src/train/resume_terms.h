@@ -20,11 +20,14 @@
 //   horizon, or with run.stretch_schedule re-plans the schedule over the new run.steps; a warning
 //   says which, with the learning rate the next step gets and the one the other choice would give
 //   (none for a schedule without a horizon, lr_schedule_has_horizon, or with no step left).
-// - changed_policy_options: the options of the run's policy that this run gives other values than
-//   the checkpoint's resolved config ("config" entry) recorded, as "key = old -> new" (an edited
-//   config, or a default that changed since: the block recipes' took Transformer Engine's), a
-//   --set's left out (deliberate); empty when they agree, the entry is absent or unreadable, or
-//   it names another policy.
+// - changed_policy_options: the [precision] values (the policy's own table, the overrides,
+//   [precision.escalate]) that this run gives otherwise than the checkpoint's resolved config
+//   ("config" entry) recorded, each "precision.nvfp4.base = \"bf16-mixed\" -> \"fp32\""; an
+//   override or escalation key only one side has is "(none)" on the other, another key only
+//   one side has is passed over (written before it existed). However it was asked for (an edited
+//   config, a --set, a --merge, a default that changed since) the steps from here compute
+//   otherwise. Empty when they agree, the entry is absent or unreadable, or it names another
+//   policy (a switch: restore_policy's).
 // - changed_update_options: the options of the run's optimizer (its lr is changed_schedule's) and
 //   loss scaler (but its starting scale, init_scale or scale, which the restored state or the
 //   scaler itself decides), when the checkpoint's run used the same ones, and [optimizer]
@@ -36,7 +39,8 @@
 // - changed_schedule: the learning-rate schedule keys ([optimizer] schedule, warmup_steps, min_lr,
 //   step_size, gamma, milestones, pct_start, div_factor, final_div_factor, and the optimizer's own
 //   lr when it is the same optimizer) that this run gives other values than the checkpoint's
-//   resolved config recorded, each "key = old -> new", with the schedule they made (`now` with the
+//   resolved config recorded, each "optimizer.key = old -> new" (the optimizer's lr
+//   "optimizer.adamw.lr = …"), with the schedule they made (`now` with the
 //   recorded values, over the checkpoint's horizon `schedule_steps` when known) so a warning can
 //   name both next rates; nullopt when they agree, the entry is absent or unreadable. A --set
 //   counts too: the rate jumps however it was asked for.

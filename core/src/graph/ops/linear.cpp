@@ -146,11 +146,23 @@ void LinearLayer::choose_kernels(sdk::DeviceBackend& backend) {
   gradient_gemm_ =
       !unmet(backend, {sdk::GemmOp::gemm_gradient, {g, g, DType::fp32}}) &&
       !unmet(backend, {sdk::GemmOp::gemm_gradient, {g, g, storage_of(precision_.activation_grad)}});
+  // What the backward computes apart from the GEMMs when it cannot fold it in: the messages name
+  // what this linear has (a relu-only model has no gelu to speak of).
+  const auto apart = [&](const char* activation) {
+    std::string what = bias_ ? "the bias gradients" : "";
+    if (activation != nullptr)
+      what += (what.empty() ? "" : " and ") + std::string(activation) + "'s gradient";
+    return what;
+  };
+  const auto activation_of = [](const ActivationLayer* act) -> const char* {
+    if (act == nullptr) return nullptr;
+    return act->activation() == sdk::Activation::gelu ? "gelu" : "relu";
+  };
   if (!gradient_gemm_ && fusion_on_ && (bias_ || grad_input_ != nullptr) && !scaler_.active())
     ops::log_once("linear", "gemm_gradient",
                   "the backend has no gemm_gradient (gemm facet 1.5) for node '" + name_ +
-                      "' and the linears like it: their backward runs the bias gradients and "
-                      "gelu's gradient as separate passes");
+                      "' and the linears like it: their backward runs " +
+                      apart(activation_of(grad_input_)) + " as separate passes");
   // FP8: dy's cast with its epilogues, for whichever FP8 dtype the policy gives the gradient, under
   // delayed scaling (current scaling would measure dy's amax, not dz's).
   gradient_cast_dtype_ = storage_of(precision_.activation_grad);
@@ -163,9 +175,8 @@ void LinearLayer::choose_kernels(sdk::DeviceBackend& backend) {
     ops::log_once("linear", "cast_transpose_gradient",
                   "the backend's gemm facet has no cast_transpose_gradient (1.7) for " +
                       std::string(sdk::dtype_name(gradient_cast_dtype_)) + " gradients (node '" +
-                      name_ +
-                      "' and the FP8 linears like it): their backward runs the bias gradients and "
-                      "gelu's gradient as passes of their own before the cast");
+                      name_ + "' and the FP8 linears like it): their backward runs " +
+                      apart(activation_of(fused_)) + " as passes of their own before the cast");
   // x is read by wgrad alone (FP8 and block-scaled: its copies from the forward), so a frozen
   // weight of its own (LoRA's base, train.frozen) keeps nothing of it for the backward: the memory
   // plan ends x's life at its forward reads unless another op's backward reads it. A tied weight

@@ -170,6 +170,33 @@ TEST_F(RunFolder, ASecondContinuationFromTheSameStepKeepsTheFirstOnesFiles) {
   EXPECT_EQ(names(dir / "checkpoints"), (std::set<std::string>{"step-00000020.mxt"}));
 }
 
+// The continuation abandoned by a resume with other settings keeps the config.toml it trained
+// with beside its records (the resumed run's replaces it); one with the same values (its header's
+// source aside) has nothing to keep, and a second continuation's copy never overwrites the first.
+TEST_F(RunFolder, AContinuationAbandonedForOtherSettingsKeepsItsConfig) {
+  const fs::path dir = root_ / "runs" / "demo";
+  finished_run(dir);
+  auto r = request();
+  r.resumed_from = dir / "checkpoints" / "step-00000020.mxt";
+  r.resumed_step = 20;
+  const std::string same = "# mixtrain resolved config: every effective value. Source: x\n[run]\n";
+  EXPECT_EQ(prepare_run_folder(r, same).moved_aside.find("config.toml"), std::string::npos);
+  EXPECT_FALSE(fs::exists(dir / "config.discarded-after-step-20.toml"));
+  write(dir / "checkpoints" / "step-00000030.mxt", "thirty again");
+  const std::string other = std::string(kResolved) + "steps = 40\n";
+  const std::string said = prepare_run_folder(r, other).moved_aside;
+  const fs::path kept = dir / "config.discarded-after-step-20.2.toml";
+  EXPECT_NE(said.find("the config.toml it last trained with to " + kept.string()),
+            std::string::npos)
+      << said;
+  EXPECT_EQ(read(kept), same);
+  EXPECT_EQ(read(dir / "config.toml"), other);
+  write(dir / "checkpoints" / "step-00000030.mxt", "thirty a third time");
+  prepare_run_folder(r, kResolved);
+  EXPECT_EQ(read(dir / "config.discarded-after-step-20.3.toml"), other);
+  EXPECT_EQ(read(kept), same);
+}
+
 // Resumed at the last step the files hold, there is nothing to move: the files stay as they were
 // (found from their tails: a long run's metrics are not read whole), and nothing is said.
 TEST_F(RunFolder, AResumeAtTheLastLoggedStepLeavesTheMetricsAsTheyWere) {

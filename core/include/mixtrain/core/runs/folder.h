@@ -26,7 +26,9 @@
 //   tensorboard.discarded-after-step-N/ (each replaced by its events up to N:
 //   runs/tensorboard_writer.h), and, when any of those moved, summary.json and profile.json (they
 //   describe the abandoned continuation; a profile whose last_step is N or below stays) to
-//   summary.discarded-after-step-N.json and profile.discarded-after-step-N.json. A second
+//   summary.discarded-after-step-N.json and profile.discarded-after-step-N.json, and the
+//   config.toml it trained with, when the resumed run's holds other values (comments aside), is
+//   kept as config.discarded-after-step-N.toml (the new one replaces it). A second
 //   continuation from the same step gets the suffix ".2" (then ".3", …) on those names, so what the
 //   first one left is never overwritten. Left in place, keep-pruning would count those checkpoints
 //   as the newest and a later --resume would pick them up. A record whose step is not a JSON
