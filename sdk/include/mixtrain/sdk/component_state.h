@@ -13,6 +13,9 @@
 //                     "skipped_steps"  update() that skipped      = steps skipped
 //   Optimizer         "step"           step() calls              = steps applied
 //   PrecisionPolicy   "applied_steps"  on_step_end(true) calls   = steps applied
+// counted since the component's state began: the run's start, or the resume that switched to it
+// (--set scaler.type=..., optimizer.type=..., precision.policy=...), whose step the checkpoint
+// records beside the state.
 #pragma once
 
 #include <cstdint>
