@@ -434,7 +434,10 @@ int run_check(const ConfigArgs& cfg, bool rehearse) {
   if (auto launch = core::launch_requirement(experiment, train_command(cfg)); !launch.empty())
     std::cout << "# launch: " << launch << "\n";
   for (const auto& w : warnings) core::core_logger("check").warn(w);
-  std::cout << "# config OK" << (warnings.empty() ? "" : " (with warnings)") << "\n";
+  // The trainer warned already about keys left unread and likely slips (Trainer's construction).
+  const bool warned =
+      !warnings.empty() || !experiment.unused_keys.empty() || !experiment.config_warnings.empty();
+  std::cout << "# config OK" << (warned ? " (with warnings)" : "") << "\n";
   return 0;
 }
 

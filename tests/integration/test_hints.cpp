@@ -1,6 +1,8 @@
 // The hints of common mistakes point at what the user meant: a shortened choice, another tool's
-// key name, a key in the wrong table, a Hugging Face folder given as a checkpoint.
+// key name, a key in the wrong table, a Hugging Face folder given as a checkpoint; followed as
+// written, they work.
 #include "cli_test_support.h"
+#include "npy_test_support.h"
 
 namespace mixtrain::test {
 namespace {
@@ -36,6 +38,14 @@ TEST_F(Hints, ExportInitialWritesSafetensorsWithoutFormat) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(has(r.out, "(safetensors, initial weights")) << r.out;
   EXPECT_TRUE(fs::is_regular_file(dir_ / "init.safetensors"));
+}
+
+// [model.resnet]'s lists are among its known keys and its did-you-mean.
+TEST_F(Hints, AResnetKeyTypoOffersItsLists) {
+  const auto r =
+      run("check " + config("resnet20-fp32.toml") + " --skip-rehearsal --set model.resnet.blocs=3");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "did you mean 'blocks'? known keys: blocks, widths, block")) << r.err;
 }
 
 }  // namespace

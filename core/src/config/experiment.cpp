@@ -237,6 +237,7 @@ struct PluginSections {
   const PluginRegistry& registry;
   ExperimentUse use;
   std::vector<std::string>& warnings;  // Experiment::config_warnings
+  std::vector<std::string>& unused;    // Experiment::unused_keys
 
   // The host's options; the plugin's name and options go to name_out and plugin_out.
   sdk::Options read(PluginSectionSpec spec, std::string& name_out, sdk::Options& plugin_out) const {
@@ -268,6 +269,9 @@ struct PluginSections {
                              spec.training_only && use == ExperimentUse::model_only};
     auto r = resolve_component_section(config, section);
     warnings.insert(warnings.end(), r.warnings.begin(), r.warnings.end());
+    // A command that never uses the section has no use for what its other tables leave unread.
+    if (!section.unknown_tables_are_warnings)
+      unused.insert(unused.end(), r.unused.begin(), r.unused.end());
     plugin_out = r.component;
     return r.host;
   }
@@ -601,7 +605,7 @@ Experiment read_experiment(const Config& config, const PluginRegistry& registry,
   reads.read("run", {}, [&] { run = read_run(config, e); });
   reads.read("data", {}, [&] { read_data_config(config, e); });
   reads.read("model", {"data"}, [&] { read_model_config(config, e); });  // vocab and block size
-  const PluginSections plugins{config, registry, use, e.config_warnings};
+  const PluginSections plugins{config, registry, use, e.config_warnings, e.unused_keys};
   reads.read("backend", {}, [&] { read_backend(plugins, e); });
   reads.read("precision", {}, [&] { read_precision(plugins, overrides, e); });
   reads.read("scaler", {}, [&] { read_scaler(plugins, e); });
@@ -636,7 +640,7 @@ sdk::ConfigError at_the_key(const sdk::ConfigError& e, const Config& config) {
 Experiment parse_experiment(const Config& config, const PluginRegistry& registry,
                             ExperimentUse use) {
   const auto pointed = [&](const sdk::ConfigError& e) {
-    return at_the_key(with_owner_hint(e, registry).value_or(e), config);
+    return at_the_key(with_owner_hint(e, registry, config).value_or(e), config);
   };
   try {
     return read_experiment(config, registry, use);

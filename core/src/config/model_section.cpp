@@ -583,11 +583,27 @@ void read_pretrained_gpt(const Config& config, Experiment& e, const sdk::Options
   e.core_sections.push_back(std::move(g));
 }
 
+// An unknown key of [model.resnet], named against every key the table takes: its lists (blocks,
+// widths) are read beside the schema, which alone would leave them out of the did-you-mean and
+// of the known keys.
+void refuse_unknown_resnet_keys(const std::vector<sdk::RawOption>& raw) {
+  std::vector<std::string> known = {"blocks", "widths"};
+  for (const auto& spec : resnet_preset_schema()) known.push_back(spec.name);
+  for (const auto& o : raw) {
+    if (std::find(known.begin(), known.end(), o.key) != known.end()) continue;
+    const auto near = sdk::closest_match(o.key, known);
+    throw sdk::ConfigError(
+        o.where, "model.resnet." + o.key, "unknown key",
+        (near.empty() ? "" : "did you mean '" + near + "'? ") + "known keys: " + join_names(known));
+  }
+}
+
 // [model] preset = "resnet": the nodes come from [model.resnet].
 void read_resnet_preset(const Config& config, Experiment& e, const sdk::Options& model) {
   reject_preset_with_nodes(config, "resnet", "preset = \"resnet\"");
   const std::vector<std::string> arrays = {"blocks", "widths"};
   const auto raw = config.table_options("model.resnet", arrays);
+  refuse_unknown_resnet_keys(raw);
   const sdk::SourceLocation where = config.is_array("model.resnet.blocks") || !raw.empty()
                                         ? config.location("model.resnet")
                                         : e.model.where;
@@ -725,9 +741,22 @@ void read_model_config(const Config& config, Experiment& e) {
     check_unselected_table("model.gpt", gpt_preset_schema(), config.table_options("model.gpt"),
                            config.location("model.gpt"));
   if (preset != ModelPreset::resnet && config.has_table("model.resnet"))
+    refuse_unknown_resnet_keys(config.table_options("model.resnet", {"blocks", "widths"}));
+  if (preset != ModelPreset::resnet && config.has_table("model.resnet"))
     check_unselected_table("model.resnet", resnet_preset_schema(),
                            config.table_options("model.resnet", {"blocks", "widths"}),
                            config.location("model.resnet"));
+  // The other preset's table builds nothing under this one: said, as an unused key is.
+  if (preset != ModelPreset::none)
+    for (const char* name : {"gpt", "resnet"})
+      if (const std::string table = std::string("model.") + name;
+          name != choice_name(preset, kModelPresets) && config.has_table(table))
+        e.config_warnings.push_back(
+            "[" + table + "] (" + config.location(table).to_string() +
+            ") is ignored: [model] preset = \"" + std::string(choice_name(preset, kModelPresets)) +
+            "\" (" + config.location("model.preset").to_string() + ") builds [model." +
+            std::string(choice_name(preset, kModelPresets)) + "]; preset = \"" + name +
+            "\" selects that table");
   switch (preset) {
     case ModelPreset::gpt:
       return read_gpt_preset(config, e, model);
