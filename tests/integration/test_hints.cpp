@@ -40,6 +40,21 @@ TEST_F(Hints, ExportInitialWritesSafetensorsWithoutFormat) {
   EXPECT_TRUE(fs::is_regular_file(dir_ / "init.safetensors"));
 }
 
+// A preset's size that makes a node too small is blamed on that size, where it was set, and the
+// hint sets it: wpe's positions come from model.gpt.block_size (model.gpt.positions is no key).
+TEST_F(Hints, AGptSizeTooSmallForTheDataNamesThePresetKey) {
+  const std::string check = "check " + config("gpt-tiny-fp32.toml") + " --skip-rehearsal ";
+  auto r = run(check + "--set model.gpt.block_size=64");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err,
+                  "error: --set model.gpt.block_size=64: 'model.gpt.block_size': node "
+                  "'wpe' (position_embedding): holds 64 positions"))
+      << r.err;
+  EXPECT_TRUE(has(r.err, "HINT: set model.gpt.block_size >= 128")) << r.err;
+  r = run(check + "--set model.gpt.block_size=128");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 // [model.resnet]'s lists are among its known keys and its did-you-mean.
 TEST_F(Hints, AResnetKeyTypoOffersItsLists) {
   const auto r =

@@ -428,6 +428,8 @@ GptPreset gpt_preset_of(const sdk::Options& o, const sdk::SourceLocation& where,
   p.bias = o.get_bool("bias");
   p.fused_attention = o.get_bool("fused_attention");
   p.where = where;
+  for (const char* key : {"n_layer", "n_head", "n_embd", "vocab_size", "block_size"})
+    if (o.was_set(key)) p.key_where[key] = o.where(key);
   if (p.n_embd % p.n_head != 0)
     throw sdk::ConfigError(o.where("n_head"), "model.gpt.n_head",
                            "n_embd = " + std::to_string(p.n_embd) +
