@@ -55,6 +55,26 @@ TEST_F(Hints, AGptSizeTooSmallForTheDataNamesThePresetKey) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
+// An empty config's hint says where the layers go; the line pasted above any header is named as
+// [model]'s key, and pasted under the header it checks.
+TEST_F(Hints, TheEmptyConfigHintWorksWhenPasted) {
+  write_file("empty.toml", "");
+  auto r = run("check empty.toml --skip-rehearsal", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  const std::string line =
+      "layers = [ { type = \"linear\", out = 64 }, { type = \"relu\" }, { type = \"linear\", "
+      "out = 10 } ]";
+  EXPECT_TRUE(has(r.err, "HINT: under a [model] header, add " + line)) << r.err;
+  write_file("flat.toml", line + "\n");
+  r = run("check flat.toml --skip-rehearsal", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "flat.toml:1:1: 'layers': unknown key")) << r.err;
+  EXPECT_TRUE(has(r.err, "did you mean model.layers?")) << r.err;
+  write_file("model.toml", "[model]\n" + line + "\n");
+  r = run("check model.toml --skip-rehearsal", dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 // [model.resnet]'s lists are among its known keys and its did-you-mean.
 TEST_F(Hints, AResnetKeyTypoOffersItsLists) {
   const auto r =

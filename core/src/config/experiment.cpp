@@ -151,6 +151,16 @@ void check_top_level_tables(const Config& config) {
       throw sdk::ConfigError(config.location(key), key, "unknown key",
                              "it is outside any table (written above the file's first [table] "
                              "header, or --set without a table); every key lives in a table");
+    // An array named like a section's list (`layers = [...]` pasted above [model]) is that key
+    // outside its table, not a misspelt table: named as a key, the owner hint says where it goes.
+    const bool a_known_table = !sdk::closest_match(key, known).empty() || config.has_table(key);
+    if (config.is_array(key) && !a_known_table)
+      throw sdk::ConfigError(config.location(key), key, "unknown key",
+                             "it is outside any table (written above the file's first [table] "
+                             "header, as [[" +
+                                 key +
+                                 "]], or --set without a table); every key "
+                                 "lives in a table");
     auto near = sdk::closest_match(key, known);
     throw sdk::ConfigError(config.location(key), key, "unknown table",
                            (near.empty() ? "" : "did you mean [" + near + "]? ") +

@@ -781,8 +781,8 @@ void read_model_config(const Config& config, Experiment& e) {
                                    "\" to [model] to build the model [model." + name +
                                    "] describes");
     throw sdk::ConfigError(e.model.where, layer_list, "the model has no layers",
-                           "add layers = [ { type = \"linear\", out = 64 }, { type = \"relu\" }, "
-                           "{ type = \"linear\", out = 10 } ]");
+                           "under a [model] header, add layers = [ { type = \"linear\", out = "
+                           "64 }, { type = \"relu\" }, { type = \"linear\", out = 10 } ]");
   }
   // A preset's table beside a layers or nodes list builds nothing: the list is the model, and
   // preset = "<name>" (which selects the table) cannot sit beside a list either. Validated above
