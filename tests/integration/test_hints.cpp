@@ -83,5 +83,55 @@ TEST_F(Hints, AResnetKeyTypoOffersItsLists) {
   EXPECT_TRUE(has(r.err, "did you mean 'blocks'? known keys: blocks, widths, block")) << r.err;
 }
 
+// A config given to export without --initial is named as one, and the hint's command works.
+TEST_F(Hints, ExportOfAConfigPointsAtInitial) {
+  write_file("c.toml", slurp(quickstart()));
+  auto r = run("export c.toml --format safetensors", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "c.toml is a config, not a checkpoint")) << r.err;
+  EXPECT_TRUE(has(r.err, "`mixtrain export c.toml --initial --out initial.safetensors`")) << r.err;
+  r = run("export c.toml --initial --out initial.safetensors", dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+// A run that is neither LoRA nor GPT: --layout peft offers the plain export (--layout hf would
+// refuse it), which then works. eval with other data than the run's names [data], not [model].
+TEST_F(Hints, AnMlpRunsHintsNameWhatFitsAnMlp) {
+  ASSERT_EQ(run("train " + quickstart() + " --set run.steps=2 --run-dir r1", dir_).exit_code, 0);
+  auto r = run("export r1 --layout peft", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "or the whole model with --format safetensors and no --layout")) << r.err;
+  EXPECT_FALSE(has(r.err, "with --layout hf")) << r.err;
+  r = run("export r1 --format safetensors", dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = run("eval " + quickstart() + " --checkpoint r1 --set data.synthetic.features=16", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err,
+                  "the file's model reads 32 features per sample, and this config's data "
+                  "give 16: [data] sizes the model's input"))
+      << r.err;
+  EXPECT_FALSE(has(r.err, "check [model] layers")) << r.err;
+}
+
+// Token ids saved as .npy given to a text model's predict: the hint names what it reads.
+TEST_F(Hints, PredictOfAnNpyOnATextModelNamesTheText) {
+  write_file("t.txt", std::string(6000, 'x'));
+  const std::string cfg = config("gpt-tiny-fp32.toml") +
+                          " --set data.text.path=t.txt --set model.gpt.n_layer=1 "
+                          "--set data.block_size=16";
+  ASSERT_EQ(run("train " + cfg + " --set run.steps=1 --run-dir g", dir_).exit_code, 0);
+  write_npy(dir_ / "ids.npy", "<i8", {2, 16}, std::vector<std::int64_t>(32, 7));
+  auto r = run("predict " + cfg + " --checkpoint g --input ids.npy --out p.npy", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err,
+                  "ids.npy is a NumPy .npy file, but a language model predicts from a "
+                  "token stream"))
+      << r.err;
+  EXPECT_TRUE(has(r.err, "pass the text itself as --input")) << r.err;
+  EXPECT_FALSE(has(r.err, "data.source = \"npy\"")) << r.err;
+  r = run("predict " + cfg + " --checkpoint g --input t.txt --out p.npy", dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 }  // namespace
 }  // namespace mixtrain::test
