@@ -133,5 +133,22 @@ TEST_F(Hints, PredictOfAnNpyOnATextModelNamesTheText) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
+// Every step skipped for a forward overflow: the hint does not offer a lower lr (no update was
+// made), and its escalation route, followed as written, trains.
+TEST_F(Hints, AForwardOverflowDivergenceOffersWhatWidensTheForward) {
+  const std::string cmd = "train " + config("overflow-demo.toml") +
+                          " --set precision.policy=fp16-mixed --set run.steps=6";
+  auto r = run(cmd + " --run-dir a", dir_);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_TRUE(has(r.err,
+                  "every one of the 6 steps was skipped: the forward was not finite "
+                  "(first: forward proj.output)"))
+      << r.err;
+  EXPECT_FALSE(has(r.err, "HINT: lower optimizer.lr")) << r.err;
+  EXPECT_TRUE(has(r.err, "(`--set precision.escalate.after=3`)")) << r.err;
+  r = run(cmd + " --set precision.escalate.after=3 --run-dir b", dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 }  // namespace
 }  // namespace mixtrain::test
