@@ -150,5 +150,17 @@ TEST_F(Hints, AForwardOverflowDivergenceOffersWhatWidensTheForward) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
+// "repeat the flag" is for values after one --set; a flag the command does not take (export has
+// no --merge) gets only the pointer to --help.
+TEST_F(Hints, AnExtraFlagIsNotTakenForASecondSetValue) {
+  auto r = run("export r1 --format safetensors --merge m.toml", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "`mixtrain export --help` lists the arguments")) << r.err;
+  EXPECT_FALSE(has(r.err, "repeat the flag")) << r.err;
+  r = run("check " + quickstart() + " --set run.steps=1 run.seed=2", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "repeat the flag (--set a=1 --set b=2)")) << r.err;
+}
+
 }  // namespace
 }  // namespace mixtrain::test
