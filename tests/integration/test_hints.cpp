@@ -162,5 +162,21 @@ TEST_F(Hints, AnExtraFlagIsNotTakenForASecondSetValue) {
   EXPECT_TRUE(has(r.err, "repeat the flag (--set a=1 --set b=2)")) << r.err;
 }
 
+// A checkpoint.init_from that does not exist is refused at its key, wherever it was given.
+TEST_F(Hints, AMissingInitFromIsNamedAtItsKey) {
+  auto r = run("check " + quickstart() + " --set checkpoint.init_from=missing.safetensors", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err,
+                  "error: --set checkpoint.init_from=missing.safetensors: "
+                  "'checkpoint.init_from': names"))
+      << r.err;
+  EXPECT_TRUE(has(r.err, "which does not exist")) << r.err;
+  write_file("m.toml", "[checkpoint]\ninit_from = \"gone.mxt\"\n");
+  r = run("check " + quickstart() + " --merge m.toml", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "m.toml:2:13: 'checkpoint.init_from'")) << r.err;
+  EXPECT_FALSE(has(r.err, "--resume")) << r.err;
+}
+
 }  // namespace
 }  // namespace mixtrain::test

@@ -398,6 +398,7 @@ sdk::Options read_checkpoint(const PluginSections& plugins, Experiment& e) {
   e.checkpoint.write_final = ck.get_bool("final");
   e.checkpoint.keep = ck.get_int("keep");
   e.checkpoint.init_from = ck.get_string("init_from");
+  e.checkpoint.init_from_where = ck.where("init_from");
   e.checkpoint.init_layout = parse_weight_layout(ck.get_string("init_layout"));
   e.checkpoint.keep_best = ck.get_string("keep_best");
   if (e.from_pretrained.enabled()) take_pretrained_weights(ck, e);

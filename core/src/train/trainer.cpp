@@ -769,6 +769,16 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   prepare_pixel_tables(s);
   allocate_host_batches(s);
   if (!e.checkpoint.init_from.empty() && !options.resume) {
+    // A missing file is the config's mistake, said at its key (a format's own "cannot open" names
+    // no key, and a step file's hint speaks of resuming).
+    std::error_code missing;
+    if (!e.from_pretrained.enabled() && !fs::exists(e.checkpoint.init_from, missing))
+      throw sdk::ConfigError(
+          e.checkpoint.init_from_where, "checkpoint.init_from",
+          "names " + sdk::option_value_to_string(e.checkpoint.init_from) + ", which does not exist",
+          "correct the path (a relative one is read from the folder of the "
+          "file that sets it, or from the current folder when given with "
+          "--set), or remove init_from to start from the seeded weights");
     s.loading_initial_weights = true;  // step 0's weights, not a checkpoint to run as trained
     load_checkpoint(e.checkpoint.init_from, /*weights_only=*/true, e.checkpoint.init_layout);
     s.loading_initial_weights = false;

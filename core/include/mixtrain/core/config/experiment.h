@@ -202,6 +202,8 @@ struct CheckpointSettings {
   bool write_final = schema_default_bool(checkpoint_core_schema(), "final");
   std::int64_t keep = schema_default_int(checkpoint_core_schema(), "keep");
   std::string init_from = schema_default_string(checkpoint_core_schema(), "init_from");
+  // Where init_from was given: a file that does not exist is refused there when it is loaded.
+  sdk::SourceLocation init_from_where;
   // How init_from stores its weights.
   WeightLayout init_layout =
       parse_weight_layout(schema_default_string(checkpoint_core_schema(), "init_layout"));
