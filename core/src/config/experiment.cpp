@@ -291,6 +291,7 @@ void read_backend(const PluginSections& plugins, Experiment& e) {
   auto host = plugins.read({"backend", "type", "cpu", ComponentKind::backend, "backend"},
                            e.backend_type, e.backend_options);
   push_component(e.core_sections, "backend", "type", e.backend_type, host, e.backend_options);
+  e.backend_where = plugins.config.location("backend.type");
 }
 
 PrecisionOverride read_override(const TableEntry& entry, std::vector<ResolvedSection>& sections) {
@@ -676,8 +677,15 @@ Components create_components(const Experiment& e, const PluginRegistry& registry
                  "\n";
     return comp;
   };
-  c.backend = registry.create<sdk::DeviceBackend>(require(ComponentKind::backend, e.backend_type),
-                                                  e.backend_options);
+  try {
+    c.backend = registry.create<sdk::DeviceBackend>(require(ComponentKind::backend, e.backend_type),
+                                                    e.backend_options);
+  } catch (const sdk::PluginError& err) {
+    // A backend that cannot start (no usable GPU) is the config's choice: said where it was made.
+    if (e.backend_where.line == 0 && !e.backend_where.file.starts_with("--set")) throw;
+    throw sdk::PluginError(
+        e.backend_where.to_string() + ": 'backend.type': " + std::string(err.what()), err.hint());
+  }
   c.policy = registry.create<sdk::PrecisionPolicy>(require(ComponentKind::policy, e.policy_name),
                                                    e.policy_options);
   c.scaler = registry.create<sdk::LossScaler>(require(ComponentKind::scaler, e.scaler_type),

@@ -257,6 +257,9 @@ struct Experiment {
   // Where precision.policy was given: a resume may change the policy only by a --set
   // (train/checkpoint_load.cpp), a deliberate choice, never by an edited or merged file.
   sdk::SourceLocation policy_where;
+  // Where backend.type was given (line 0: not given, the default): a backend that cannot start
+  // (no usable GPU) is refused naming it.
+  sdk::SourceLocation backend_where;
   sdk::Options backend_options, policy_options, scaler_options, optimizer_options,
       checkpoint_options, communicator_options;
   std::vector<ResolvedSection> core_sections;  // run, data, model, ... in resolved form
