@@ -178,5 +178,14 @@ TEST_F(Hints, AMissingInitFromIsNamedAtItsKey) {
   EXPECT_FALSE(has(r.err, "--resume")) << r.err;
 }
 
+// An override whose layers match nothing is blamed on its layers key, not on the table's header.
+TEST_F(Hints, AnOverrideMatchingNothingPointsAtItsLayersKey) {
+  write_file("o.toml", "[[precision.override]]\n\nlayers = \"zzz\"\ncompute = \"fp32\"\n");
+  const auto r = run("check " + quickstart() + " --skip-rehearsal --merge o.toml", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "o.toml:3:10: 'precision.override.layers': 'zzz' matches no layer"))
+      << r.err;
+}
+
 }  // namespace
 }  // namespace mixtrain::test

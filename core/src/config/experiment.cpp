@@ -300,6 +300,7 @@ PrecisionOverride read_override(const TableEntry& entry, std::vector<ResolvedSec
   PrecisionOverride po;
   po.pattern = o.get_string("layers");
   po.where = entry.where;
+  po.layers_where = o.where("layers");
   const auto compute = o.get_string("compute");
   auto dt = [&](const std::string& key) -> std::optional<sdk::DType> {
     auto v = o.get_string(key);
