@@ -178,6 +178,37 @@ TEST_F(Hints, AMissingInitFromIsNamedAtItsKey) {
   EXPECT_FALSE(has(r.err, "--resume")) << r.err;
 }
 
+// A block instance's block or inputs changed with --set is blamed on the --set, not on the file's
+// entry the --set replaced.
+TEST_F(Hints, ABlockInstanceSetFromTheCommandLineIsBlamedOnTheSet) {
+  write_file("blk.toml",
+             "[model.blocks.residual]\n"
+             "inputs = [\"x\"]\n"
+             "nodes = [\n"
+             "  { name = \"fc1\", type = \"linear\", out = 32, inputs = [\"x\"] },\n"
+             "  { name = \"sum\", type = \"add\", inputs = [\"fc1\", \"x\"] },\n"
+             "]\n"
+             "[model]\n"
+             "nodes = [\n"
+             "  { name = \"res\", block = \"residual\", repeat = 2, inputs = [\"input\"] },\n"
+             "  { name = \"head\", type = \"linear\", out = 10, inputs = [\"res\"] },\n"
+             "]\n");
+  ASSERT_EQ(run("check blk.toml --skip-rehearsal", dir_).exit_code, 0);
+  auto r = run("check blk.toml --skip-rehearsal --set 'model.nodes.0.block=\"residul\"'", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err,
+                  "error: --set model.nodes.0.block=\"residul\": 'model.nodes[0].block': "
+                  "unknown block 'residul'"))
+      << r.err;
+  r = run("check blk.toml --skip-rehearsal --set 'model.nodes.0.inputs=[\"input\", \"input\"]'",
+          dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err,
+                  "error: --set model.nodes.0.inputs=[\"input\", \"input\"]: "
+                  "'model.nodes[0].inputs'"))
+      << r.err;
+}
+
 // An override whose layers match nothing is blamed on its layers key, not on the table's header.
 TEST_F(Hints, AnOverrideMatchingNothingPointsAtItsLayersKey) {
   write_file("o.toml", "[[precision.override]]\n\nlayers = \"zzz\"\ncompute = \"fp32\"\n");

@@ -86,6 +86,8 @@ struct RawNode {
   std::vector<std::int64_t> shape;
   std::int64_t repeat = 1;
   sdk::SourceLocation repeat_where;
+  // Where block and inputs were written: a --set of either is blamed on the --set, not the entry.
+  sdk::SourceLocation block_where, inputs_where;
   std::map<std::string, std::vector<sdk::RawOption>> set;  // block node -> options it changes
   sdk::SourceLocation set_where;
 };
@@ -119,6 +121,9 @@ RawNode read_node(const Config& config, const TableEntry& entry, const std::stri
   n.dotted = list + "." + std::to_string(i);
   n.where = entry.where;
   n.block = string_key(entry.options, "block", "", n.table);
+  n.block_where = key_location(entry.options, "block", n.where);
+  n.inputs_where =
+      config.is_array(n.dotted + ".inputs") ? config.location(n.dotted + ".inputs") : n.where;
   for (const auto& r : entry.options) {
     if (r.key == "block") continue;
     if (r.key == "repeat") {
@@ -326,8 +331,7 @@ class ModelExpansion {
       std::vector<std::string> names;
       for (const auto& [name, b] : blocks_) names.push_back(name);
       const auto near = sdk::closest_match(n.block, names);
-      throw sdk::ConfigError(key_location(n.options, "block", n.where), n.table + ".block",
-                             "unknown block '" + n.block + "'",
+      throw sdk::ConfigError(n.block_where, n.table + ".block", "unknown block '" + n.block + "'",
                              (near.empty() ? "" : "did you mean '" + near + "'? ") +
                                  (names.empty() ? "define it as [model.blocks." + n.block + "]"
                                                 : "blocks: " + join_names(names)));
@@ -341,11 +345,11 @@ class ModelExpansion {
                       const std::vector<std::string>& inputs) const {
     if (std::find(stack_.begin(), stack_.end(), b.name) != stack_.end())
       throw sdk::ConfigError(
-          n.where, n.table + ".block",
+          n.block_where, n.table + ".block",
           "block '" + b.name + "' uses itself (" + join_names(stack_) + ", " + b.name + ")",
           "a block cannot contain an instance of itself");
     if (inputs.size() != b.inputs.size())
-      throw sdk::ConfigError(n.where, n.table + ".inputs",
+      throw sdk::ConfigError(n.inputs_where, n.table + ".inputs",
                              "block '" + b.name + "' takes " + std::to_string(b.inputs.size()) +
                                  " inputs (" + join_names(b.inputs) + "), got " +
                                  std::to_string(inputs.size()),
