@@ -13,7 +13,10 @@
 //   source = "text") must not do nothing without a word.
 // - Flat keys beside the selector (the older form, and what `--set scaler.growth_interval=20`
 //   writes) apply to whichever component is selected and must be valid for it. A flat key that
-//   only an unselected sibling declares is an error that says which table to move it into.
+//   only an unselected sibling declares is an error that says to select that sibling, or to move
+//   the key into its table to keep it for later. A flat key no component declares (a misspelt
+//   selector) is refused first, at its own location, before a sibling's key is blamed against a
+//   selection the typo left at its default.
 // - Flat keys and the selected component's table combine: a required option may come from
 //   either (the file's table and a --set, say). A key given both ways in the file is an error;
 //   a --set beats the file, whichever spelling either used. Unselected tables are checked for
