@@ -31,6 +31,7 @@
 #include "mixtrain/core/train/interrupt.h"
 #include "mixtrain/core/train/trainer.h"
 #include "mixtrain/sdk/backend_plan_report.h"
+#include "mixtrain/sdk/support/backend_features.h"
 #include "model_session.h"
 
 namespace mixtrain::cli {
@@ -430,7 +431,20 @@ int run_check(const ConfigArgs& cfg, bool rehearse) {
                       ? " and of the optimizer state (shard_optimizer)"
                       : "")
               << ", so a rank peaks lower\n";
-  std::vector<std::string> warnings = core::tensor_core_warnings(trainer.model());
+  // Alignment matters to a backend whose fast 16-bit kernels want aligned rows (CUDA's Tensor
+  // Cores); a CPU's GEMMs run any size at one rate, so there it is a note about a later CUDA run,
+  // not a warning about this config.
+  std::vector<std::string> warnings;
+  const bool alignment_matters = sdk::has_feature(trainer.model().backend_ptr()->capabilities(),
+                                                  sdk::kFeatureGemmWantsAlignedRows);
+  for (auto& w : core::tensor_core_warnings(trainer.model())) {
+    if (alignment_matters)
+      warnings.push_back(std::move(w));
+    else
+      std::cout << "# on a CUDA backend (the " << experiment.backend_type
+                << " backend runs GEMMs of any size at one rate, so nothing to do here): " << w
+                << "\n";
+  }
   // The session adapted the policy to the model ("auto" resolved), as training would.
   if (auto w = core::unscaled_narrow_gradients(experiment, *session.policy, trainer.model(),
                                                /*resuming=*/false))
@@ -448,7 +462,10 @@ int run_check(const ConfigArgs& cfg, bool rehearse) {
   if (auto launch = core::launch_requirement(experiment, train_command(cfg)); !launch.empty())
     std::cout << "# launch: " << launch << "\n";
   for (const auto& w : warnings) core::core_logger("check").warn(w);
-  std::cout << "# config OK" << (warnings.empty() ? "" : " (with warnings)") << "\n";
+  // The trainer warned already about keys left unread and likely slips (Trainer's construction).
+  const bool warned =
+      !warnings.empty() || !experiment.unused_keys.empty() || !experiment.config_warnings.empty();
+  std::cout << "# config OK" << (warned ? " (with warnings)" : "") << "\n";
   return 0;
 }
 

@@ -347,6 +347,23 @@ int export_checkpoint(const ExportArgs& args) {
   auto writer = create_writer(*registry, args);
   const auto& writer_component =
       registry->require(sdk::ComponentKind::checkpoint_format, args.format, "--format");
+  // A config given without --initial: no format reads it, and the formats' own refusals (or a
+  // --from's) would say nothing of the flag that exports what a config holds.
+  if (const fs::path given = args.source;
+      given.extension() == ".toml" && !fs::is_directory(given)) {
+    const auto formats = all_formats(*registry);
+    if (std::none_of(formats.begin(), formats.end(),
+                     [](const auto& f) { return f.second->file_extension() == ".toml"; }))
+      throw sdk::UserError(
+          given.string() +
+              " is a config, not a checkpoint: export reads a checkpoint file, a run folder or "
+              "its checkpoints/, and a config only with --initial",
+          "to export the weights this config's training starts from, add --initial and --out "
+          "(`mixtrain export " +
+              given.string() + " --initial --out initial" + writer->file_extension() +
+              (args.format == "safetensors" ? "" : " --format " + args.format) +
+              "`); to export a trained run, pass its run folder");
+  }
 
   Formats readers;
   std::vector<std::string> warnings;

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "exported_weights.h"
+#include "mixtrain/core/checkpoint/hf_folder.h"
 #include "mixtrain/core/checkpoint/peft_adapter.h"
 #include "mixtrain/core/config/config.h"
 #include "mixtrain/core/config/host_schemas.h"
@@ -213,12 +214,26 @@ bool has_lora_adapters(const sdk::TrainingState& state) {
 void refuse_training_beyond_adapters(const sdk::TrainingState& checkpoint,
                                      const std::filesystem::path& source) {
   // A run without adapters is told that first: every parameter it trained is "besides" them.
-  if (!has_lora_adapters(checkpoint))
+  // The whole model's export is offered in the layout that takes it: --layout hf writes only a
+  // gpt-preset model (checkpoint/hf_folder.h refuses the others).
+  if (!has_lora_adapters(checkpoint)) {
+    bool gpt = false;
+    try {
+      (void)core::hf_gpt2_model(checkpoint.metadata, source.string());
+      gpt = true;
+    } catch (const sdk::UserError&) {
+      // not a gpt-preset model's (or no config to tell): the plain export takes any model
+    }
     throw sdk::UserError(source.string() +
                              " holds no LoRA adapters (its run had no [model.lora]): no adapters "
                              "to export",
                          "export a checkpoint (or --initial config) of a run with [model.lora] "
-                         "adapters, or the whole model with --layout hf");
+                         "adapters, or the whole model " +
+                             std::string(gpt ? "with --layout hf (a Hugging Face GPT-2 folder)"
+                                             : "with --format safetensors and no --layout "
+                                               "(mixtrain's names; --layout hf takes gpt-preset "
+                                               "models only)"));
+  }
   const auto trained = trained_besides_adapters(checkpoint, source);
   if (trained.empty()) return;
   std::string names;

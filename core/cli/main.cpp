@@ -370,8 +370,15 @@ int report_parse_error(CLI::App& app, const CLI::ParseError& e, int argc, char**
     const std::string_view w(word);
     return w == "--set" || w == "--merge";
   });
+  // Only where the extra arguments are values (b=2, cfg.toml): an extra flag (`--checkpoint` to
+  // train, `--merge` to export) is one the command does not take, and the list in --help says so.
+  const std::string_view what = e.what();
+  const auto listed = what.find(": ");
+  const bool extra_flag =
+      listed != std::string_view::npos && (what.find(" -", listed) != std::string_view::npos ||
+                                           what.substr(listed + 2).starts_with("-"));
   const std::string repeat =
-      e.get_exit_code() == static_cast<int>(CLI::ExitCodes::ExtrasError) && overrides
+      e.get_exit_code() == static_cast<int>(CLI::ExitCodes::ExtrasError) && overrides && !extra_flag
           ? "; --set and --merge take one value each: repeat the flag "
             "(--set a=1 --set b=2)"
           : "";

@@ -36,8 +36,11 @@ TEST_F(cli_cuda, TrainOnCudaWithoutAUsableGpuExits2WithCudasReasonAndTheFix) {
   auto r = run("train " + config("mlp-bf16.toml") +
                " --set backend.type=cuda --set run.steps=2 --run-dir " + run_dir.string());
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
-  // One error: what (the backend, CUDA's own error name), then how to fix it.
-  EXPECT_NE(r.err.find("error: backend 'cuda'"), std::string::npos) << r.err;
+  // One error: where backend.type was set, what (the backend, CUDA's own error name), then how
+  // to fix it.
+  EXPECT_NE(r.err.find("error: --set backend.type=cuda: 'backend.type': backend 'cuda'"),
+            std::string::npos)
+      << r.err;
   EXPECT_NE(r.err.find("no usable CUDA device"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("cudaError"), std::string::npos) << r.err;  // NoDevice, InsufficientDriver
   EXPECT_NE(r.err.find("HINT:"), std::string::npos) << r.err;
@@ -57,6 +60,12 @@ TEST_F(cli_cuda, CheckOnCudaWithoutAUsableGpuExits2Too) {
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_NE(r.err.find("no usable CUDA device"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("--set backend.type=cpu"), std::string::npos) << r.err;
+  // Set in a file, the error names its line.
+  write_file("cuda.toml", "[backend]\ntype = \"cuda\"\n");
+  r = run("check " + config("mlp-fp8.toml") + " --merge cuda.toml", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("cuda.toml:2:8: 'backend.type': backend 'cuda'"), std::string::npos)
+      << r.err;
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 #include "mixtrain/core/config/component_section.h"
 
 #include <algorithm>
+#include <optional>
+#include <utility>
 
 #include "config/reading.h"
 
@@ -119,6 +121,10 @@ struct SectionReading {
   std::vector<sdk::RawOption> from_table = {};  // the selected component's own table
   std::vector<sdk::RawOption> host_raw = {};    // the host's keys
   std::vector<sdk::RawOption> flat = {};  // the selected component's keys written in the table
+  // The keys of the other components' tables: validated, never read (ResolvedComponentSection::
+  // unused).
+  std::vector<std::pair<std::string, std::vector<sdk::RawOption>>> unselected = {};
+  std::optional<sdk::SourceLocation> selector_where = {};  // absent: the selection is the default
 };
 
 // Sub-tables: one per component, each validated whether selected or not.
@@ -163,7 +169,31 @@ void read_component_tables(SectionReading& r) {
     if (sub == section.selected) {
       for (const auto& o : raw) r.out.origin[o.key] = dotted + "." + o.key;
       r.from_table = std::move(raw);
+    } else {
+      r.unselected.emplace_back(dotted, std::move(raw));
     }
+  }
+}
+
+// What selects the component: `data.source = "text" at file:line:col`, or the default's words.
+std::string selection_text(const SectionReading& r) {
+  const auto& s = r.section;
+  const std::string selector = s.table + "." + s.selector;
+  if (r.selector_where)
+    return selector + " = \"" + s.selected + "\" at " + r.selector_where->to_string();
+  return selector + " is not given, so \"" + s.selected + "\" (the default) is selected";
+}
+
+// One line per key of an unselected component's table: the key, where it was written, and the
+// selector that leaves it unread.
+void note_unselected_keys(SectionReading& r) {
+  const auto& s = r.section;
+  for (const auto& [dotted, raw] : r.unselected) {
+    const std::string component = dotted.substr(s.table.size() + 1);
+    for (const auto& o : raw)
+      r.out.unused.push_back(dotted + "." + o.key + " (" + o.where.to_string() + ") is not read: " +
+                             selection_text(r) + "; [" + dotted + "] is read only under " +
+                             s.table + "." + s.selector + " = \"" + component + "\"");
   }
 }
 
@@ -192,7 +222,9 @@ std::vector<std::string> read_host_lists(SectionReading& r) {
   return arrays;
 }
 
-// A flat key that neither the host nor the selected component declares.
+// A flat key that neither the host nor the selected component declares. One that another component
+// declares is refused with the selector first: moving it into that component's table alone would
+// leave it unread (note_unselected_keys), while selecting the component makes the flat key apply.
 [[noreturn]] void refuse_flat_key(const SectionReading& r, const sdk::RawOption& o) {
   const auto& section = r.section;
   const auto& table = section.table;
@@ -200,14 +232,19 @@ std::vector<std::string> read_host_lists(SectionReading& r) {
   std::vector<std::string> owners;
   for (const auto& c : section.components)
     if (c.name != section.selected && declares(c.options, o.key)) owners.push_back(c.name);
-  if (!owners.empty())
+  if (!owners.empty()) {
+    std::vector<std::string> quoted;
+    for (const auto& owner : owners) quoted.push_back("\"" + owner + "\"");
+    const std::string selector = table + "." + section.selector;
     throw sdk::ConfigError(
         o.where, key,
         "'" + o.key + "' is an option of " + joined(owners, " and ") + ", not of the selected " +
-            section.noun + " '" + section.selected + "'",
-        "move it into " + owner_tables(table, owners) + ": options in a " + section.noun +
-            "'s own table apply only when it is selected, so `--set " + table + "." +
-            section.selector + "=...` swaps the " + section.noun + " with no edit");
+            section.noun + " '" + section.selected + "' (" + selection_text(r) + ")",
+        "to use it, select the " + section.noun + " that reads it: " + selector + " = " +
+            joined(quoted, " or ") + " (`--set " + selector + "=" + owners.front() +
+            "`); to keep it for later, move it into " + owner_tables(table, owners) +
+            ", which is read only when that " + section.noun + " is selected");
+  }
   std::vector<std::string> own = {section.selector};
   for (const auto& s : section.host) own.push_back(s.name);
   for (const auto& s : r.schema) own.push_back(s.name);
@@ -248,7 +285,20 @@ void read_flat_keys(SectionReading& r) {
   auto read_elsewhere = host_arrays;
   for (auto& sub : host_tables_given_as_arrays(r.config, section.table, section.host_tables))
     read_elsewhere.push_back(std::move(sub));
-  for (auto& o : entries(r.config, section.table, flat_list_keys(r), read_elsewhere)) {
+  auto flat = entries(r.config, section.table, flat_list_keys(r), read_elsewhere);
+  // The selector's location, and keys no component declares (a misspelt selector, `sourc`),
+  // first: a sibling's key refused against a mistaken default selection would blame its line.
+  for (const auto& o : flat) {
+    if (o.key == section.selector) r.selector_where = o.where;
+    const bool any_component =
+        std::any_of(section.components.begin(), section.components.end(),
+                    [&](const ComponentSchema& c) { return declares(c.options, o.key); });
+    if (o.key != section.selector && !declares(section.host, o.key) && !any_component &&
+        std::find(section.host_lists.begin(), section.host_lists.end(), o.key) ==
+            section.host_lists.end())
+      refuse_flat_key(r, o);
+  }
+  for (auto& o : flat) {
     if (std::find(section.host_lists.begin(), section.host_lists.end(), o.key) !=
         section.host_lists.end())
       throw sdk::ConfigError(o.where, section.table + "." + o.key, "expected a list of integers",
@@ -289,6 +339,7 @@ ResolvedComponentSection resolve_component_section(const Config& config,
                    selected == section.components.end() ? empty : selected->options, out};
   read_component_tables(r);
   read_flat_keys(r);
+  note_unselected_keys(r);
 
   out.host = sdk::Options::resolve(table, section.host, r.host_raw, where, {});
   const bool all_flat = r.from_table.empty() && !r.flat.empty();

@@ -150,10 +150,17 @@ void apply_override(Config::Impl& impl, const std::string& spec) {
       cur = next;
     } else if (auto* a = cur->as_array(); a != nullptr && is_index(part)) {
       const auto idx = parse_index(part);
-      if (!idx || *idx >= a->size())
+      if (!idx || *idx >= a->size()) {
+        std::string list;  // the array's own key: parts[0, i)
+        for (std::size_t j = 0; j < i; ++j) list += (j ? "." : "") + parts[j];
         throw sdk::ConfigError(where, key,
                                "index " + part + " is out of range (the array has " +
-                                   std::to_string(a->size()) + " entries)");
+                                   std::to_string(a->size()) + " entries)",
+                               a->empty() ? "give the whole list: " + list + "=[...]"
+                                          : "set an entry from " + list + ".0 to " + list + "." +
+                                                std::to_string(a->size() - 1) +
+                                                ", or give the whole list: " + list + "=[...]");
+      }
       cur = a->get(*idx);
     } else {
       // The culprit is the node reached so far (parts[0, i)), not `part`, which may not exist.

@@ -403,6 +403,7 @@ void read_data_config(const Config& config, Experiment& e) {
   read_source_options(config, r, e);
   check_declared_classes(common, e.data);
   note_unread_data_keys(r, e);
+  e.unused_keys.insert(e.unused_keys.end(), r.unused.begin(), r.unused.end());
   read_pixels(common, e);
   push_resolved_data(config, r, e);
   read_normalize(config, e);

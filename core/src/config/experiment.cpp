@@ -151,6 +151,16 @@ void check_top_level_tables(const Config& config) {
       throw sdk::ConfigError(config.location(key), key, "unknown key",
                              "it is outside any table (written above the file's first [table] "
                              "header, or --set without a table); every key lives in a table");
+    // An array named like a section's list (`layers = [...]` pasted above [model]) is that key
+    // outside its table, not a misspelt table: named as a key, the owner hint says where it goes.
+    const bool a_known_table = !sdk::closest_match(key, known).empty() || config.has_table(key);
+    if (config.is_array(key) && !a_known_table)
+      throw sdk::ConfigError(config.location(key), key, "unknown key",
+                             "it is outside any table (written above the file's first [table] "
+                             "header, as [[" +
+                                 key +
+                                 "]], or --set without a table); every key "
+                                 "lives in a table");
     auto near = sdk::closest_match(key, known);
     throw sdk::ConfigError(config.location(key), key, "unknown table",
                            (near.empty() ? "" : "did you mean [" + near + "]? ") +
@@ -237,6 +247,7 @@ struct PluginSections {
   const PluginRegistry& registry;
   ExperimentUse use;
   std::vector<std::string>& warnings;  // Experiment::config_warnings
+  std::vector<std::string>& unused;    // Experiment::unused_keys
 
   // The host's options; the plugin's name and options go to name_out and plugin_out.
   sdk::Options read(PluginSectionSpec spec, std::string& name_out, sdk::Options& plugin_out) const {
@@ -268,6 +279,9 @@ struct PluginSections {
                              spec.training_only && use == ExperimentUse::model_only};
     auto r = resolve_component_section(config, section);
     warnings.insert(warnings.end(), r.warnings.begin(), r.warnings.end());
+    // A command that never uses the section has no use for what its other tables leave unread.
+    if (!section.unknown_tables_are_warnings)
+      unused.insert(unused.end(), r.unused.begin(), r.unused.end());
     plugin_out = r.component;
     return r.host;
   }
@@ -277,6 +291,7 @@ void read_backend(const PluginSections& plugins, Experiment& e) {
   auto host = plugins.read({"backend", "type", "cpu", ComponentKind::backend, "backend"},
                            e.backend_type, e.backend_options);
   push_component(e.core_sections, "backend", "type", e.backend_type, host, e.backend_options);
+  e.backend_where = plugins.config.location("backend.type");
 }
 
 PrecisionOverride read_override(const TableEntry& entry, std::vector<ResolvedSection>& sections) {
@@ -285,6 +300,7 @@ PrecisionOverride read_override(const TableEntry& entry, std::vector<ResolvedSec
   PrecisionOverride po;
   po.pattern = o.get_string("layers");
   po.where = entry.where;
+  po.layers_where = o.where("layers");
   const auto compute = o.get_string("compute");
   auto dt = [&](const std::string& key) -> std::optional<sdk::DType> {
     auto v = o.get_string(key);
@@ -386,6 +402,7 @@ sdk::Options read_checkpoint(const PluginSections& plugins, Experiment& e) {
   e.checkpoint.write_final = ck.get_bool("final");
   e.checkpoint.keep = ck.get_int("keep");
   e.checkpoint.init_from = ck.get_string("init_from");
+  e.checkpoint.init_from_where = ck.where("init_from");
   e.checkpoint.init_layout = parse_weight_layout(ck.get_string("init_layout"));
   e.checkpoint.keep_best = ck.get_string("keep_best");
   if (e.from_pretrained.enabled()) take_pretrained_weights(ck, e);
@@ -603,7 +620,7 @@ Experiment read_experiment(const Config& config, const PluginRegistry& registry,
   reads.read("run", {}, [&] { run = read_run(config, e); });
   reads.read("data", {}, [&] { read_data_config(config, e); });
   reads.read("model", {"data"}, [&] { read_model_config(config, e); });  // vocab and block size
-  const PluginSections plugins{config, registry, use, e.config_warnings};
+  const PluginSections plugins{config, registry, use, e.config_warnings, e.unused_keys};
   reads.read("backend", {}, [&] { read_backend(plugins, e); });
   reads.read("precision", {}, [&] { read_precision(plugins, overrides, e); });
   reads.read("scaler", {}, [&] { read_scaler(plugins, e); });
@@ -638,7 +655,7 @@ sdk::ConfigError at_the_key(const sdk::ConfigError& e, const Config& config) {
 Experiment parse_experiment(const Config& config, const PluginRegistry& registry,
                             ExperimentUse use) {
   const auto pointed = [&](const sdk::ConfigError& e) {
-    return at_the_key(with_owner_hint(e, registry).value_or(e), config);
+    return at_the_key(with_owner_hint(e, registry, config).value_or(e), config);
   };
   try {
     return read_experiment(config, registry, use);
@@ -663,8 +680,15 @@ Components create_components(const Experiment& e, const PluginRegistry& registry
                  "\n";
     return comp;
   };
-  c.backend = registry.create<sdk::DeviceBackend>(require(ComponentKind::backend, e.backend_type),
-                                                  e.backend_options);
+  try {
+    c.backend = registry.create<sdk::DeviceBackend>(require(ComponentKind::backend, e.backend_type),
+                                                    e.backend_options);
+  } catch (const sdk::PluginError& err) {
+    // A backend that cannot start (no usable GPU) is the config's choice: said where it was made.
+    if (e.backend_where.line == 0 && !e.backend_where.file.starts_with("--set")) throw;
+    throw sdk::PluginError(
+        e.backend_where.to_string() + ": 'backend.type': " + std::string(err.what()), err.hint());
+  }
   c.policy = registry.create<sdk::PrecisionPolicy>(require(ComponentKind::policy, e.policy_name),
                                                    e.policy_options);
   c.scaler = registry.create<sdk::LossScaler>(require(ComponentKind::scaler, e.scaler_type),

@@ -23,8 +23,13 @@ class NodeList {
     nodes_.push_back(std::move(l));
   }
   // The last node's `option` is made from the preset's `key` (LayerSpec::preset_keys).
-  void made_from(const std::string& option, std::string key) {
-    nodes_.back().preset_keys[option] = std::move(key);
+  void made_from(const std::string& option, std::string key,
+                 const std::map<std::string, sdk::SourceLocation>& key_where = {}) {
+    auto& node = nodes_.back();
+    if (const auto at = key_where.find(key.substr(key.rfind('.') + 1)); at != key_where.end())
+      for (auto& o : node.options)
+        if (o.key == option) o.where = at->second;
+    node.preset_keys[option] = std::move(key);
   }
   std::vector<LayerSpec> take() { return std::move(nodes_); }
 
@@ -44,11 +49,11 @@ std::vector<LayerSpec> gpt_preset(const GptPreset& p) {
   NodeList nodes(p.where, "model.gpt");
   nodes.add("embedding", "wte", {"input"},
             {{"vocab", V{p.vocab_size}}, {"dim", V{c}}, {"init_std", V{std_init}}});
-  nodes.made_from("vocab", "model.gpt.vocab_size");
-  nodes.made_from("dim", "model.gpt.n_embd");
+  nodes.made_from("vocab", "model.gpt.vocab_size", p.key_where);
+  nodes.made_from("dim", "model.gpt.n_embd", p.key_where);
   nodes.add("position_embedding", "wpe", {"wte"},
             {{"positions", V{p.block_size}}, {"init_std", V{std_init}}});
-  nodes.made_from("positions", "model.gpt.block_size");
+  nodes.made_from("positions", "model.gpt.block_size", p.key_where);
   std::string stream = "wpe";
   for (std::int64_t i = 0; i < p.n_layer; ++i) {
     const std::string h = "h." + std::to_string(i) + ".";
@@ -75,7 +80,7 @@ std::vector<LayerSpec> gpt_preset(const GptPreset& p) {
   nodes.add(
       "linear", "lm_head", {"ln_f"},
       {{"out", V{p.vocab_size}}, {"bias", V{false}}, {"tie_weight", V{std::string("wte.weight")}}});
-  nodes.made_from("out", "model.gpt.vocab_size");
+  nodes.made_from("out", "model.gpt.vocab_size", p.key_where);
   return nodes.take();
 }
 

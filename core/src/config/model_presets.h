@@ -8,10 +8,12 @@
 //   wte.weight). Pre-LN blocks with residual adds (h.<i>.residual_1/2); GELU (tanh); init as
 //   GPT-2: N(0, 0.02²), the residual projections N(0, (0.02/√(2·n_layer))²), biases 0.
 // - Every node carries `where` (the [model.gpt] table) and `table` ("model.gpt"), so plan-time
-//   errors point there.
+//   errors point there; an option made from a size the config gives (LayerSpec::preset_keys)
+//   carries that key's location instead, so an error about it points at the key.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,9 @@ struct GptPreset {
   bool bias = true;
   bool fused_attention = true;  // false: every attention node gets fused = false
   sdk::SourceLocation where;
+  // Where each [model.gpt] size the config gives was written (a --set names itself): a node's
+  // error about an option made from a size (wpe's positions from block_size) points there.
+  std::map<std::string, sdk::SourceLocation> key_where;
 };
 
 std::vector<LayerSpec> gpt_preset(const GptPreset& preset);

@@ -86,6 +86,8 @@ struct RawNode {
   std::vector<std::int64_t> shape;
   std::int64_t repeat = 1;
   sdk::SourceLocation repeat_where;
+  // Where block and inputs were written: a --set of either is blamed on the --set, not the entry.
+  sdk::SourceLocation block_where, inputs_where;
   std::map<std::string, std::vector<sdk::RawOption>> set;  // block node -> options it changes
   sdk::SourceLocation set_where;
 };
@@ -119,6 +121,9 @@ RawNode read_node(const Config& config, const TableEntry& entry, const std::stri
   n.dotted = list + "." + std::to_string(i);
   n.where = entry.where;
   n.block = string_key(entry.options, "block", "", n.table);
+  n.block_where = key_location(entry.options, "block", n.where);
+  n.inputs_where =
+      config.is_array(n.dotted + ".inputs") ? config.location(n.dotted + ".inputs") : n.where;
   for (const auto& r : entry.options) {
     if (r.key == "block") continue;
     if (r.key == "repeat") {
@@ -326,8 +331,7 @@ class ModelExpansion {
       std::vector<std::string> names;
       for (const auto& [name, b] : blocks_) names.push_back(name);
       const auto near = sdk::closest_match(n.block, names);
-      throw sdk::ConfigError(key_location(n.options, "block", n.where), n.table + ".block",
-                             "unknown block '" + n.block + "'",
+      throw sdk::ConfigError(n.block_where, n.table + ".block", "unknown block '" + n.block + "'",
                              (near.empty() ? "" : "did you mean '" + near + "'? ") +
                                  (names.empty() ? "define it as [model.blocks." + n.block + "]"
                                                 : "blocks: " + join_names(names)));
@@ -341,11 +345,11 @@ class ModelExpansion {
                       const std::vector<std::string>& inputs) const {
     if (std::find(stack_.begin(), stack_.end(), b.name) != stack_.end())
       throw sdk::ConfigError(
-          n.where, n.table + ".block",
+          n.block_where, n.table + ".block",
           "block '" + b.name + "' uses itself (" + join_names(stack_) + ", " + b.name + ")",
           "a block cannot contain an instance of itself");
     if (inputs.size() != b.inputs.size())
-      throw sdk::ConfigError(n.where, n.table + ".inputs",
+      throw sdk::ConfigError(n.inputs_where, n.table + ".inputs",
                              "block '" + b.name + "' takes " + std::to_string(b.inputs.size()) +
                                  " inputs (" + join_names(b.inputs) + "), got " +
                                  std::to_string(inputs.size()),
@@ -428,6 +432,8 @@ GptPreset gpt_preset_of(const sdk::Options& o, const sdk::SourceLocation& where,
   p.bias = o.get_bool("bias");
   p.fused_attention = o.get_bool("fused_attention");
   p.where = where;
+  for (const char* key : {"n_layer", "n_head", "n_embd", "vocab_size", "block_size"})
+    if (o.was_set(key)) p.key_where[key] = o.where(key);
   if (p.n_embd % p.n_head != 0)
     throw sdk::ConfigError(o.where("n_head"), "model.gpt.n_head",
                            "n_embd = " + std::to_string(p.n_embd) +
@@ -583,11 +589,27 @@ void read_pretrained_gpt(const Config& config, Experiment& e, const sdk::Options
   e.core_sections.push_back(std::move(g));
 }
 
+// An unknown key of [model.resnet], named against every key the table takes: its lists (blocks,
+// widths) are read beside the schema, which alone would leave them out of the did-you-mean and
+// of the known keys.
+void refuse_unknown_resnet_keys(const std::vector<sdk::RawOption>& raw) {
+  std::vector<std::string> known = {"blocks", "widths"};
+  for (const auto& spec : resnet_preset_schema()) known.push_back(spec.name);
+  for (const auto& o : raw) {
+    if (std::find(known.begin(), known.end(), o.key) != known.end()) continue;
+    const auto near = sdk::closest_match(o.key, known);
+    throw sdk::ConfigError(
+        o.where, "model.resnet." + o.key, "unknown key",
+        (near.empty() ? "" : "did you mean '" + near + "'? ") + "known keys: " + join_names(known));
+  }
+}
+
 // [model] preset = "resnet": the nodes come from [model.resnet].
 void read_resnet_preset(const Config& config, Experiment& e, const sdk::Options& model) {
   reject_preset_with_nodes(config, "resnet", "preset = \"resnet\"");
   const std::vector<std::string> arrays = {"blocks", "widths"};
   const auto raw = config.table_options("model.resnet", arrays);
+  refuse_unknown_resnet_keys(raw);
   const sdk::SourceLocation where = config.is_array("model.resnet.blocks") || !raw.empty()
                                         ? config.location("model.resnet")
                                         : e.model.where;
@@ -725,9 +747,22 @@ void read_model_config(const Config& config, Experiment& e) {
     check_unselected_table("model.gpt", gpt_preset_schema(), config.table_options("model.gpt"),
                            config.location("model.gpt"));
   if (preset != ModelPreset::resnet && config.has_table("model.resnet"))
+    refuse_unknown_resnet_keys(config.table_options("model.resnet", {"blocks", "widths"}));
+  if (preset != ModelPreset::resnet && config.has_table("model.resnet"))
     check_unselected_table("model.resnet", resnet_preset_schema(),
                            config.table_options("model.resnet", {"blocks", "widths"}),
                            config.location("model.resnet"));
+  // The other preset's table builds nothing under this one: said, as an unused key is.
+  if (preset != ModelPreset::none)
+    for (const char* name : {"gpt", "resnet"})
+      if (const std::string table = std::string("model.") + name;
+          name != choice_name(preset, kModelPresets) && config.has_table(table))
+        e.config_warnings.push_back(
+            "[" + table + "] (" + config.location(table).to_string() +
+            ") is ignored: [model] preset = \"" + std::string(choice_name(preset, kModelPresets)) +
+            "\" (" + config.location("model.preset").to_string() + ") builds [model." +
+            std::string(choice_name(preset, kModelPresets)) + "]; preset = \"" + name +
+            "\" selects that table");
   switch (preset) {
     case ModelPreset::gpt:
       return read_gpt_preset(config, e, model);
@@ -750,8 +785,8 @@ void read_model_config(const Config& config, Experiment& e) {
                                    "\" to [model] to build the model [model." + name +
                                    "] describes");
     throw sdk::ConfigError(e.model.where, layer_list, "the model has no layers",
-                           "add layers = [ { type = \"linear\", out = 64 }, { type = \"relu\" }, "
-                           "{ type = \"linear\", out = 10 } ]");
+                           "under a [model] header, add layers = [ { type = \"linear\", out = "
+                           "64 }, { type = \"relu\" }, { type = \"linear\", out = 10 } ]");
   }
   // A preset's table beside a layers or nodes list builds nothing: the list is the model, and
   // preset = "<name>" (which selects the table) cannot sit beside a list either. Validated above

@@ -214,6 +214,26 @@ PredictionInput load_windows(const PredictionInputSpec& spec, const DataSettings
     throw sdk::DataError("--stride " + std::to_string(spec.stride) + " is negative",
                          "give the tokens between window starts (0: the block size)");
   const bool text = settings.source == DataSource::text;
+  // Token ids saved with numpy.save() are a likely input; neither stream format reads them, and
+  // the text reader's own refusal would offer the npy source, which a language model cannot read.
+  bool npy = false;
+  try {
+    npy = sniff_table_file(file) == TableFile::npy;
+  } catch (const sdk::UserError&) {
+    // Not a table file: the stream's own reader says what it is.
+  }
+  if (npy)
+    throw sdk::DataError(
+        "--input " + file.string() +
+            " is a NumPy .npy file, but a language model predicts from a token stream: " +
+            (text ? "this one (data.source = \"text\") reads a plain text file, each byte a token"
+                  : "this one (data.source = \"tokens\") reads an llm.c token file"),
+        text ? "pass the text itself as --input (it is cut into windows of the model's block "
+               "size); ids in an .npy are no text"
+             : "write the ids as an llm.c token file: a header of 256 int32 (20240520, 1, the "
+               "count, then zeros) and the ids as uint16, e.g. np.concatenate([np.array([20240520, "
+               "1, ids.size] + [0] * 253, '<i4').view('<u2'), ids.ravel().astype('<u2')])"
+               ".tofile('in.bin')");
   std::vector<std::int32_t> tokens = text ? load_text_tokens(std::span<const fs::path>(&file, 1))
                                           : load_token_file(file, trained.classes);
   const auto n = static_cast<std::int64_t>(tokens.size());

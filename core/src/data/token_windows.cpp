@@ -86,11 +86,13 @@ std::pair<Dataset, Dataset> split_token_tail(std::vector<std::int32_t> tokens,
       char needed[32];
       std::snprintf(needed, sizeof needed, "%.3g", std::ceil(exact * digits) / digits);
       const bool splittable = n >= 2 * (block_size + 1);
+      char fraction[32];  // as written: 0.1, not std::to_string's 0.100000
+      std::snprintf(fraction, sizeof fraction, "%g", eval_fraction);
       throw sdk::DataError(
-          std::string(origin) + ": the held-out tail (eval_fraction " +
-              std::to_string(eval_fraction) + " of " + std::to_string(n) + " tokens) holds " +
-              std::to_string(held) + " tokens, fewer than the block_size + 1 = " +
-              std::to_string(block_size + 1) + " one evaluation window needs",
+          std::string(origin) + ": the held-out tail (eval_fraction " + fraction + " of " +
+              std::to_string(n) + " tokens) holds " + std::to_string(held) +
+              " tokens, fewer than the block_size + 1 = " + std::to_string(block_size + 1) +
+              " one evaluation window needs",
           (splittable ? "raise data.eval_fraction to at least " + std::string(needed) + ", "
                       : "the " + std::to_string(n) + " tokens cannot hold a training and an " +
                             "evaluation window of " + std::to_string(block_size + 1) +

@@ -266,6 +266,16 @@ BuiltOp build_op(const NodeSite& site, const sdk::Options& options, const NodeIn
     for (std::size_t k = in.shapes.size(); k >= 1; --k)
       what = replace_all(what, "input " + std::to_string(k) + " ",
                          "input '" + site.graph.inputs[k - 1] + "' ");
+    // An option a preset made from one of its keys (wpe's positions from model.gpt.block_size)
+    // is blamed on that key, at its own location, and the hint sets that key.
+    if (!e.key.empty() && l.preset_keys.count(e.key) != 0) {
+      const std::string& key = l.preset_keys.at(e.key);
+      sdk::SourceLocation at = l.where;
+      for (const auto& o : l.options)
+        if (o.key == e.key) at = o.where;
+      throw sdk::ConfigError(at, key, "node '" + site.graph.name + "' (" + l.type + "): " + what,
+                             replace_all(e.hint, "set " + e.key + " ", "set " + key + " "));
+    }
     throw sdk::ConfigError(l.where, e.key.empty() ? site.key : site.key + "." + e.key,
                            "node '" + site.graph.name + "' (" + l.type + "): " + what, e.hint);
   }

@@ -313,18 +313,19 @@ void plan_precision(Model& model, sdk::PrecisionPolicy& policy,
       layer->set_precision(p);
     }
     if (!matched && !sensitive_skipped.empty())
-      throw sdk::ConfigError(o.where, "precision.override.layers",
-                             "'" + o.pattern + "' matches only precision-sensitive ops (" +
-                                 sensitive_skipped + "), which a glob leaves in fp32",
-                             "to change such an op's precision anyway, name it exactly: "
-                             "layers = " +
-                                 sdk::option_value_to_string(exact_pattern(
-                                     sensitive_skipped.substr(0, sensitive_skipped.find(',')))));
+      throw sdk::ConfigError(
+          o.layers_where.file.empty() ? o.where : o.layers_where, "precision.override.layers",
+          "'" + o.pattern + "' matches only precision-sensitive ops (" + sensitive_skipped +
+              "), which a glob leaves in fp32",
+          "to change such an op's precision anyway, name it exactly: "
+          "layers = " +
+              sdk::option_value_to_string(
+                  exact_pattern(sensitive_skipped.substr(0, sensitive_skipped.find(',')))));
     if (!matched) {
       std::string names;
       for (const auto& l : model.layers()) names += (names.empty() ? "" : ", ") + l->name();
-      throw sdk::ConfigError(o.where, "precision.override.layers",
-                             "'" + o.pattern + "' matches no layer",
+      throw sdk::ConfigError(o.layers_where.file.empty() ? o.where : o.layers_where,
+                             "precision.override.layers", "'" + o.pattern + "' matches no layer",
                              "layers in this model: " + names);
     }
   }

@@ -165,6 +165,9 @@ struct CheckpointFile {
   std::string fold_route;
   // What of the config sizes the model: a preset's table ([model.gpt]), or [model] layers.
   std::string model_hint;
+  // Features per sample of a table source's data (0 for other sources): they size the first
+  // linear's input, so a file whose only misfit is there was trained on other [data].
+  std::int64_t input_features = 0;
   // Added to the hints that blame another model or the user (a tensor missing, of another dtype
   // or shape, no training-state metadata) when a plugin's format read the file: what it gave may
   // be its own fault. Empty for mixtrain's own formats, whose files the hints describe as they are.
@@ -203,6 +206,8 @@ CheckpointFile read_checkpoint_file(Trainer::State& s, const fs::path& path, boo
   file.gpt2 = layout == WeightLayout::gpt2;
   file.fold_route = start_from_weights_route(s.e, path, /*merge_lora=*/true);
   file.model_hint = "check [model] layers";
+  if (!is_token_source(s.e.data.source) && s.e.data.source != DataSource::cifar10)
+    file.input_features = s.train.features > 0 ? s.train.features : s.eval.features;
   if (s.e.from_pretrained.enabled())
     file.model_hint = "this config's model is sized by " +
                       (s.e.from_pretrained.folder / kHfConfigFile).string() +
@@ -360,6 +365,14 @@ void keep_trained_normalization(Trainer::State& s, const CheckpointFile& file, b
                                         (have.empty() ? "no tensors" : have) + file.format_blame);
 }
 
+// A linear weight [out, in] that differs only in `in`, where `in` is the data's features: the
+// model is the same, the data another.
+bool reads_other_features(const CheckpointFile& file, const std::vector<std::int64_t>& stored,
+                          const std::vector<std::int64_t>& expected) {
+  return file.input_features > 0 && stored.size() == 2 && expected.size() == 2 &&
+         stored[0] == expected[0] && stored[1] != expected[1] && expected[1] == file.input_features;
+}
+
 [[noreturn]] void throw_misshapen_parameter(const CheckpointFile& file, const sdk::HostTensor& t,
                                             const std::string& name,
                                             const std::vector<std::int64_t>& expected,
@@ -373,9 +386,15 @@ void keep_trained_normalization(Trainer::State& s, const CheckpointFile& file, b
                             ops::shape_text(t.shape) + " as [out, in])"
                       : std::string()) +
           " but parameter '" + name + "' expects " + ops::shape_text(expected),
-      (file.misfit_hint.empty()
-           ? shape_hint(t, name, expected, weights_only, layout, file.fold_route, file.model_hint)
-           : file.misfit_hint) +
+      (!file.misfit_hint.empty() ? file.misfit_hint
+       : reads_other_features(file, stored, expected)
+           ? "the file's model reads " + std::to_string(stored[1]) +
+                 " features per sample, and this config's data give " +
+                 std::to_string(expected[1]) +
+                 ": [data] sizes the model's input, so use the run's [data] settings (its "
+                 "config.toml's)"
+           : shape_hint(t, name, expected, weights_only, layout, file.fold_route,
+                        file.model_hint)) +
           file.format_blame);
 }
 

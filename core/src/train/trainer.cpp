@@ -364,6 +364,10 @@ struct RunEnd {
   // checkpoint of them and skips the final evaluation; `remedy` is the hint its end gives.
   bool weights_not_finite = false;
   std::string remedy;
+  // Skipped steps, and those whose first non-finite tensor was in the forward (the first such
+  // tensor kept): when every skip is one, no update was ever made and the inputs overflow.
+  std::int64_t skips = 0, forward_skips = 0;
+  std::string first_forward;
   bool stopping() const { return interrupted || !stopped_by.empty() || !stopped_early.empty(); }
 };
 
@@ -424,6 +428,13 @@ void note_divergence(const Trainer::State& s, const StepOutcome& step, RunEnd& e
                     continue_route(s, *last, s.run_dir) + ") with a lower optimizer.lr"
               : std::string("This run has no checkpoint from before them"));
     return;
+  }
+  if (!step.decision.apply_step) {
+    ++end.skips;
+    if (step.blame.found() && !step.blame.in_backward()) {
+      ++end.forward_skips;
+      if (end.first_forward.empty()) end.first_forward = step.blame.tensor;
+    }
   }
   // An applied step had finite gradients, so a finite loss, whether or not it was read.
   end.nonfinite_tail =
@@ -582,6 +593,20 @@ void summarize_run(Trainer::State& s, TrainSummary& sum, const RunEnd& end,
   sum.divergence = divergence_reason(sum, end.stopped_by);
   sum.diverged = !sum.divergence.empty();
   sum.divergence_remedy = end.remedy;
+  // Every step skipped, each for a forward overflow: the inputs overflow before any update, which
+  // neither a lower lr nor a loss scale (it multiplies gradients, not activations) can change.
+  if (sum.diverged && end.stopped_by.empty() && sum.applied_steps == 0 && end.skips > 0 &&
+      end.forward_skips == end.skips) {
+    sum.divergence = "every one of the " + std::to_string(sum.steps) +
+                     " steps was skipped: the forward was not finite (first: " + end.first_forward +
+                     ") at every loss scale tried, so no update was ever made";
+    sum.divergence_remedy =
+        "the forward overflows on the input data before any update, so neither a lower "
+        "optimizer.lr nor a loss scale helps: `mixtrain calibrate` measures what overflows and "
+        "writes [[precision.override]] entries that keep it wider, [precision.escalate] "
+        "(`--set precision.escalate.after=3`) widens the failing op while the run goes on "
+        "(docs/precision-autopilot.md), or train under a wider precision.policy";
+  }
   summarize_watches(s, sum, end);
   s.reducer->report_run(
       sum, *s.c.optimizer, [&] { return replica_state(s); }, s.log);
@@ -746,6 +771,16 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   prepare_pixel_tables(s);
   allocate_host_batches(s);
   if (!e.checkpoint.init_from.empty() && !options.resume) {
+    // A missing file is the config's mistake, said at its key (a format's own "cannot open" names
+    // no key, and a step file's hint speaks of resuming).
+    std::error_code missing;
+    if (!e.from_pretrained.enabled() && !fs::exists(e.checkpoint.init_from, missing))
+      throw sdk::ConfigError(
+          e.checkpoint.init_from_where, "checkpoint.init_from",
+          "names " + sdk::option_value_to_string(e.checkpoint.init_from) + ", which does not exist",
+          "correct the path (a relative one is read from the folder of the "
+          "file that sets it, or from the current folder when given with "
+          "--set), or remove init_from to start from the seeded weights");
     s.loading_initial_weights = true;  // step 0's weights, not a checkpoint to run as trained
     load_checkpoint(e.checkpoint.init_from, /*weights_only=*/true, e.checkpoint.init_layout);
     s.loading_initial_weights = false;

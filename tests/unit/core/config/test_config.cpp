@@ -366,6 +366,21 @@ TEST(sdk_ConfigOverride, MalformedOverridesAreConfigErrors) {
   }
 }
 
+// An index past a list's end, inside the key as at its end, says which entries exist, and the
+// entries it names can be set.
+TEST(sdk_ConfigOverride, AnIndexOutOfRangeNamesTheEntriesThatExist) {
+  try {
+    parse({"model.layers.9.out=1"});
+    ADD_FAILURE() << "no error";
+  } catch (const sdk::ConfigError& e) {
+    EXPECT_TRUE(contains(e.hint(),
+                         "set an entry from model.layers.0 to model.layers.2, or give "
+                         "the whole list: model.layers=[...]"))
+        << e.hint();
+  }
+  EXPECT_NO_THROW(parse({"model.layers.2.out=1"}));
+}
+
 // --merge: a file over the config, before --set. Tables merge key by key; an array (of tables too)
 // is replaced whole; merged values point at their own file; --set still wins.
 TEST(sdk_ConfigMerge, TablesMergeArraysReplaceAndLocationsNameTheMergedFile) {

@@ -335,7 +335,7 @@ TEST(data_TokenSplit, TheTailIsHeldOutInWholeWindowsAndNeverOverlapsTraining) {
 TEST(data_TokenSplit, ATailOrARestTooShortForOneWindowSaysHowManyItNeeds) {
   // 100 · 0.04 = 4 tokens held out, 9 needed for block_size 8.
   expect_data_error([] { (void)split_token_tail(stream(100), 8, 1000, 0.04, "s.bin"); }, "s.bin",
-                    {"holds 4 tokens", "block_size + 1 = 9", "eval_fraction"});
+                    {"holds 4 tokens", "block_size + 1 = 9", "(eval_fraction 0.04 of 100"});
   EXPECT_NO_THROW((void)split_token_tail(stream(100), 8, 1000, 0.09, "s.bin"));
   expect_data_error([] { (void)split_token_tail(stream(20), 8, 1000, 0.6, "s.bin"); }, "s.bin",
                     {"8 remain for training", "block_size + 1 = 9"});

@@ -8,9 +8,15 @@
 //   Only the selected component's table is used; the tables of the other known components are
 //   still validated against their schemas, so a typo is caught before the user swaps to them.
 //   This is what lets `--set scaler.type=static` work on a file that also configures `dynamic`.
+//   Each key of such a table is named in ResolvedComponentSection::unused with the selector that
+//   leaves it unread: a key the user meant to apply (`--set data.cifar10.train=...` under
+//   source = "text") must not do nothing without a word.
 // - Flat keys beside the selector (the older form, and what `--set scaler.growth_interval=20`
 //   writes) apply to whichever component is selected and must be valid for it. A flat key that
-//   only an unselected sibling declares is an error that says which table to move it into.
+//   only an unselected sibling declares is an error that says to select that sibling, or to move
+//   the key into its table to keep it for later. A flat key no component declares (a misspelt
+//   selector) is refused first, at its own location, before a sibling's key is blamed against a
+//   selection the typo left at its default.
 // - Flat keys and the selected component's table combine: a required option may come from
 //   either (the file's table and a --set, say). A key given both ways in the file is an error;
 //   a --set beats the file, whichever spelling either used. Unselected tables are checked for
@@ -68,6 +74,9 @@ struct ResolvedComponentSection {
   std::map<std::string, std::string> origin;
   // With unknown_tables_are_warnings: one line per table named after no known component.
   std::vector<std::string> warnings;
+  // One line per key of an unselected component's table: where it is, and the selector that
+  // leaves it unread (for Experiment::unused_keys, which the trainer warns about).
+  std::vector<std::string> unused;
 };
 
 // The config section that selects components of `kind`: "precision" for policies, "checkpoint"

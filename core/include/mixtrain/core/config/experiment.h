@@ -202,6 +202,8 @@ struct CheckpointSettings {
   bool write_final = schema_default_bool(checkpoint_core_schema(), "final");
   std::int64_t keep = schema_default_int(checkpoint_core_schema(), "keep");
   std::string init_from = schema_default_string(checkpoint_core_schema(), "init_from");
+  // Where init_from was given: a file that does not exist is refused there when it is loaded.
+  sdk::SourceLocation init_from_where;
   // How init_from stores its weights.
   WeightLayout init_layout =
       parse_weight_layout(schema_default_string(checkpoint_core_schema(), "init_layout"));
@@ -256,6 +258,9 @@ struct Experiment {
   // of them only by a --set (train/checkpoint_load.cpp), a deliberate choice, never by an edited
   // or merged file.
   sdk::SourceLocation policy_where, scaler_where, optimizer_where;
+  // Where backend.type was given (line 0: not given, the default): a backend that cannot start
+  // (no usable GPU) is refused naming it.
+  sdk::SourceLocation backend_where;
   sdk::Options backend_options, policy_options, scaler_options, optimizer_options,
       checkpoint_options, communicator_options;
   std::vector<ResolvedSection> core_sections;  // run, data, model, ... in resolved form

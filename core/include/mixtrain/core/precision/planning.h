@@ -59,6 +59,7 @@ struct PrecisionOverride {
   std::string pattern;  // layer name or glob
   std::optional<sdk::DType> weight, gemm_input, activation, activation_grad;
   sdk::SourceLocation where;
+  sdk::SourceLocation layers_where;  // of its layers key: a pattern matching nothing points there
 };
 
 std::string exact_pattern(const std::string& name);

@@ -1,6 +1,8 @@
 // Tensor Core alignment lint for `mixtrain check`: under a 16-bit or FP8 plan, GEMM and
 // convolution dimensions that are not multiples of 8 (16 for FP8) leave Tensor Cores idle or run
-// padded (cuBLASLt, cuDNN). One warning per node, naming it and the dimension.
+// padded (cuBLASLt, cuDNN). One warning per node, naming it and the dimension. `check` gives them
+// as warnings on a backend that declares kFeatureGemmWantsAlignedRows (CUDA), and as notes about a
+// CUDA run elsewhere: a CPU's GEMMs run any size at one rate.
 //
 // Contract
 // - Reads each layer's tensor_core_dims() (linear: in and out features; conv2d: input and output

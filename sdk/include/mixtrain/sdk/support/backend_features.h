@@ -21,7 +21,8 @@ inline constexpr std::string_view kFeatureGemmRealignsRows = "gemm_realigns_rows
 // The GEMM facet's fast 16-bit kernels need every matrix's rows 16 bytes apart (cuBLASLt's Tensor
 // Core kernels; an odd row length runs align-1 kernels at a fraction of their rate). A model that
 // owns such a dimension pads it where it can at no change to its results: the chunked loss pads
-// its logits blocks to a multiple of 64 classes when model.loss_pad_classes is unset.
+// its logits blocks to a multiple of 64 classes when model.loss_pad_classes is unset, and
+// `mixtrain check` warns about unaligned 16-bit GEMM dimensions only on such a backend.
 inline constexpr std::string_view kFeatureGemmWantsAlignedRows = "gemm_wants_aligned_rows";
 
 // The GEMM facet runs a GEMM of a few hundred rows at its full rate (a CPU library blocks by cache,
