@@ -18,6 +18,7 @@
 #include "mixtrain/core/config/config.h"
 #include "mixtrain/core/config/experiment.h"
 #include "mixtrain/core/console/log_sink.h"
+#include "mixtrain/core/console/shell_word.h"
 #include "mixtrain/core/distributed/config_agreement.h"
 #include "mixtrain/core/graph/model_summary.h"
 #include "mixtrain/core/graph/parameter_memory.h"
@@ -37,6 +38,7 @@
 namespace mixtrain::cli {
 
 namespace fs = std::filesystem;
+using core::shell_word;
 
 namespace {
 
@@ -169,18 +171,6 @@ int train_with(core::Experiment& experiment, core::Components components,
 }  // namespace
 
 namespace {
-
-// A word for a POSIX shell: as it is when it holds nothing the shell reads specially, else in
-// single quotes.
-std::string shell_word(const std::string& word) {
-  const bool plain = !word.empty() && std::all_of(word.begin(), word.end(), [](unsigned char c) {
-    return std::isalnum(c) != 0 || std::strchr("_./=:,+-@%", c) != nullptr;
-  });
-  if (plain) return word;
-  std::string quoted = "'";
-  for (const char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
 
 // The `mixtrain train` command of these arguments: what mpirun is to run for a [distributed]
 // config started without it (core::launch_requirement), the user's --merge and --set included.

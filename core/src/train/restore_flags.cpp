@@ -6,21 +6,11 @@
 #include <cstring>
 #include <string_view>
 
+#include "mixtrain/core/console/shell_word.h"
+
 namespace mixtrain::core {
 
 namespace {
-
-// A word for a POSIX shell: as it is when it holds nothing the shell reads specially, else in
-// single quotes.
-std::string shell_word(const std::string& word) {
-  const bool plain = !word.empty() && std::all_of(word.begin(), word.end(), [](unsigned char c) {
-    return std::isalnum(c) != 0 || std::strchr("_./=:,+-@%", c) != nullptr;
-  });
-  if (plain) return word;
-  std::string quoted = "'";
-  for (const char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
 
 // "model.layers[1].type" as --set addresses it: "model.layers.1.type".
 std::string set_key(std::string key) {
