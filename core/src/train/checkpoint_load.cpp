@@ -897,15 +897,15 @@ StateOrigin read_origin(const json& saved, const char* what, const TrainingProgr
   return since;
 }
 
-// Whether the checkpoint's state of `c` is this run's to restore. The same component's is (true),
+// Whether the checkpoint's state of `c` (`saved`, its metadata entry) is this run's to restore.
+// The same component's is (true),
 // its counters checked from where its state began (`since`, read from the checkpoint). Another
 // one named by a --set of c.key is a deliberate switch (false): the new component starts from its
 // initial state, its counters from this step (`since`), and a warning says so. Another named any
 // other way (an edited config, a --merge) is a CheckpointError naming both, where this run's was
 // given, and the --set of either that resumes.
 bool keeps_state(Trainer::State& s, const CheckpointFile& file, const SwappableComponent& c,
-                 const TrainingProgress& progress, StateOrigin& since) {
-  const json saved = metadata_entry(file, c.what);
+                 const json& saved, const TrainingProgress& progress, StateOrigin& since) {
   const std::string before =
       saved.is_object() && saved.contains("component") && saved["component"].is_string()
           ? saved["component"].get<std::string>()
@@ -950,7 +950,8 @@ void restore_policy(Trainer::State& s, const CheckpointFile& file,
   const json saved = metadata_entry(file, "policy");
   // The policy `auto` chose, named: the same plan, so the run continues (a choosing policy keeps
   // no state of its own to carry).
-  if (saved.is_object() && !chosen_then(saved).empty() && chosen_then(saved) == s.e.policy_name &&
+  if (const std::string chose = chosen_then(saved);
+      !chose.empty() && chose == s.e.policy_name &&
       (!saved.contains("values") || saved["values"].empty())) {
     const std::string chooser = saved.contains("component") && saved["component"].is_string()
                                     ? saved["component"].get<std::string>()
@@ -960,7 +961,7 @@ void restore_policy(Trainer::State& s, const CheckpointFile& file,
     s.position.policy_since = read_origin(saved, "policy", progress, file.path);
     return;
   }
-  if (!keeps_state(s, file, policy, progress, s.position.policy_since)) return;
+  if (!keeps_state(s, file, policy, saved, progress, s.position.policy_since)) return;
   check_same_choice(s, file, saved);
   if (const auto changed = changed_policy_options(file.st.metadata, s.e); !changed.empty()) {
     std::string list;
@@ -985,7 +986,9 @@ void restore_scaler(Trainer::State& s, const CheckpointFile& file,
       s.e.scaler_type,
       s.e.scaler_where,
       "its scale and counters start afresh; the old scaler's are not carried"};
-  if (!keeps_state(s, file, scaler, progress, s.position.scaler_since)) return;
+  if (!keeps_state(s, file, scaler, metadata_entry(file, "scaler"), progress,
+                   s.position.scaler_since))
+    return;
   restore_component(file, "scaler", s.e.scaler_type, heard_since(progress, s.position.scaler_since),
                     *s.c.scaler);
 }
@@ -1003,7 +1006,9 @@ void restore_optimizer(Trainer::State& s, const CheckpointFile& file,
       s.e.optimizer_where,
       "fresh slots: the old optimizer's moments or momentum are not carried; the learning-rate "
       "schedule goes on from this step"};
-  if (!keeps_state(s, file, optimizer, progress, s.position.optimizer_since)) return;
+  if (!keeps_state(s, file, optimizer, metadata_entry(file, "optimizer"), progress,
+                   s.position.optimizer_since))
+    return;
   try {
     s.reducer->load_optimizer_state(
         *s.c.optimizer, [&](const std::string& name) { return file.st.find("optimizer/" + name); },
