@@ -125,29 +125,22 @@ MadeCommunicator& made_short_timeout_communicator(const CommunicatorUnderTest& c
   return m.short_timeout;
 }
 
-CommBuffer::CommBuffer(sdk::DeviceBackend& b, sdk::DType dtype, std::int64_t elements) : b_(&b) {
-  const std::size_t bytes = static_cast<std::size_t>(elements) * sdk::dtype_size(dtype);
-  view_ = {b.allocate(std::max<std::size_t>(bytes, 64)), dtype, sdk::Shape{elements}};
-}
-CommBuffer::~CommBuffer() {
-  b_->deallocate(view_.data);
-}
 void CommBuffer::write(const std::vector<std::byte>& bytes) {
-  if (bytes.size() != view_.bytes()) throw std::logic_error("CommBuffer::write: size");
-  b_->copy_from_host(view_, bytes.data());
+  if (bytes.size() != view().bytes()) throw std::logic_error("CommBuffer::write: size");
+  b_->copy_from_host(view(), bytes.data());
 }
 void CommBuffer::write_floats(const std::vector<float>& values) {
-  if (values.size() * 4 != view_.bytes()) throw std::logic_error("CommBuffer::write_floats: size");
-  b_->copy_from_host(view_, values.data());
+  if (values.size() * 4 != view().bytes()) throw std::logic_error("CommBuffer::write_floats: size");
+  b_->copy_from_host(view(), values.data());
 }
 std::vector<std::byte> CommBuffer::read() const {
-  std::vector<std::byte> out(view_.bytes());
-  b_->copy_to_host(out.data(), view_);
+  std::vector<std::byte> out(view().bytes());
+  b_->copy_to_host(out.data(), view());
   return out;
 }
 std::vector<float> CommBuffer::read_floats() const {
-  std::vector<float> out(view_.bytes() / 4);
-  b_->copy_to_host(out.data(), view_);
+  std::vector<float> out(view().bytes() / 4);
+  b_->copy_to_host(out.data(), view());
   return out;
 }
 

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "conformance_fixture.h"
 #include "mixtrain/conformance/communicator_conformance.h"
 #include "mixtrain/sdk/communicator.h"
 #include "mixtrain/sdk/device_backend.h"
@@ -40,14 +41,13 @@ MadeCommunicator& made_communicator(const CommunicatorUnderTest& c);
 // the entry gives none).
 MadeCommunicator& made_short_timeout_communicator(const CommunicatorUnderTest& c);
 
-// `elements` of `dtype` in the backend's memory, freed through it.
+// `elements` of `dtype` in the backend's memory (a DeviceTensor, conformance_fixture.h), filled
+// and read from the host.
 class CommBuffer {
  public:
-  CommBuffer(sdk::DeviceBackend& b, sdk::DType dtype, std::int64_t elements);
-  ~CommBuffer();
-  CommBuffer(const CommBuffer&) = delete;
-  CommBuffer& operator=(const CommBuffer&) = delete;
-  const sdk::TensorView& view() const { return view_; }
+  CommBuffer(sdk::DeviceBackend& b, sdk::DType dtype, std::int64_t elements)
+      : b_(&b), tensor_(b, dtype, sdk::Shape{elements}) {}
+  const sdk::TensorView& view() const { return tensor_.view(); }
   void write(const std::vector<std::byte>& bytes);
   void write_floats(const std::vector<float>& values);  // an fp32 buffer
   std::vector<std::byte> read() const;
@@ -55,7 +55,7 @@ class CommBuffer {
 
  private:
   sdk::DeviceBackend* b_;
-  sdk::TensorView view_;
+  DeviceTensor tensor_;
 };
 
 // `count` bytes that depend only on `seed`.
