@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <thread>
 
 #include "config/reading.h"
 #include "mixtrain/core/config/host_schemas.h"
@@ -184,6 +185,11 @@ void read_augment(const Config& config, Experiment& e) {
   a.spec.crop_padding = o.get_int("crop_padding");
   a.crop_padding_where = config.key_location(table + ".crop_padding");
   a.spec.horizontal_flip = o.get_bool("horizontal_flip");
+  if (e.data.source == DataSource::image_folder && a.spec.crop_padding > 0)
+    o.fail("crop_padding",
+           "pads fixed-size images before a random crop, but image folders are cropped by "
+           "RandomResizedCrop ([data.image_folder] scale_min, scale_max, ratio_min, ratio_max)",
+           "remove data.augment.crop_padding; horizontal_flip applies to image folders");
   if (const auto why = not_images(e.data); !why.empty() && a.spec.enabled())
     throw sdk::ConfigError(a.where, table, "augmentation needs image data, but " + why,
                            "remove [data.augment], or use an image source (idx, cifar10, npy "
@@ -208,6 +214,40 @@ void read_cifar10(const Config& config, const ResolvedComponentSection& r, Exper
   e.data.cifar_dir = std::move(dir);
   e.data.cifar_train_paths = std::move(train);
   e.data.cifar_eval_paths = std::move(eval);
+}
+
+void read_image_folder(const Config& config, const ResolvedComponentSection& r, Experiment& e) {
+  const auto& src = r.component;
+  auto& d = e.data;
+  d.image_train_dir = resolve_path(config, r, "train");
+  if (!src.get_string("eval").empty()) d.image_eval_dir = resolve_path(config, r, "eval");
+  name_files(r, "train", {d.image_train_dir}, e);
+  name_files(r, "eval", {d.image_eval_dir}, e);
+  d.crop_size = src.get_int("size");
+  auto& spec = d.image_spec;
+  spec.resize = src.get_int("resize");
+  // torchvision's ImageNet recipe: Resize(256) before CenterCrop(224).
+  if (spec.resize == 0)
+    spec.resize =
+        std::max<std::int64_t>(1, std::llround(static_cast<double>(d.crop_size) * 8.0 / 7.0));
+  spec.scale_min = src.get_double("scale_min");
+  spec.scale_max = src.get_double("scale_max");
+  spec.ratio_min = src.get_double("ratio_min");
+  spec.ratio_max = src.get_double("ratio_max");
+  if (spec.scale_min > spec.scale_max)
+    src.fail("scale_max",
+             "is " + sdk::option_value_to_string(spec.scale_max) +
+                 ", below scale_min = " + sdk::option_value_to_string(spec.scale_min),
+             "give scale_min <= scale_max (torchvision's default is 0.08 to 1.0)");
+  if (spec.ratio_min > spec.ratio_max)
+    src.fail("ratio_max",
+             "is " + sdk::option_value_to_string(spec.ratio_max) +
+                 ", below ratio_min = " + sdk::option_value_to_string(spec.ratio_min),
+             "give ratio_min <= ratio_max (torchvision's default is 3/4 to 4/3)");
+  const std::int64_t threads = src.get_int("threads");
+  spec.threads = threads > 0 ? static_cast<unsigned>(threads)
+                             : std::max(1u, std::thread::hardware_concurrency());
+  d.check_image_files = src.get_bool("check_files");
 }
 
 std::vector<std::string> list_options_of(DataSource source) {
@@ -276,7 +316,8 @@ void note_unread_data_keys(const ResolvedComponentSection& r, Experiment& e) {
       if (!images) unused(src, schema, key, "is read only by kind = \"images\"");
   }
   const bool eval_given = !d.eval_token_paths.empty() || !d.cifar_eval_paths.empty() ||
-                          (d.source == DataSource::cifar10 && !d.cifar_dir.empty());
+                          (d.source == DataSource::cifar10 && !d.cifar_dir.empty()) ||
+                          !d.image_eval_dir.empty();
   if (eval_given)
     unused(r.host, data_common_schema(), "eval_fraction",
            "is not read: the held-out rows come from the eval file");
@@ -328,6 +369,9 @@ void read_source_options(const Config& config, const ResolvedComponentSection& r
     case DataSource::cifar10:
       read_cifar10(config, r, e);
       break;
+    case DataSource::image_folder:
+      read_image_folder(config, r, e);
+      break;
     case DataSource::tokens:
     case DataSource::text:
       read_token_source(config, r, e);
@@ -338,6 +382,12 @@ void read_source_options(const Config& config, const ResolvedComponentSection& r
 // data.pixels = "uint8" where the config alone shows there are no images to hold as bytes; a
 // file that holds float pixels is refused when loaded (load_data).
 void read_pixels(const sdk::Options& common, Experiment& e) {
+  if (e.data.source == DataSource::image_folder && e.data.pixels == "float32")
+    common.fail("pixels",
+                "= \"float32\" decodes images to floats when loaded, but an image folder's images "
+                "stay in their files and are cut into byte batches as each batch is drawn",
+                "remove data.pixels (a backend without byte input gets the batches as floats "
+                "anyway)");
   if (e.data.pixels != "uint8") return;
   if (const std::string why = not_images(e.data); !why.empty())
     common.fail("pixels", "= \"uint8\" keeps image pixels as bytes, but " + why,

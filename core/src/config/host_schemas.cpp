@@ -296,6 +296,50 @@ sdk::OptionSchema cifar10_source_schema() {
   };
 }
 
+sdk::OptionSchema image_folder_source_schema() {
+  return {
+      OptionSpec::required("train", OptionType::string,
+                           "folder of class folders of images (.jpg, .jpeg, .png), as "
+                           "torchvision's ImageFolder reads it: a class per folder, numbered in "
+                           "the order of their names"),
+      OptionSpec::string("eval", "",
+                         "held-out folder with the same class folders (ImageNet's val/); \"\" = "
+                         "eval_fraction of the training images"),
+      OptionSpec::integer("size", 224, "side of the square crops the model sees (H = W)")
+          .at_least(1)
+          .at_most(4096),
+      OptionSpec::integer("resize", 0,
+                          "held-out images: the shorter side resized to this, then the center "
+                          "size x size crop; 0 = round(size * 8 / 7), 256 for 224 (torchvision's "
+                          "ImageNet recipe)")
+          .at_least(0)
+          .at_most(8192),
+      OptionSpec::number("scale_min", 0.08,
+                         "training crops (RandomResizedCrop): smallest fraction of the image's "
+                         "area a crop covers")
+          .greater_than(0.0)
+          .at_most(1.0),
+      OptionSpec::number("scale_max", 1.0, "training crops: largest fraction of the area")
+          .greater_than(0.0)
+          .at_most(1.0),
+      OptionSpec::number("ratio_min", 3.0 / 4.0,
+                         "training crops: smallest aspect ratio (width / height), drawn "
+                         "log-uniformly")
+          .greater_than(0.0)
+          .at_most(100.0),
+      OptionSpec::number("ratio_max", 4.0 / 3.0, "training crops: largest aspect ratio")
+          .greater_than(0.0)
+          .at_most(100.0),
+      OptionSpec::integer("threads", 0,
+                          "threads decoding a batch's images; 0 = one per hardware thread")
+          .at_least(0)
+          .at_most(1024),
+      OptionSpec::boolean("check_files", true,
+                          "read every image's header when loading, so a file that is no image "
+                          "stops the run before its first step rather than mid-epoch"),
+  };
+}
+
 // Token sources: rows are windows of block_size + 1 tokens (inputs and next-token targets).
 OptionSpec block_size_option() {
   return OptionSpec::required("block_size", OptionType::integer,
@@ -351,6 +395,8 @@ sdk::OptionSchema data_source_schema(DataSource source) {
       return idx_source_schema();
     case DataSource::cifar10:
       return cifar10_source_schema();
+    case DataSource::image_folder:
+      return image_folder_source_schema();
     case DataSource::tokens:
       return tokens_source_schema();
     case DataSource::text:
@@ -369,6 +415,9 @@ std::string data_source_summary(DataSource source) {
       return "MNIST-style IDX image and label files, plain or gzip";
     case DataSource::cifar10:
       return "the CIFAR-10 binary batches (data_batch_*.bin, test_batch.bin)";
+    case DataSource::image_folder:
+      return "folders of JPEG and PNG images, a folder per class (ImageNet's layout), decoded "
+             "and cropped per batch as torchvision's transforms do";
     case DataSource::tokens:
       return "llm.c token files (.bin, uint16 tokens) cut into next-token windows";
     case DataSource::text:
@@ -532,6 +581,8 @@ bool is_path_option(DataSource source, const std::string& key) {
       return key == "images" || key == "labels";
     case DataSource::cifar10:
       return key == "path" || key == "train" || key == "eval";
+    case DataSource::image_folder:
+      return key == "train" || key == "eval";
     case DataSource::tokens:
       return key == "train" || key == "eval";
     case DataSource::text:

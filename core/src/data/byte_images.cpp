@@ -9,6 +9,7 @@
 #include <string>
 
 #include "data/byte_images.h"
+#include "data/image_folder/image_batch.h"
 
 namespace mixtrain::core {
 
@@ -34,6 +35,10 @@ void gather_pixels(const Dataset& data, std::span<const std::int64_t> rows,
                    std::uint8_t* pixels_out, std::int32_t* y_out) {
   if (!data.is_bytes())
     throw std::logic_error("gather_pixels: the dataset does not hold byte images");
+  if (data.is_image_files()) {
+    decode_image_rows(data, rows, std::nullopt, 0, 0, false, pixels_out, y_out);
+    return;
+  }
   const auto width = static_cast<std::size_t>(data.features);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const std::int64_t row = rows[i];
@@ -47,7 +52,7 @@ void gather_pixels(const Dataset& data, std::span<const std::int64_t> rows,
 }
 
 void decode_pixels(Dataset& data) {
-  if (!data.is_bytes()) return;
+  if (!data.is_bytes() || data.is_image_files()) return;
   std::vector<std::int64_t> rows(static_cast<std::size_t>(data.rows));
   std::iota(rows.begin(), rows.end(), std::int64_t{0});
   data.x.resize(data.pixels.size());

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "distributed/rank_agreement.h"
@@ -27,6 +28,12 @@ std::string data_fingerprint(const Dataset& d) {
   take(std::as_bytes(std::span(d.y)));
   take(std::as_bytes(std::span(d.tokens)));
   take(std::as_bytes(std::span(d.pixels)));
+  // Image files: each one's class folder and name (not the root, so that a folder moved or
+  // mounted elsewhere is the same data; not the pixels, which would mean reading every file).
+  std::string names;
+  for (const auto& f : d.image_files)
+    names += f.parent_path().filename().string() + "/" + f.filename().string() + '\n';
+  take(std::as_bytes(std::span(names)));
   char text[16];
   std::snprintf(text, sizeof text, "crc %08x", static_cast<unsigned>(crc32_of(pieces)));
   return text;

@@ -3,6 +3,8 @@
 
 #include "mixtrain/sdk/error.h"
 
+#include "data/image_folder/image_batch.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -304,7 +306,18 @@ void check_dataset(const Dataset& data, std::string_view origin) {
            "this is a bug in whatever built the dataset");
   }
   if (data.is_bytes()) check_byte_images(data, origin);
-  const std::size_t held = data.is_bytes() ? data.pixels.size() : data.x.size();
+  if (data.is_image_files()) {
+    if (data.image_files.size() != static_cast<std::size_t>(data.rows) || !data.pixels.empty() ||
+        !data.is_bytes())
+      fail(origin,
+           "image files need one file per row (found " + std::to_string(data.image_files.size()) +
+               " for " + std::to_string(data.rows) + " rows), no pixels in memory and a table",
+           "this is a bug in whatever built the dataset");
+  }
+  const std::size_t held = data.is_image_files()
+                               ? static_cast<std::size_t>(data.rows * data.features)
+                           : data.is_bytes() ? data.pixels.size()
+                                             : data.x.size();
   if (data.features > static_cast<std::int64_t>(data.x.max_size()) / data.rows ||
       held != static_cast<std::size_t>(data.rows * data.features))
     fail(origin,
@@ -401,6 +414,25 @@ std::pair<Dataset, Dataset> split_holdout(Dataset all, double eval_fraction, std
     seeded_shuffle(order, rng);
   }
 
+  // Image files: the file names move, not pixels.
+  if (all.is_image_files()) {
+    const auto part_of = [&](std::span<const std::int64_t> rows) {
+      Dataset part = all;
+      part.rows = static_cast<std::int64_t>(rows.size());
+      part.image_files.clear();
+      part.y.clear();
+      for (const std::int64_t r : rows) {
+        part.image_files.push_back(all.image_files[static_cast<std::size_t>(r)]);
+        part.y.push_back(all.y[static_cast<std::size_t>(r)]);
+      }
+      return part;
+    };
+    const auto split_at = static_cast<std::size_t>(eval_rows);
+    Dataset eval = part_of(std::span<const std::int64_t>(order).first(split_at));
+    Dataset train = part_of(std::span<const std::int64_t>(order).subspan(split_at));
+    return {std::move(train), std::move(eval)};
+  }
+
   auto take = [&](std::span<const std::int64_t> rows) {
     Dataset part;
     part.rows = static_cast<std::int64_t>(rows.size());
@@ -454,6 +486,10 @@ void gather_batch(const Dataset& data, std::span<const std::int64_t> rows, float
   if (data.is_tokens())
     throw std::logic_error("gather_batch: the dataset holds token windows; use gather_tokens");
   const auto width = static_cast<std::size_t>(data.features);
+  if (data.is_image_files()) {
+    decode_image_rows_as_floats(data, rows, std::nullopt, 0, 0, false, x_out, y_out);
+    return;
+  }
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const std::int64_t row = rows[i];
     if (row < 0 || row >= data.rows)

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "data/byte_images.h"
+#include "data/image_folder/image_batch.h"
 #include "mixtrain/core/data/dataset.h"
 #include "mixtrain/sdk/error.h"
 
@@ -42,6 +43,8 @@ void require_image(const Dataset& data, const char* who) {
 
 ChannelStats channel_statistics(const Dataset& data) {
   require_image(data, "channel_statistics");
+  if (data.is_image_files())
+    return channel_statistics(decoded_sample(data, kImageStatisticsSample));
   const auto channels = static_cast<std::size_t>(data.channels());
   const auto plane = static_cast<std::size_t>(data.height() * data.width());
   const auto width = static_cast<std::size_t>(data.features);

@@ -1,6 +1,7 @@
 // load_data / load_train_and_eval: the [data] section's source turned into the training and
 // held-out sets, normalised per channel when [data.normalize] asks.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -8,6 +9,7 @@
 #include <tuple>
 #include <utility>
 
+#include "data/image_folder/image_folder.h"
 #include "mixtrain/core/config/experiment.h"
 #include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/core/data/dataset.h"
@@ -99,6 +101,49 @@ std::pair<Dataset, Dataset> load_cifar10_splits(const DataSettings& settings, st
   return {std::move(train), std::move(eval)};
 }
 
+// An image folder's splits: the held-out folder when given (numbered by the training folder's
+// classes), else eval_fraction of the training images.
+// `training`: the training images will be read, so their headers are worth checking (a session
+// that only evaluates reads the held-out folder's alone).
+std::pair<Dataset, Dataset> load_image_folder_splits(const DataSettings& settings,
+                                                     std::uint64_t seed, bool training) {
+  const ImageFolderOptions options{settings.crop_size, settings.image_spec,
+                                   settings.check_image_files};
+  const auto started = std::chrono::steady_clock::now();
+  const auto listing = list_image_folder(settings.image_train_dir);
+  ImageFolderOptions train_options = options;
+  train_options.check_files &= training || settings.image_eval_dir.empty();
+  Dataset train = load_image_folder(listing, train_options);
+  if (settings.classes > 0) train.classes = std::max(train.classes, settings.classes);
+  const auto said = [&](const ImageFolderListing& l, const char* split, bool checked) {
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    char took[32];
+    std::snprintf(took, sizeof took, "%.1f s", seconds);
+    core_logger("data").info(
+        std::string(split) + " image folder '" + l.root.string() +
+        "': " + std::to_string(l.files.size()) + " images of " + std::to_string(l.classes.size()) +
+        " classes" +
+        (l.skipped > 0 ? ", " + std::to_string(l.skipped) + " other files left out" : "") +
+        (checked ? "; every header read in " + std::string(took) : ""));
+  };
+  said(listing, "training", train_options.check_files);
+  if (settings.image_eval_dir.empty())
+    return split_holdout(std::move(train), settings.eval_fraction, seed);
+  warn_of_files_on_both_sides({settings.image_train_dir}, {settings.image_eval_dir});
+  const auto held = list_image_folder(settings.image_eval_dir, &listing.classes);
+  if (!held.missing_classes.empty())
+    core_logger("data").warn("held-out image folder '" + held.root.string() +
+                             "' has no folder for " + std::to_string(held.missing_classes.size()) +
+                             " of the " + std::to_string(held.classes.size()) +
+                             " training classes (e.g. '" + held.missing_classes.front() +
+                             "'): the evaluation measures the others");
+  Dataset eval = load_image_folder(held, options);
+  eval.classes = train.classes;
+  said(held, "held-out", options.check_files);
+  return {std::move(train), std::move(eval)};
+}
+
 std::string number_list(const std::vector<double>& values) {
   std::string out = "[";
   for (const double v : values) {
@@ -124,6 +169,12 @@ ChannelStats normalize_splits(const DataSettings& settings, Dataset& train, Data
   ChannelStats stats;
   if (n.from_training) {
     stats = channel_statistics(train);
+    if (train.is_image_files())
+      core_logger("data").info(
+          "data.normalize.from_training: measured on " +
+          std::to_string(std::min(train.rows, kImageStatisticsSample)) + " of the " +
+          std::to_string(train.rows) +
+          " training images, evenly spaced, cut as held-out images are (Resize, CenterCrop)");
     for (std::size_t c = 0; c < stats.std.size(); ++c)
       if (!(stats.std[c] > 0.0))
         throw sdk::ConfigError(n.where, "data.normalize.from_training",
@@ -177,6 +228,7 @@ Dataset load_table(const DataSettings& settings) {
       return all;
     }
     case DataSource::cifar10:
+    case DataSource::image_folder:
     case DataSource::tokens:
     case DataSource::text:
       break;
@@ -274,6 +326,8 @@ LoadedData load_splits(const DataSettings& settings, std::uint64_t seed, bool tr
     std::tie(out.train, out.eval) = load_token_splits(settings);
   } else if (settings.source == DataSource::cifar10) {
     std::tie(out.train, out.eval) = load_cifar10_splits(settings, seed);
+  } else if (settings.source == DataSource::image_folder) {
+    std::tie(out.train, out.eval) = load_image_folder_splits(settings, seed, training);
   } else {
     Dataset all = load_table(settings);
     if (settings.classes > 0) all.classes = std::max(all.classes, settings.classes);

@@ -665,8 +665,9 @@ void check_same_data(const Trainer::State& s, const CheckpointFile& file, const 
   std::vector<std::string> changes;
   if (const auto saved = file.st.metadata.find("config"); saved != file.st.metadata.end()) {
     // The loader's keys leave the rows as they are (data.batch_size has its own refusal).
-    static constexpr std::string_view kLoaderOnly[] = {"data.prefetch", "data.pin_memory",
-                                                       "data.eval_batch_size", "data.batch_size"};
+    static constexpr std::string_view kLoaderOnly[] = {
+        "data.prefetch",   "data.pin_memory",           "data.eval_batch_size",
+        "data.batch_size", "data.image_folder.threads", "data.image_folder.check_files"};
     changes = changed_values(
         saved->second, resolved_toml(s.e),
         [](std::string_view key) {

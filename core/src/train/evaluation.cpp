@@ -105,7 +105,9 @@ void check_prediction_inputs(const Trainer::State& s, const Dataset& d) {
              std::to_string(d.tokens.size()));
     return;
   }
-  const std::size_t held = d.is_bytes() ? d.pixels.size() : d.x.size();
+  const std::size_t held = d.is_image_files() ? d.image_files.size() * features
+                           : d.is_bytes()     ? d.pixels.size()
+                                              : d.x.size();
   if (held / features < rows)
     refuse(std::to_string(held) + " values for " + std::to_string(d.rows) + " rows of " +
            std::to_string(d.features));

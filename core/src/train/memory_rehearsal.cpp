@@ -103,7 +103,11 @@ Dataset first_rows(const Dataset& d, std::int64_t rows) {
                                                                std::min(need, d.tokens.size())));
   } else {
     const auto values = static_cast<std::ptrdiff_t>(rows * d.features);
-    if (d.is_bytes()) {
+    if (d.is_image_files()) {
+      out.image_files.assign(d.image_files.begin(), d.image_files.begin() + rows);
+      out.image_spec = d.image_spec;
+      out.pixel_values = d.pixel_values;
+    } else if (d.is_bytes()) {
       out.pixels.assign(d.pixels.begin(), d.pixels.begin() + values);
       out.pixel_values = d.pixel_values;
     } else {

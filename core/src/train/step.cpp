@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "data/image_folder/image_batch.h"
 #include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/core/graph/diagnostics.h"
 #include "mixtrain/sdk/support/gradient_clipping.h"
@@ -78,6 +79,20 @@ void prepare_host_batch(const BatchRecipe& r, std::span<const std::int64_t> rows
   if (d.is_tokens()) {
     grow(out.ids, n * d.features);
     gather_tokens(d, rows, out.ids.data(), out.y.data());
+    return;
+  }
+  if (d.is_image_files()) {
+    // Cropped (and flipped) as each file is decoded; no augmentation after.
+    const bool flip = r.augment.horizontal_flip;
+    if (r.bytes) {
+      grow(out.pixels, n * d.features);
+      decode_image_rows(d, rows, training_batch, r.seed, r.first_row, flip, out.pixels.data(),
+                        out.y.data());
+    } else {
+      grow(out.x, n * d.features);
+      decode_image_rows_as_floats(d, rows, training_batch, r.seed, r.first_row, flip, out.x.data(),
+                                  out.y.data());
+    }
     return;
   }
   if (r.bytes) {

@@ -1165,3 +1165,47 @@ TEST(sdk_Experiment, IndependentMistakesAreReportedTogether) {
   ASSERT_TRUE(data.has_value());
   EXPECT_EQ(data->key(), "data.batch_size") << data->what();
 }
+
+TEST(sdk_Experiment, ImageFolderReadsItsKeysAndRefusesWhatCannotApply) {
+  const std::string text =
+      without_flat_synthetic_keys(kFull) + "\n[data.image_folder]\ntrain = \"/images/train\"\n";
+  const std::vector<std::string> folder = {"data.source=image_folder"};
+  auto e = parse(text, folder);
+  EXPECT_EQ(e.data.source, mixtrain::core::DataSource::image_folder);
+  EXPECT_EQ(e.data.image_train_dir, "/images/train");
+  EXPECT_TRUE(e.data.image_eval_dir.empty());
+  EXPECT_EQ(e.data.crop_size, 224);
+  EXPECT_EQ(e.data.image_spec.resize, 256);  // torchvision's Resize(256), CenterCrop(224)
+  EXPECT_EQ(e.data.image_spec.scale_min, 0.08);
+  EXPECT_GE(e.data.image_spec.threads, 1u);
+  EXPECT_TRUE(e.data.check_image_files);
+  EXPECT_TRUE(contains(resolved_toml_of(e), "[data.image_folder]")) << resolved_toml_of(e);
+
+  e = parse(text, {"data.source=image_folder", "data.size=64", "data.threads=3", "data.eval=val"});
+  EXPECT_EQ(e.data.image_spec.resize, 73);  // round(64 · 8 / 7)
+  EXPECT_EQ(e.data.image_spec.threads, 3u);
+  EXPECT_EQ(e.data.image_eval_dir, std::filesystem::current_path() / "val");
+
+  auto err = error_of<sdk::ConfigError>(
+      text, {"data.source=image_folder", "data.scale_min=0.5", "data.scale_max=0.25"});
+  ASSERT_TRUE(err.has_value());
+  EXPECT_EQ(err->key(), "data.image_folder.scale_max");
+  err = error_of<sdk::ConfigError>(text, {"data.source=image_folder", "data.ratio_max=0"});
+  ASSERT_TRUE(err.has_value());
+  EXPECT_EQ(err->key(), "data.image_folder.ratio_max");
+  // RandomResizedCrop cuts folders; a padded crop of fixed-size images cannot apply.
+  err = error_of<sdk::ConfigError>(text + "\n[data.augment]\ncrop_padding = 4\n", folder);
+  ASSERT_TRUE(err.has_value());
+  EXPECT_EQ(err->key(), "data.augment.crop_padding");
+  EXPECT_TRUE(contains(err->full_message(), "RandomResizedCrop")) << err->full_message();
+  // Flips apply.
+  e = parse(text + "\n[data.augment]\nhorizontal_flip = true\n", folder);
+  EXPECT_TRUE(e.data.augment.spec.horizontal_flip);
+  err = error_of<sdk::ConfigError>(text, {"data.source=image_folder", "data.pixels=float32"});
+  ASSERT_TRUE(err.has_value());
+  EXPECT_EQ(err->key(), "data.pixels");
+  // The folder is required.
+  err = error_of<sdk::ConfigError>(without_flat_synthetic_keys(kFull), folder);
+  ASSERT_TRUE(err.has_value());
+  EXPECT_TRUE(contains(err->key(), "train")) << err->key();
+}

@@ -164,6 +164,13 @@ struct DataSettings {
   // records.
   std::filesystem::path cifar_dir;
   std::vector<std::filesystem::path> cifar_train_paths, cifar_eval_paths;
+  // image_folder: a folder of class folders to train on and, optionally, one held out (empty:
+  // eval_fraction of the training images); crops of crop_size² pixels, cut as `image_spec` says
+  // (its resize 0 in the config is written in as round(crop_size · 8 / 7)).
+  std::filesystem::path image_train_dir, image_eval_dir;
+  std::int64_t crop_size = 0;
+  ImageFileSpec image_spec;
+  bool check_image_files = true;
   NormalizeSettings normalize;  // image tables only
   AugmentSettings augment;      // image tables only
   // Every file or folder a path option names, with the dotted key and the line it came from: one

@@ -30,13 +30,15 @@ inline constexpr ChoiceTable<BatchNormStats, 2> kBatchNormStats{
     {{"local", BatchNormStats::local}, {"sync", BatchNormStats::sync}}};
 
 // data.source: where the rows come from.
-enum class DataSource { synthetic, npy, idx, cifar10, tokens, text };
-inline constexpr ChoiceTable<DataSource, 6> kDataSources{{{"synthetic", DataSource::synthetic},
-                                                          {"npy", DataSource::npy},
-                                                          {"idx", DataSource::idx},
-                                                          {"cifar10", DataSource::cifar10},
-                                                          {"tokens", DataSource::tokens},
-                                                          {"text", DataSource::text}}};
+enum class DataSource { synthetic, npy, idx, cifar10, image_folder, tokens, text };
+inline constexpr ChoiceTable<DataSource, 7> kDataSources{
+    {{"synthetic", DataSource::synthetic},
+     {"npy", DataSource::npy},
+     {"idx", DataSource::idx},
+     {"cifar10", DataSource::cifar10},
+     {"image_folder", DataSource::image_folder},
+     {"tokens", DataSource::tokens},
+     {"text", DataSource::text}}};
 inline bool is_token_source(DataSource s) {
   return s == DataSource::tokens || s == DataSource::text;
 }

@@ -20,6 +20,13 @@
 //     byte b of channel c stands for (b / 255 when loaded; normalize_channels rewrites this
 //     table, never the pixels). Every function below that reads features decodes through it, so
 //     gather_batch() gives the same floats as the same data held as floats.
+//   image files: byte images whose pixels stay in their files until a batch needs them (an
+//     image folder: data/image_folder/): `image_files` [rows] names each row's file, `pixels` is
+//     empty, `pixel_values` the table as above, sample_shape {3, H, W} the crops' shape and
+//     `image_spec` how a batch is cut from the files (image_spec.resize > 0 marks the form).
+//     gather_pixels() and gather_batch() decode a row by the held-out transform (Resize, then
+//     CenterCrop); training batches are RandomResizedCrops (data/image_folder/image_batch.h).
+//     A file that cannot be decoded there is an sdk::DataError naming it.
 //   Every Dataset returned below passes check_dataset() (rows > 0, features > 0, sizes
 //   consistent, sample_shape's dimensions >= 1 with product = features, labels / tokens in
 //   range, every feature finite) — except a deliberately empty
@@ -53,6 +60,16 @@ namespace mixtrain::core {
 
 struct DataSettings;  // config/experiment.h: the [data] section
 
+// How an image-file split cuts its batches from the files (torchvision's ImageNet transforms).
+struct ImageFileSpec {
+  // Batches outside training: the shorter side resized to this, then the center H×W crop; > 0.
+  std::int64_t resize = 0;
+  // Training batches: RandomResizedCrop's area fraction and aspect-ratio (width / height) ranges.
+  double scale_min = 0.08, scale_max = 1.0;
+  double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
+  unsigned threads = 1;  // threads decoding one batch
+};
+
 struct Dataset {
   std::int64_t rows = 0, features = 0;  // token form: features = block size T
   std::int32_t classes = 0;             // labels (tokens) are in [0, classes)
@@ -61,6 +78,8 @@ struct Dataset {
   std::vector<std::int32_t> tokens;     // token form: the stream the windows are cut from
   std::vector<std::uint8_t> pixels;     // byte images: [rows, features], row-major
   std::vector<float> pixel_values;      // byte images: [C, 256], what each byte stands for
+  std::vector<std::filesystem::path> image_files;  // image files: [rows], each row's file
+  ImageFileSpec image_spec;                        // image files: how batches are cut
   std::int64_t stride = 0;              // token form: > 0, tokens between window starts
   // The shape of one sample of x, channels-first: {} = [features]; {C, H, W} an image (NCHW x).
   // Models read it to shape their input node; its product is `features` when non-empty.
@@ -69,6 +88,7 @@ struct Dataset {
   bool is_tokens() const { return stride > 0; }
   bool is_image() const { return sample_shape.size() == 3; }
   bool is_bytes() const { return !pixel_values.empty(); }
+  bool is_image_files() const { return image_spec.resize > 0; }
   // Image dimensions (valid when is_image()).
   std::int64_t channels() const { return sample_shape[0]; }
   std::int64_t height() const { return sample_shape[1]; }
@@ -198,10 +218,13 @@ std::vector<std::filesystem::path> cifar10_held_out_files(const std::filesystem:
 // ---- images: normalisation and augmentation ---------------------------------------------------
 
 // Per-channel mean and (population) standard deviation of an image dataset's pixels, summed in
-// double. std::logic_error unless data.is_image().
+// double. std::logic_error unless data.is_image(). Image files: over at most
+// kImageStatisticsSample of them, evenly spaced, cut by the held-out transform (decoding a whole
+// ImageNet for four numbers would take longer than an epoch).
 struct ChannelStats {
   std::vector<double> mean, std;
 };
+inline constexpr std::int64_t kImageStatisticsSample = 1024;
 ChannelStats channel_statistics(const Dataset& data);
 
 // One pixel normalised as torchvision's Normalize computes it: mean and std rounded to float32,
@@ -278,15 +301,18 @@ std::pair<Dataset, Dataset> split_holdout(Dataset all, double eval_fraction, std
 // Copies the given rows of a table dataset into x_out [rows.size(), features] and y_out
 // [rows.size()] (y_out may be null). Throws std::out_of_range on an index outside [0, data.rows)
 // and std::logic_error on a token dataset (use gather_tokens) — caller bugs.
-// Byte images are decoded through their table.
+// Byte images are decoded through their table; image files decoded from their files first
+// (gather_pixels).
 void gather_batch(const Dataset& data, std::span<const std::int64_t> rows, float* x_out,
                   std::int32_t* y_out);
 // The bytes of the given rows of byte images into pixels_out [rows.size(), features], with y_out
-// as gather_batch's. std::logic_error unless data.is_bytes().
+// as gather_batch's. std::logic_error unless data.is_bytes(). Image files are decoded by the
+// held-out transform (an sdk::DataError naming a file that cannot be).
 void gather_pixels(const Dataset& data, std::span<const std::int64_t> rows,
                    std::uint8_t* pixels_out, std::int32_t* y_out);
 // Byte images decoded in place into the float form (pixels and table dropped); any other form is
-// left as it is. What data.pixels = "float32" does at load.
+// left as it is (image files too: their pixels are read per batch). What data.pixels = "float32"
+// does at load.
 void decode_pixels(Dataset& data);
 
 // ---- token data (language models) -----------------------------------------------------------

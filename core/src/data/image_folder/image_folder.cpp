@@ -1,0 +1,188 @@
+#include "data/image_folder/image_folder.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <system_error>
+#include <tuple>
+#include <utility>
+
+#include "data/byte_images.h"
+#include "data/image_folder/image_file.h"
+#include "data/image_folder/parallel_rows.h"
+#include "mixtrain/sdk/error.h"
+
+namespace mixtrain::core {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string lower(std::string text) {
+  for (auto& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
+}
+
+bool decoded_extension(const std::string& ext) {
+  return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
+}
+
+// torchvision's IMG_EXTENSIONS less the ones decoded here.
+bool torchvision_only_extension(const std::string& ext) {
+  return ext == ".bmp" || ext == ".ppm" || ext == ".pgm" || ext == ".tif" || ext == ".tiff" ||
+         ext == ".webp";
+}
+
+// The class folders of `root`: its entries that are folders (symbolic links followed, as
+// os.scandir's is_dir() follows them), in byte order, as torchvision's find_classes sorts them.
+std::vector<std::string> class_folders(const fs::path& root) {
+  std::error_code ec;
+  if (!fs::exists(root, ec))
+    throw sdk::DataError("image folder '" + root.string() + "' does not exist",
+                         "point data.image_folder.train (or eval) at the folder that holds a "
+                         "folder per class");
+  if (!fs::is_directory(root, ec))
+    throw sdk::DataError("image folder '" + root.string() + "' is a file, not a folder",
+                         "point it at the folder that holds a folder per class (ImageNet's "
+                         "train/), not at an image");
+  std::vector<std::string> out;
+  try {
+    for (const auto& entry : fs::directory_iterator(root))
+      if (entry.is_directory()) out.push_back(entry.path().filename().string());
+  } catch (const fs::filesystem_error& e) {
+    throw sdk::DataError("image folder '" + root.string() + "' cannot be read: " + e.what(),
+                         "check its permissions");
+  }
+  std::sort(out.begin(), out.end());
+  if (out.empty())
+    throw sdk::DataError("image folder '" + root.string() + "' holds no class folder",
+                         "put each class's images in a folder of its own under it "
+                         "(root/cat/1.jpg, root/dog/2.jpg), as torchvision's ImageFolder reads "
+                         "them");
+  return out;
+}
+
+struct FoundFile {
+  std::string dir, name;  // what sorted(os.walk(...)) and sorted(files) order by
+  fs::path path;
+};
+
+// Every file under one class folder, in torchvision's order; other extensions counted in
+// `skipped`, torchvision-only ones collected in `undecodable` by extension.
+std::vector<fs::path> class_files(
+    const fs::path& folder, std::int64_t& skipped,
+    std::map<std::string, std::pair<std::int64_t, fs::path>>& undecodable) {
+  std::vector<FoundFile> found;
+  try {
+    for (auto it = fs::recursive_directory_iterator(
+             folder, fs::directory_options::follow_directory_symlink);
+         it != fs::recursive_directory_iterator(); ++it) {
+      if (it->is_directory()) continue;
+      const fs::path& p = it->path();
+      const std::string ext = lower(p.extension().string());
+      if (decoded_extension(ext)) {
+        found.push_back({p.parent_path().string(), p.filename().string(), p});
+      } else if (torchvision_only_extension(ext)) {
+        auto& [count, example] = undecodable[ext];
+        if (count++ == 0) example = p;
+      } else {
+        ++skipped;
+      }
+    }
+  } catch (const fs::filesystem_error& e) {
+    throw sdk::DataError("class folder '" + folder.string() + "' cannot be read: " + e.what(),
+                         "check its permissions, and that no symbolic link under it leads back "
+                         "to a folder above (a loop)");
+  }
+  std::sort(found.begin(), found.end(), [](const FoundFile& a, const FoundFile& b) {
+    return std::tie(a.dir, a.name) < std::tie(b.dir, b.name);
+  });
+  std::vector<fs::path> out;
+  out.reserve(found.size());
+  for (auto& f : found) out.push_back(std::move(f.path));
+  return out;
+}
+
+std::string name_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size() && i < 5; ++i)
+    out += (out.empty() ? "'" : ", '") + names[i] + "'";
+  if (names.size() > 5) out += " and " + std::to_string(names.size() - 5) + " more";
+  return out;
+}
+
+}  // namespace
+
+ImageFolderListing list_image_folder(const fs::path& root,
+                                     const std::vector<std::string>* training_classes) {
+  ImageFolderListing out;
+  out.root = root;
+  const auto folders = class_folders(root);
+  out.classes = training_classes != nullptr ? *training_classes : folders;
+  if (training_classes != nullptr) {
+    std::vector<std::string> foreign;
+    for (const auto& f : folders)
+      if (!std::binary_search(out.classes.begin(), out.classes.end(), f)) foreign.push_back(f);
+    if (!foreign.empty())
+      throw sdk::DataError("held-out folder '" + root.string() +
+                               "' has class folders the "
+                               "training folder lacks: " +
+                               name_list(foreign),
+                           "a held-out image must be of a class the model learns: give both "
+                           "folders the same class folders");
+    for (const auto& c : out.classes)
+      if (!std::binary_search(folders.begin(), folders.end(), c)) out.missing_classes.push_back(c);
+  }
+  std::map<std::string, std::pair<std::int64_t, fs::path>> undecodable;
+  std::vector<std::string> empty;
+  for (const auto& name : folders) {
+    const auto label = static_cast<std::int32_t>(
+        std::lower_bound(out.classes.begin(), out.classes.end(), name) - out.classes.begin());
+    auto files = class_files(root / name, out.skipped, undecodable);
+    if (files.empty()) empty.push_back(name);
+    out.labels.insert(out.labels.end(), files.size(), label);
+    for (auto& f : files) out.files.push_back(std::move(f));
+  }
+  if (!undecodable.empty()) {
+    std::string what, example;
+    for (const auto& [ext, seen] : undecodable) {
+      what += (what.empty() ? "" : ", ") + std::to_string(seen.first) + " " + ext;
+      if (example.empty()) example = seen.second.string();
+    }
+    throw sdk::DataError("image folder '" + root.string() +
+                             "' holds images that mixtrain does "
+                             "not decode (" +
+                             what + " files, e.g. '" + example +
+                             "'); torchvision would train on them, so leaving them out would "
+                             "train on other data",
+                         "convert them to PNG or JPEG (e.g. mogrify -format png '*.webp'), or "
+                         "move them out of the folder");
+  }
+  if (!empty.empty())
+    throw sdk::DataError("image folder '" + root.string() + "': class folder" +
+                             (empty.size() > 1 ? "s " : " ") + name_list(empty) +
+                             " hold no .jpg, .jpeg or .png file",
+                         "put the class's images in it, or remove the folder (it would be a "
+                         "class the model never sees)");
+  return out;
+}
+
+Dataset load_image_folder(const ImageFolderListing& listing, const ImageFolderOptions& options) {
+  if (options.spec.resize <= 0 || options.size <= 0)
+    throw std::invalid_argument("load_image_folder: size and spec.resize must be > 0");
+  Dataset d;
+  d.rows = static_cast<std::int64_t>(listing.files.size());
+  d.sample_shape = {3, options.size, options.size};
+  d.features = 3 * options.size * options.size;
+  d.classes = static_cast<std::int32_t>(listing.classes.size());
+  d.y = listing.labels;
+  d.image_files = listing.files;
+  d.image_spec = options.spec;
+  d.pixel_values = unit_byte_values(3);
+  if (options.check_files)
+    parallel_rows(d.rows, options.spec.threads, [&](std::int64_t i) {
+      read_image_header(d.image_files[static_cast<std::size_t>(i)]);
+    });
+  return d;
+}
+
+}  // namespace mixtrain::core
