@@ -164,6 +164,16 @@ def make_images(d):
             lambda b: b[: b.index(b"\xff\xda") + 40] + b"\xff\xd3" + b[b.index(b"\xff\xda") + 40 : -3000])
     damaged("xjpeg_flip_then_cut.jpg", "j420.jpg",
             lambda b: flip(b, b.index(b"\xff\xda") + 60)[:-3000])
+    # Sampling factors outside TurboJPEG's named subsamplings (Cb 2x1 beside Y 2x2): libjpeg
+    # decodes them (the data then read as other blocks: libjpeg warns, PIL opens it).
+    def odd_sampling(b):
+        sof = b.index(b"\xff\xc0")
+        b[sof + 14] = 0x21
+        return b
+
+    damaged("xjpeg_odd_sampling.jpg", "j420.jpg", odd_sampling)
+    damaged("xjpeg_junk_between_segments.jpg", "j444.jpg",
+            lambda b: b[: b.index(b"\xff\xc0")] + b"\x00\x12" + b[b.index(b"\xff\xc0") :])
     damaged("xpng_cut.png", "prgb.png", lambda b: b[: len(b) // 2])
     damaged("xpng_no_iend.png", "prgb.png", lambda b: b[:-12])
 

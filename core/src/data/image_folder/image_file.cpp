@@ -156,21 +156,51 @@ std::vector<std::uint8_t> read_whole(ImageFileStream& in) {
 
 // ---- JPEG ------------------------------------------------------------------------------------
 
+// Bytes already in memory with ImageFileStream's reading interface, so the header parser is one
+// for files and buffers.
+class ByteReader {
+ public:
+  ByteReader(std::span<const std::uint8_t> bytes, std::string_view name)
+      : bytes_(bytes), name_(name) {}
+  const std::string& name() const { return name_; }
+  std::uint64_t offset() const { return offset_; }
+  void read_exact(std::uint8_t* out, std::size_t n, std::string_view what) {
+    if (n > bytes_.size() - offset_)
+      fail(name_, "is truncated: it ends inside the " + std::string(what), kRewriteHint);
+    std::memcpy(out, bytes_.data() + offset_, n);
+    offset_ += n;
+  }
+  void skip(std::uint64_t n, std::string_view what) {
+    if (n > bytes_.size() - offset_)
+      fail(name_, "is truncated: it ends inside the " + std::string(what), kRewriteHint);
+    offset_ += static_cast<std::size_t>(n);
+  }
+
+ private:
+  std::span<const std::uint8_t> bytes_;
+  std::string name_;
+  std::size_t offset_ = 0;
+};
+
+struct JpegFrame {
+  ImageHeader header;
+  int components = 0;
+};
+
 // The frame header (SOF) holds the size; application segments (EXIF thumbnails, ICC profiles)
-// may come first and be large, so segments are skipped by their lengths rather than read.
-ImageHeader read_jpeg_header(ImageFileStream& in) {
+// may come first and be large, so segments are skipped by their lengths rather than read. Bytes
+// between segments that are not markers are skipped, as libjpeg and PIL skip them.
+template <class Reader>
+JpegFrame read_jpeg_frame(Reader& in) {
   std::uint8_t b[8];
   in.skip(2, "JPEG start marker");
   for (;;) {
     in.read_exact(b, 1, "JPEG markers before the frame header");
-    if (b[0] != 0xff)
-      fail(in.name(),
-           "is not a valid JPEG: expected a marker at offset " + std::to_string(in.offset() - 1) +
-               ", found byte " + hex_bytes(b, 1),
-           kRewriteHint);
+    if (b[0] != 0xff) continue;
     std::uint8_t marker = 0xff;
     while (marker == 0xff) in.read_exact(&marker, 1, "JPEG markers before the frame header");
-    if (marker == 0x01 || (marker >= 0xd0 && marker <= 0xd8)) continue;  // no length field
+    if (marker == 0x00 || marker == 0x01 || (marker >= 0xd0 && marker <= 0xd8))
+      continue;  // no length field
     if (marker == 0xda || marker == 0xd9)
       fail(in.name(), "is not a valid JPEG: no frame header before the image data", kRewriteHint);
     in.read_exact(b, 2, "JPEG segment length");
@@ -195,7 +225,7 @@ ImageHeader read_jpeg_header(ImageFileStream& in) {
                " color components; only gray (1), color (3) and CMYK (4) are read",
            kReplaceHint);
     check_size(in.name(), width, height);
-    return {ImageFormat::jpeg, width, height};
+    return {{ImageFormat::jpeg, width, height}, components};
   }
 }
 
@@ -231,19 +261,22 @@ RgbImage decode_jpeg(std::span<const std::uint8_t> bytes, std::string_view origi
   // TurboJPEG takes a non-const pointer but does not write through it.
   auto* data = const_cast<unsigned char*>(bytes.data());
   const auto size = static_cast<unsigned long>(bytes.size());
-  int width = 0, height = 0, subsampling = 0, colorspace = 0;
-  if (tjDecompressHeader3(tj.handle, data, size, &width, &height, &subsampling, &colorspace) != 0)
-    fail(origin, std::string("is not a readable JPEG (") + tjGetErrorStr2(tj.handle) + ")",
-         kRewriteHint);
-  check_size(origin, width, height);
+  // The frame header is parsed here rather than by tjDecompressHeader3, which refuses sampling
+  // factors outside TurboJPEG's named subsamplings that libjpeg (and so PIL) decodes.
+  ByteReader reader(bytes, origin);
+  const JpegFrame frame = read_jpeg_frame(reader);
+  const int width = static_cast<int>(frame.header.width);
+  const int height = static_cast<int>(frame.header.height);
 
   RgbImage image;
   image.width = width;
   image.height = height;
   const auto pixels = static_cast<std::size_t>(width) * static_cast<std::size_t>(height);
   image.pixels.resize(pixels * 3);
-  const bool cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
-  const bool gray = colorspace == TJCS_GRAY;
+  // Four components are CMYK or YCCK (libjpeg converts YCCK to CMYK), one gray; three are
+  // YCbCr or RGB, both of which TJPF_RGB receives.
+  const bool cmyk = frame.components == 4;
+  const bool gray = frame.components == 1;
   const int format = cmyk ? TJPF_CMYK : gray ? TJPF_GRAY : TJPF_RGB;
   std::vector<std::uint8_t> staging(cmyk ? pixels * 4 : gray ? pixels : 0);
   std::uint8_t* target = cmyk || gray ? staging.data() : image.pixels.data();
@@ -444,7 +477,7 @@ ImageHeader read_image_header(const fs::path& file) {
   const std::size_t n = in.read_some(magic, sizeof magic);
   if (is_png(magic, n) || is_jpeg(magic, n)) {
     in.rewind();
-    return is_png(magic, n) ? read_png_header(in) : read_jpeg_header(in);
+    return is_png(magic, n) ? read_png_header(in) : read_jpeg_frame(in).header;
   }
   fail_unknown_format(in.name(), magic, n);
 }
