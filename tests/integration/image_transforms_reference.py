@@ -139,6 +139,9 @@ def make_images(d):
     png("ppal4trns.png", rng.integers(0, 16, size=(27, 35, 1)), 3, 4, plte=plte,
         trns=bytes([0, 128, 255, 7]))
     png("ppal8.png", rng.integers(0, 16, size=(27, 35, 1)), 3, 8, plte=plte)
+    # Indices past the palette's end (PIL: gray (i, i, i)).
+    png("ppal8short.png", rng.integers(0, 256, size=(9, 30, 1)), 3, 8, plte=plte[:5])
+    png("ppal2short.png", rng.integers(0, 4, size=(7, 9, 1)), 3, 2, plte=plte[:3])
     png("prgbtrns.png", content(20, 20, 3, 104), 2, 8, trns=struct.pack(">HHH", 1, 2, 3))
     png("pinterlaced.png", content(37, 45, 3, 105), 2, 8, interlace=True)
     png("pinterlaced16a.png", rng.integers(0, 65536, size=(9, 10, 4)), 6, 16, interlace=True)

@@ -314,6 +314,7 @@ struct PngJob {
   png_uint_32 width = 0, height = 0;
   int bit_depth = 0, color_type = 0, channels = 0;
   std::size_t row_bytes = 0;
+  png_color palette[256] = {};
 };
 
 void png_error_to_job(png_structp png, png_const_charp message) {
@@ -345,7 +346,21 @@ bool png_start(png_structp png, png_infop info, PngJob* job) {
   job->bit_depth = png_get_bit_depth(png, info);
   job->color_type = png_get_color_type(png, info);
   const bool gray = (job->color_type & PNG_COLOR_MASK_COLOR) == 0;
-  if (job->color_type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+  if (job->color_type == PNG_COLOR_TYPE_PALETTE) {
+    // Indices past a short palette are gray (i, i, i) in PIL, whose palettes start as the gray
+    // ramp; libpng would give black. The palette is completed to the bit depth's size.
+    png_colorp given = nullptr;
+    int count = 0;
+    const int full = 1 << job->bit_depth;
+    if (png_get_PLTE(png, info, &given, &count) != 0 && count < full) {
+      for (int i = 0; i < full; ++i) {
+        const auto gray = static_cast<png_byte>(i);
+        job->palette[i] = i < count ? given[i] : png_color{gray, gray, gray};
+      }
+      png_set_PLTE(png, info, job->palette, full);
+    }
+    png_set_palette_to_rgb(png);
+  }
   // PIL scales 1-, 2- and 4-bit gray to 0..255 (×255, ×85, ×17), as libpng's expansion does.
   if (gray && job->bit_depth < 8) png_set_expand_gray_1_2_4_to_8(png);
   // PIL keeps the high byte of 16-bit samples (its "RGB;16B" unpackers); strip_16 does the
