@@ -142,6 +142,9 @@ def make_images(d):
     # Indices past the palette's end (PIL: gray (i, i, i)).
     png("ppal8short.png", rng.integers(0, 256, size=(9, 30, 1)), 3, 8, plte=plte[:5])
     png("ppal2short.png", rng.integers(0, 4, size=(7, 9, 1)), 3, 2, plte=plte[:3])
+    png("pgray2trns.png", rng.integers(0, 4, size=(6, 7, 1)), 0, 2, trns=struct.pack(">H", 1))
+    png("pgray16trns.png", rng.integers(0, 300, size=(6, 7, 1)), 0, 16, trns=struct.pack(">H", 5))
+    png("prgb16trns.png", rng.integers(0, 65536, size=(6, 7, 3)), 2, 16, trns=struct.pack(">HHH", 1, 2, 3))
     png("prgbtrns.png", content(20, 20, 3, 104), 2, 8, trns=struct.pack(">HHH", 1, 2, 3))
     png("pinterlaced.png", content(37, 45, 3, 105), 2, 8, interlace=True)
     png("pinterlaced16a.png", rng.integers(0, 65536, size=(9, 10, 4)), 6, 16, interlace=True)

@@ -287,7 +287,10 @@ RgbImage decode_jpeg(std::span<const std::uint8_t> bytes, std::string_view origi
   if (tjDecompress2(tj.handle, data, size, target, width, 0, height, format, flags) != 0) {
     const std::string message = tjGetErrorStr2(tj.handle);
     // A warning leaves the image decoded; PIL accepts all but one: data ending before the image
-    // does (libjpeg fills the rest with gray; PIL raises "image file is truncated").
+    // does (libjpeg fills the rest with gray; PIL raises "image file is truncated"). TurboJPEG
+    // keeps the first warning's text only, so a premature end after an earlier warning passes
+    // as that warning; where PIL stands on such files depends on how far its decoder got (the
+    // parity test samples both kinds).
     const bool truncated = message.find("Premature end") != std::string::npos;
     if (tjGetErrorCode(tj.handle) != TJERR_WARNING || truncated)
       fail(origin, (truncated ? "is truncated (" : "is not a readable JPEG (") + message + ")",
