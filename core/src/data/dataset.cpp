@@ -1,6 +1,8 @@
 // Dataset checks, the portable PRNG, held-out split and batch gathering.
 #include "mixtrain/core/data/dataset.h"
 
+#include "data/portable_math.h"
+
 #include "mixtrain/sdk/error.h"
 
 #include "data/image_folder/image_batch.h"
@@ -30,24 +32,6 @@ std::uint64_t splitmix64(std::uint64_t& state) {
 
 std::uint64_t rotl(std::uint64_t x, int k) {
   return (x << k) | (x >> (64 - k));
-}
-
-// ln(x) for x in (0, 1] from frexp (exact) and the atanh series; only +,-,*,/ so the result is
-// the same on every IEEE-754 machine, unlike std::log whose last bit depends on the libm.
-double portable_log(double x) {
-  int exponent = 0;
-  double mantissa = std::frexp(x, &exponent);  // [0.5, 1)
-  if (mantissa < 0.70710678118654752440) {
-    mantissa *= 2.0;
-    exponent -= 1;
-  }
-  // mantissa in [sqrt(1/2), sqrt(2)): |s| <= 0.1716, s^2 <= 0.0295, 13 terms reach 1e-19.
-  const double s = (mantissa - 1.0) / (mantissa + 1.0);
-  const double s2 = s * s;
-  double series = 0.0;
-  for (int k = 12; k >= 0; --k) series = series * s2 + 1.0 / static_cast<double>(2 * k + 1);
-  constexpr double kLn2 = 0.69314718055994530942;
-  return static_cast<double>(exponent) * kLn2 + 2.0 * s * series;
 }
 
 // sin and cos of angle in [0, pi/4] by Taylor series (the error term is below 1e-19).

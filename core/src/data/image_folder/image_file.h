@@ -14,7 +14,13 @@
 // - Anything else is an sdk::DataError naming the file (or `origin`): missing or unreadable,
 //   neither format's magic bytes, truncated or corrupt data, a side of 0, or more than
 //   kMaxImageSide pixels on a side or kMaxImagePixels in all (no file may make the loader
-//   allocate gigabytes). The hint says what to do (convert the file, or remove it).
+//   allocate gigabytes; the size is checked from the header, before the pixels are allocated),
+//   or a file over 1 GiB. The hint says what to do (convert the file, or remove it).
+// - Damage is judged as PIL judges it where the two can differ: a JPEG whose data end before the
+//   image does is refused (PIL: "image file is truncated"), while libjpeg's other warnings
+//   (extraneous bytes, corrupt data it can resynchronise from) leave the image accepted as PIL
+//   accepts it; a PNG cut after its image data (no IEND) opens. Stricter than PIL: a PNG chunk
+//   with a bad CRC is refused, IDAT's included (PIL does not check IDAT's CRC).
 // - Functions are thread-safe: the loader decodes a batch on several threads.
 #pragma once
 

@@ -34,7 +34,8 @@ void resized_crop(const RgbImage& src, PixelBox box, std::int64_t out_height,
 
 // The size torchvision's Resize(shorter_side) gives an image of height × width: the shorter
 // side becomes shorter_side, the longer int(shorter_side · longer / shorter) (truncated, as
-// torchvision computes it in Python floats). {height, width}.
+// torchvision computes it in Python floats). {height, width}. Sides and shorter_side must be
+// in [1, kMaxImageSide] (std::invalid_argument otherwise).
 std::pair<std::int64_t, std::int64_t> resized_size(std::int64_t height, std::int64_t width,
                                                    std::int64_t shorter_side);
 
