@@ -275,7 +275,8 @@ void add_predict(CLI::App& app, CommandLine& a) {
   a.predict
       ->add_option("--input", a.predict_args.input,
                    "inputs: .npy features or images (either layout), IDX or CIFAR-10 batch "
-                   "files; a token file or text for a language model")
+                   "files; JPEG/PNG files, a folder of them or of class folders for a model "
+                   "trained on an image folder; a token file or text for a language model")
       ->required();
   a.predict->add_option("--out", a.predict_args.out, "the .npy file to write")->required();
   a.predict->add_option(

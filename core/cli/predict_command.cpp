@@ -76,10 +76,13 @@ int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
     if (ec == std::errc::too_many_symbolic_link_levels)
       throw sdk::DataError(option + " " + path + " is a loop of symbolic links",
                            "point it at the file itself");
-    if (!fs::is_regular_file(status))
+    // A folder of images (or of class folders) is an input too, for a model trained on an
+    // image folder (data/prediction_input.h says which).
+    if (!fs::is_regular_file(status) && !(option == "--input" && fs::is_directory(status)))
       throw sdk::DataError(
           option + " " + path + (fs::exists(status) ? " is not a file" : " does not exist"),
-          "check the path; predict reads one file of inputs (and one of labels)");
+          "check the path; predict reads one file of inputs (and one of labels), or a folder "
+          "of images");
   }
   CommandInputs inputs = config_inputs(cfg);
   inputs.insert(inputs.end(),

@@ -30,8 +30,9 @@ build_abs=$(cd "$build" && pwd)
 # -max_len per harness: a little over the largest seed, enough room for the structure to grow.
 declare -A max_len=([fuzz_config]=4096 [fuzz_checkpoint_native]=4096 [fuzz_safetensors]=2048
                     [fuzz_npy]=1024 [fuzz_idx]=1024 [fuzz_tokens]=2048 [fuzz_cifar]=16384
-                    [fuzz_training_state]=4096 [fuzz_pretrained_config]=4096)
-harnesses=${FUZZ_ONLY:-fuzz_config fuzz_checkpoint_native fuzz_safetensors fuzz_npy fuzz_idx fuzz_tokens fuzz_cifar fuzz_training_state fuzz_pretrained_config}
+                    [fuzz_training_state]=4096 [fuzz_pretrained_config]=4096
+                    [fuzz_image_file]=8192)
+harnesses=${FUZZ_ONLY:-fuzz_config fuzz_checkpoint_native fuzz_safetensors fuzz_npy fuzz_idx fuzz_tokens fuzz_cifar fuzz_training_state fuzz_pretrained_config fuzz_image_file}
 out="$build_abs/fuzz"
 mkdir -p "$out/logs"
 

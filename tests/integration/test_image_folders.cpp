@@ -111,6 +111,51 @@ TEST_F(CliImageFolders, TrainsOnTheFilesAndResumesBitForBit) {
   EXPECT_NE(losses_by_step(records(dir_ / "plain" / "metrics.jsonl")), full);
 }
 
+// predict on image files cuts them as the run's held-out images were cut: over the held-out
+// folder it measures what the run's last evaluation measured.
+TEST_F(CliImageFolders, PredictReadsAnImageAFolderOrClassFolders) {
+  make_folders();
+  const auto cfg = folder_config();
+  auto r = run("train " + cfg.string() + " --run-dir run", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json last_eval;
+  for (const auto& j : records(dir_ / "run" / "metrics.jsonl"))
+    if (j.contains("eval_loss")) last_eval = j;
+  ASSERT_EQ(last_eval["step"].get<int>(), 8);
+
+  r = run("predict " + cfg.string() + " --checkpoint run --input val --out val.npy", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("labelled by class folder"), std::string::npos) << r.err;
+  auto j = json::parse(r.out);
+  EXPECT_EQ(j["rows"].get<int>(), 6);
+  EXPECT_EQ(j["labelled_rows"].get<int>(), 6);
+  EXPECT_EQ(j["accuracy"].get<double>(), last_eval["eval_accuracy"].get<double>());
+  EXPECT_NEAR(j["loss"].get<double>(), last_eval["eval_loss"].get<double>(),
+              1e-6 * std::abs(last_eval["eval_loss"].get<double>()));
+
+  r = run("predict " + cfg.string() + " --checkpoint run --input val/bee --out bee.npy", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = json::parse(r.out);
+  EXPECT_EQ(j["rows"].get<int>(), 2);
+  EXPECT_FALSE(j.contains("labelled_rows"));
+  r = run("predict " + cfg.string() + " --checkpoint run --input val/bee/i1.jpg --out one.npy",
+          dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["rows"].get<int>(), 1);
+  // The rows of bee.npy are val/bee's two images in name order (i0.jpg, i1.jpg).
+  const std::string bee = slurp(dir_ / "bee.npy"), one = slurp(dir_ / "one.npy");
+  const std::size_t row = 3 * sizeof(float);
+  ASSERT_GE(bee.size(), 2 * row);
+  EXPECT_EQ(bee.substr(bee.size() - row), one.substr(one.size() - row));
+
+  write_file("labels.npy", "");
+  r = run(
+      "predict " + cfg.string() + " --checkpoint run --input val --labels labels.npy --out x.npy",
+      dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("leave out --labels"), std::string::npos) << r.err;
+}
+
 TEST_F(CliImageFolders, AFileThatIsNoImageExits2NamingIt) {
   make_folders();
   std::ofstream(dir_ / "train" / "bee" / "notes.jpg") << "shopping list";

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "data/file_support.h"
+#include "data/image_folder/image_folder.h"
 #include "mixtrain/core/config/experiment.h"
 #include "mixtrain/sdk/error.h"
 
@@ -200,6 +201,85 @@ PredictionInput load_table(const PredictionInputSpec& spec, const Dataset& train
   return out;
 }
 
+// Image files for a model trained on an image folder: one image, a folder of images (unlabelled,
+// in name order), or a folder of class folders (labelled by the training folder's class names,
+// in torchvision's ImageFolder order), each cut as the run's held-out images are (Resize, then
+// CenterCrop) when its batch is drawn.
+PredictionInput load_image_files(const PredictionInputSpec& spec, const DataSettings& settings,
+                                 const Dataset& trained, const ChannelStats& normalization) {
+  const auto& input = spec.input;
+  if (settings.source != DataSource::image_folder)
+    throw sdk::DataError(
+        "--input " + input.string() +
+            " is image files, but this model was trained on data.source "
+            "= \"" +
+            std::string(choice_name(settings.source, kDataSources)) +
+            "\", which does not say how to crop and scale an image of any size to its " +
+            dims_text(trained.sample_shape),
+        "save the images at that size with numpy.save() (uint8, [N, H, W, C] with "
+        "--image-layout nhwc)");
+  if (!spec.labels.empty())
+    throw sdk::DataError("--labels " + spec.labels.string() + " was given with image files",
+                         "a folder of class folders labels its images by their folder; leave "
+                         "out --labels");
+  if (trained.height() != settings.crop_size || trained.width() != settings.crop_size)
+    throw sdk::DataError("the model reads " + dims_text(trained.sample_shape) +
+                             " images, but data.image_folder.size is " +
+                             std::to_string(settings.crop_size),
+                         "predict with the config the model was trained with (its run's "
+                         "config.toml)");
+  std::error_code ec;
+  ImageFolderListing listing;
+  listing.root = input;
+  bool labelled = false;
+  if (!fs::is_directory(input, ec)) {
+    listing.files = {input};
+  } else {
+    bool has_folders = false;
+    for (const auto& entry : fs::directory_iterator(input, ec)) {
+      if (entry.is_directory())
+        has_folders = true;
+      else if (is_image_file_name(entry.path()))
+        listing.files.push_back(entry.path());
+    }
+    std::sort(listing.files.begin(), listing.files.end());
+    if (has_folders && listing.files.empty()) {
+      // Class folders: numbered as the training folder numbers them.
+      std::vector<std::string> classes;
+      try {
+        classes = image_folder_classes(settings.image_train_dir);
+      } catch (const sdk::DataError& e) {
+        throw sdk::DataError("--input " + input.string() +
+                                 " is a folder of class folders, labelled by the training "
+                                 "folder's class names, which cannot be read: " +
+                                 e.what(),
+                             "predict where data.image_folder.train is, or give a folder of "
+                             "the images themselves (predicted unlabelled)");
+      }
+      listing = list_image_folder(input, &classes);
+      labelled = true;
+    } else if (listing.files.empty()) {
+      throw sdk::DataError("--input " + input.string() + " holds no .jpg, .jpeg or .png file",
+                           "give an image, a folder of images, or a folder of class folders");
+    }
+  }
+  // Unlabelled rows get class 0, a valid one, so the Dataset keeps its contract.
+  if (!labelled) listing.labels.assign(listing.files.size(), 0);
+  ImageFolderOptions options{settings.crop_size, settings.image_spec, /*check_files=*/true};
+  PredictionInput out;
+  out.data = load_image_folder(listing, options);
+  out.data.classes = trained.classes;
+  if (!normalization.mean.empty()) normalize_channels(out.data, normalization);
+  out.labelled_rows = labelled ? out.data.rows : 0;
+  out.description =
+      std::to_string(out.data.rows) + " image" + (out.data.rows == 1 ? "" : "s") + " from " +
+      input.string() + ", each resized to " + std::to_string(settings.image_spec.resize) +
+      " on its shorter side and cut to " + dims_text(trained.sample_shape) + " at its centre" +
+      (labelled ? ", labelled by class folder (rows in torchvision's ImageFolder order)"
+                : ", unlabelled (rows in file-name order)");
+  return out;
+}
+
 PredictionInput load_windows(const PredictionInputSpec& spec, const DataSettings& settings,
                              const Dataset& trained) {
   const auto& file = spec.input;
@@ -269,8 +349,11 @@ ImageLayout parse_image_layout(const std::string& name) {
 
 PredictionInput load_prediction_input(const PredictionInputSpec& spec, const DataSettings& settings,
                                       const Dataset& trained, const ChannelStats& normalization) {
-  return trained.is_tokens() ? load_windows(spec, settings, trained)
-                             : load_table(spec, trained, normalization);
+  if (trained.is_tokens()) return load_windows(spec, settings, trained);
+  std::error_code ec;
+  if (trained.is_image() && (is_image_file_name(spec.input) || fs::is_directory(spec.input, ec)))
+    return load_image_files(spec, settings, trained, normalization);
+  return load_table(spec, trained, normalization);
 }
 
 }  // namespace mixtrain::core

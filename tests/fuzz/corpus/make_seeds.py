@@ -223,3 +223,37 @@ put("fuzz_pretrained_config", "peft_regex.json",
 put("fuzz_pretrained_config", "peft_newer.json",
     "1" + json.dumps(dict(peft_config, use_rslora=False, use_dora=False, rank_pattern={},
                           alpha_pattern={}, layer_replication=None)))
+
+
+# ---- image files: JPEG and PNG of each kind the decoders take, and damaged ones ---------------
+def image_seeds():
+    from PIL import Image  # Debian's python3-pil, beside torchvision
+
+    ramp = np.zeros((9, 14, 3), np.uint8)
+    ramp[..., 0] = np.arange(14) * 18
+    ramp[..., 1] = (np.arange(9) * 28)[:, None]
+    ramp[..., 2] = 200
+    rgb = Image.fromarray(ramp)
+
+    def save(image, **kw):
+        buf = io.BytesIO()
+        image.save(buf, **kw)
+        return buf.getvalue()
+
+    put("fuzz_image_file", "rgb_420.jpg", save(rgb, format="JPEG", quality=80))
+    put("fuzz_image_file", "rgb_444.jpg", save(rgb, format="JPEG", quality=90, subsampling=0))
+    put("fuzz_image_file", "progressive.jpg", save(rgb, format="JPEG", progressive=True))
+    put("fuzz_image_file", "gray.jpg", save(rgb.convert("L"), format="JPEG"))
+    put("fuzz_image_file", "cmyk.jpg", save(rgb.convert("CMYK"), format="JPEG"))
+    put("fuzz_image_file", "truncated.jpg", save(rgb, format="JPEG")[:-40])
+    put("fuzz_image_file", "rgb.png", save(rgb, format="PNG"))
+    put("fuzz_image_file", "rgba.png", save(rgb.convert("RGBA"), format="PNG"))
+    put("fuzz_image_file", "palette.png",
+        save(rgb.convert("P", palette=Image.ADAPTIVE, colors=5), format="PNG", transparency=2))
+    put("fuzz_image_file", "gray16.png",
+        save(Image.fromarray((ramp[..., 0].astype(np.uint16) * 257)), format="PNG"))
+    put("fuzz_image_file", "gray_alpha.png", save(rgb.convert("LA"), format="PNG"))
+    put("fuzz_image_file", "truncated.png", save(rgb, format="PNG")[:-30])
+
+
+image_seeds()

@@ -112,6 +112,14 @@ std::string name_list(const std::vector<std::string>& names) {
 
 }  // namespace
 
+bool is_image_file_name(const fs::path& file) {
+  return decoded_extension(lower(file.extension().string()));
+}
+
+std::vector<std::string> image_folder_classes(const fs::path& root) {
+  return class_folders(root);
+}
+
 ImageFolderListing list_image_folder(const fs::path& root,
                                      const std::vector<std::string>* training_classes) {
   ImageFolderListing out;

@@ -41,6 +41,13 @@ struct ImageFolderListing {
 ImageFolderListing list_image_folder(const std::filesystem::path& root,
                                      const std::vector<std::string>* training_classes = nullptr);
 
+// Whether `file`'s extension is one mixtrain decodes: .jpg, .jpeg or .png, in any case.
+bool is_image_file_name(const std::filesystem::path& file);
+
+// The class folders of `root` alone, as list_image_folder() numbers them (its errors for a root
+// that is missing, a file, or holds no folder), without walking into them.
+std::vector<std::string> image_folder_classes(const std::filesystem::path& root);
+
 struct ImageFolderOptions {
   std::int64_t size = 224;  // crops are size × size
   ImageFileSpec spec;       // spec.resize > 0

@@ -10,6 +10,11 @@
 //       its labels come with it).
 //   `labels` (optional; .npy with a .npy input, IDX with an IDX input) gives each row a class
 //   below the model's; without it no row is labelled.
+// - Image files, for a model trained on an image folder: --input names one .jpg, .jpeg or .png
+//   file, a folder of them (unlabelled, rows in file-name order) or a folder of class folders
+//   (labelled by the training folder's class names, rows in torchvision's ImageFolder order); each
+//   cut as the run's held-out images are (data.image_folder: Resize, then CenterCrop) when its
+//   batch is drawn.
 // - Images: the model expects the training data's {C, H, W}. An input of samples [d1, d2, d3] is
 //   read per `layout`: nchw takes it as {C, H, W}, nhwc as {H, W, C} (then permuted to
 //   channels-first), auto as whichever of the two is the model's shape; when both are (C = H =
