@@ -156,6 +156,46 @@ TEST_F(CliImageFolders, PredictReadsAnImageAFolderOrClassFolders) {
   EXPECT_NE(r.err.find("leave out --labels"), std::string::npos) << r.err;
 }
 
+// The classes are numbered by their folders' names, which the run records (classes.json, and every
+// checkpoint): eval and predict label held-out images by the record without the training folder,
+// and a training folder whose classes changed is refused rather than renumbered.
+TEST_F(CliImageFolders, ClassNamesAreRecordedAndARenumberingIsRefused) {
+  make_folders();
+  const auto cfg = folder_config();
+  auto r = run("train " + cfg.string() + " --run-dir run", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(slurp(dir_ / "run" / "classes.json"))["classes"],
+            json::array({"ant", "bee", "cat"}));
+  json last_eval;
+  for (const auto& j : records(dir_ / "run" / "metrics.jsonl"))
+    if (j.contains("eval_loss")) last_eval = j;
+
+  fs::rename(dir_ / "train", dir_ / "elsewhere");
+  r = run("eval " + cfg.string() + " --checkpoint run", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["eval_accuracy"], last_eval["eval_accuracy"]) << r.out;
+  r = run("predict " + cfg.string() + " --checkpoint run --input val --out p.npy", dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["accuracy"], last_eval["eval_accuracy"]) << r.out;
+
+  // "ant" renamed "yak" numbers bee 0, cat 1, yak 2: every label would shift.
+  fs::rename(dir_ / "elsewhere", dir_ / "train");
+  fs::rename(dir_ / "train" / "ant", dir_ / "train" / "yak");
+  fs::rename(dir_ / "val" / "ant", dir_ / "val" / "yak");
+  r = run("train " + cfg.string() + " --resume run --set run.steps=10", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("class folders added since: 'yak'; gone: 'ant'"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("classes.json"), std::string::npos) << r.err;
+  // A class folder more than the head's outputs is said as folders, not as a stray label.
+  fs::create_directories(dir_ / "train" / "zebu");
+  write_jpeg(dir_ / "train" / "zebu" / "z.jpg", 30, 30, 98);
+  r = run("train " + cfg.string() + " --run-dir four", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("its 4 class folders"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("move the extra class folders out"), std::string::npos) << r.err;
+}
+
 TEST_F(CliImageFolders, AFileThatIsNoImageExits2NamingIt) {
   make_folders();
   std::ofstream(dir_ / "train" / "bee" / "notes.jpg") << "shopping list";

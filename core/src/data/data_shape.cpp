@@ -1,5 +1,6 @@
 #include "mixtrain/core/data/data_shape.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -20,7 +21,7 @@ constexpr std::int64_t kMaxFeatures = std::int64_t{1} << 40;
 DataShape data_shape_of(const Dataset& data) {
   if (data.is_tokens())
     throw std::logic_error("data_shape_of: token data take their shape from the config");
-  return {data.features, data.sample_shape, data.classes, data.is_bytes()};
+  return {data.features, data.sample_shape, data.classes, data.is_bytes(), data.class_names};
 }
 
 Dataset dataset_of_shape(const DataShape& shape, const ChannelStats& normalization) {
@@ -28,17 +29,20 @@ Dataset dataset_of_shape(const DataShape& shape, const ChannelStats& normalizati
   d.features = shape.features;
   d.sample_shape = shape.sample_shape;
   d.classes = shape.classes;
+  d.class_names = shape.class_names;
   if (shape.bytes) d.pixel_values = unit_byte_values(d.channels());
   if (!normalization.mean.empty()) normalize_channels(d, normalization);
   return d;
 }
 
 std::string data_shape_json(const DataShape& shape) {
-  return json{{"features", shape.features},
-              {"sample_shape", shape.sample_shape},
-              {"classes", shape.classes},
-              {"pixels", shape.bytes ? "uint8" : "float32"}}
-      .dump();
+  json j = {{"features", shape.features},
+            {"sample_shape", shape.sample_shape},
+            {"classes", shape.classes},
+            {"pixels", shape.bytes ? "uint8" : "float32"}};
+  if (!shape.class_names.empty()) j["class_names"] = shape.class_names;
+  // A name is bytes (a folder's name need not be UTF-8): written with U+FFFD where a byte is not.
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 DataShape parse_data_shape(std::string_view text, const std::string& origin) {
@@ -85,6 +89,19 @@ DataShape parse_data_shape(std::string_view text, const std::string& origin) {
   shape.bytes = *pixels == "uint8";
   if (shape.bytes && shape.sample_shape.empty())
     throw damaged("keeps bytes of data that are not images");
+  if (const auto names = j.find("class_names"); names != j.end()) {
+    if (!names->is_array() || names->size() > static_cast<std::size_t>(shape.classes))
+      throw damaged("has 'class_names' that are not a list of at most 'classes' names");
+    for (const auto& name : *names) {
+      if (!name.is_string() || name.get<std::string>().empty())
+        throw damaged("has a class name that is not a non-empty string");
+      shape.class_names.push_back(name.get<std::string>());
+    }
+    std::vector<std::string> sorted = shape.class_names;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+      throw damaged("names a class twice in 'class_names'");
+  }
   return shape;
 }
 

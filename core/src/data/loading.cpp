@@ -397,6 +397,37 @@ Dataset load_cifar10_held_out(const DataSettings& settings, const Dataset& model
   return eval;
 }
 
+Dataset load_image_folder_held_out(const DataSettings& settings, const Dataset& model_input,
+                                   const std::string& origin, const ChannelStats& normalization) {
+  DataSettings held_out = settings;
+  std::erase_if(held_out.named_files,
+                [](const DataSettings::NamedFile& f) { return !f.key.ends_with(".eval"); });
+  check_named_files_exist(held_out);
+  const std::vector<std::int64_t> crops = {3, settings.crop_size, settings.crop_size};
+  if (model_input.sample_shape != crops)
+    throw sdk::DataError(
+        origin + " records a model of input " + shape_text(model_input) +
+            ", but data.image_folder.size = " + std::to_string(settings.crop_size) +
+            " cuts crops of [3, " + std::to_string(settings.crop_size) + ", " +
+            std::to_string(settings.crop_size) + "]",
+        "evaluate the checkpoint with the config it was trained with (its run's "
+        "config.toml)");
+  const std::vector<std::string> classes = model_input.class_names.empty()
+                                               ? image_folder_classes(settings.image_train_dir)
+                                               : model_input.class_names;
+  const auto listing = list_image_folder(settings.image_eval_dir, &classes);
+  Dataset eval = load_image_folder(
+      listing, {settings.crop_size, settings.image_spec, settings.check_image_files});
+  eval.classes = model_input.classes;
+  if (!normalization.mean.empty()) normalize_channels(eval, normalization);
+  core_logger("data").info(
+      "held-out image folder '" + listing.root.string() +
+      "': " + std::to_string(listing.files.size()) + " images, labelled by the " +
+      std::to_string(classes.size()) + " class names " +
+      (model_input.class_names.empty() ? "of the training folder" : origin + " records"));
+  return eval;
+}
+
 std::pair<Dataset, Dataset> load_train_and_eval(const DataSettings& settings, std::uint64_t seed) {
   auto loaded = load_data(settings, seed);
   return {std::move(loaded.train), std::move(loaded.eval)};

@@ -245,17 +245,19 @@ PredictionInput load_image_files(const PredictionInputSpec& spec, const DataSett
     std::sort(listing.files.begin(), listing.files.end());
     if (has_folders && listing.files.empty()) {
       // Class folders: numbered as the training folder numbers them.
-      std::vector<std::string> classes;
-      try {
-        classes = image_folder_classes(settings.image_train_dir);
-      } catch (const sdk::DataError& e) {
-        throw sdk::DataError("--input " + input.string() +
-                                 " is a folder of class folders, labelled by the training "
-                                 "folder's class names, which cannot be read: " +
-                                 e.what(),
-                             "predict where data.image_folder.train is, or give a folder of "
-                             "the images themselves (predicted unlabelled)");
-      }
+      // By the names the model was trained on (its checkpoint's record); a record without them
+      // leaves the training folder's.
+      std::vector<std::string> classes = trained.class_names;
+      if (classes.empty()) try {
+          classes = image_folder_classes(settings.image_train_dir);
+        } catch (const sdk::DataError& e) {
+          throw sdk::DataError("--input " + input.string() +
+                                   " is a folder of class folders, labelled by the training "
+                                   "folder's class names, which cannot be read: " +
+                                   e.what(),
+                               "predict where data.image_folder.train is, or give a folder of "
+                               "the images themselves (predicted unlabelled)");
+        }
       listing = list_image_folder(input, &classes);
       labelled = true;
     } else if (listing.files.empty()) {

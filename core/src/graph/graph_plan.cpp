@@ -67,21 +67,28 @@ void check_logits(const ModelSpec& spec, const std::string& list, const GraphTop
                              "end in a linear with out = " + std::to_string(classes) +
                                  " (the vocabulary) on the [T, C] sequence");
   } else if (last.shape.size() != 1 || last.shape[0] != classes) {
+    // An image folder's classes are its class folders; other data's are counted from labels.
+    const bool folders = !input.class_names.empty();
     if (last.shape.size() == 1)
-      throw sdk::ConfigError(spec.layers[last_spec].where, list,
-                             "the last layer produces " + std::to_string(last.shape.back()) +
-                                 " outputs but the data has " + std::to_string(classes) +
-                                 " classes (data.classes, or the largest label + 1 when it is 0)",
-                             (spec.layers[last_spec].preset_keys.count("out") != 0
-                                  ? "set " + spec.layers[last_spec].preset_key("out") + " = " +
-                                        std::to_string(classes)
-                                  : "set out = " + std::to_string(classes) +
-                                        " on the last linear layer") +
-                                 (classes > last.shape.back()
-                                      ? "; or, if the labels should stop below " +
-                                            std::to_string(last.shape.back()) +
-                                            ", a label of the data is stray: fix the labels file"
-                                      : std::string()));
+      throw sdk::ConfigError(
+          spec.layers[last_spec].where, list,
+          "the last layer produces " + std::to_string(last.shape.back()) +
+              " outputs but the data has " + std::to_string(classes) +
+              (folders ? " classes (its " + std::to_string(input.class_names.size()) +
+                             " class folders, or data.classes when larger)"
+                       : " classes (data.classes, or the largest label + 1 "
+                         "when it is 0)"),
+          (spec.layers[last_spec].preset_keys.count("out") != 0
+               ? "set " + spec.layers[last_spec].preset_key("out") + " = " + std::to_string(classes)
+               : "set out = " + std::to_string(classes) + " on the last linear layer") +
+              (classes <= last.shape.back() ? std::string()
+               : folders
+                   ? "; or, if there should be " + std::to_string(last.shape.back()) +
+                         " classes, move the extra class folders out of the "
+                         "image folder"
+                   : "; or, if the labels should stop below " + std::to_string(last.shape.back()) +
+                         ", a label of the data is stray: fix the labels "
+                         "file"));
     throw sdk::ConfigError(spec.layers[last_spec].where, list,
                            "the logits node '" + graph[last_spec].name + "' is " +
                                shape_text(last.shape) + " per sample; the loss needs [" +

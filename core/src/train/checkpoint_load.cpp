@@ -342,6 +342,53 @@ void keep_trained_normalization(Trainer::State& s, const CheckpointFile& file, b
              "run that wrote it did (its normalization.json)");
 }
 
+// An image folder numbers its classes by their folders' names (data/data_shape.h records them): a
+// class folder added, removed or renamed since the checkpoint renumbers the labels, and a resumed
+// run or an evaluation would then score the model against classes it never learned, without an
+// error. Refused, naming the difference. checkpoint.init_from starts a new run, which may fine-tune
+// toward other classes: nothing is said.
+void refuse_renumbered_classes(const Trainer::State& s, const CheckpointFile& file,
+                               bool weights_only) {
+  if (weights_only && s.opt.write_outputs) return;
+  const auto entry = file.st.metadata.find("data_shape");
+  if (entry == file.st.metadata.end()) return;
+  std::vector<std::string> trained;
+  try {
+    trained = parse_data_shape(entry->second, file.path.string()).class_names;
+  } catch (const sdk::CheckpointError&) {
+    return;  // a damaged record is said where the shape is read
+  }
+  const auto& now = !s.train.class_names.empty() ? s.train.class_names : s.eval.class_names;
+  if (trained.empty() || now.empty() || trained == now) return;
+  const auto missing_from = [](const std::vector<std::string>& a,
+                               const std::vector<std::string>& b) {
+    std::vector<std::string> out;
+    for (const auto& name : a)
+      if (std::find(b.begin(), b.end(), name) == b.end()) out.push_back(name);
+    return out;
+  };
+  const auto listed = [](const std::vector<std::string>& names) {
+    std::string out;
+    for (std::size_t i = 0; i < names.size() && i < 5; ++i)
+      out += (i ? ", '" : "'") + names[i] + "'";
+    if (names.size() > 5) out += " and " + std::to_string(names.size() - 5) + " more";
+    return out;
+  };
+  const auto added = missing_from(now, trained), gone = missing_from(trained, now);
+  std::string change;
+  if (!added.empty()) change += "class folders added since: " + listed(added);
+  if (!gone.empty()) change += std::string(change.empty() ? "" : "; ") + "gone: " + listed(gone);
+  if (change.empty()) change = "the same names in another order";
+  throw sdk::DataError(
+      file.path.string() + " was trained on " + std::to_string(trained.size()) +
+          " classes numbered by their folders' names, and the image folder now has " +
+          std::to_string(now.size()) + " (" + change +
+          "): every label would name another class than the model learned",
+      "put the class folders back as they were (the run's classes.json lists them), or train "
+      "a new run from these weights (--set checkpoint.init_from=" +
+          file.path.string() + ")");
+}
+
 [[noreturn]] void throw_missing_parameter(const CheckpointFile& file, const std::string& name) {
   const auto& st = file.st;
   std::string have;
@@ -1210,6 +1257,7 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only, WeightLay
   }
   restore_escalation(s, file, weights_only);
   keep_trained_normalization(s, file, weights_only);
+  refuse_renumbered_classes(s, file, weights_only);
   std::set<const sdk::HostTensor*> used;
   load_parameters(s, file, weights_only, layout, used);
   load_buffers(s, file, used);

@@ -71,6 +71,7 @@ void build_model(Trainer::State& s) {
     input.labels_per_sample = s.train.labels_per_row();
   }
   input.sample_shape = s.train.sample_shape;
+  input.class_names = s.train.class_names;
   s.model = std::make_unique<Model>(s.c.backend, e.model, s.train.features, s.train.classes, input);
   if (e.eval.top_k > s.model->classes())
     throw sdk::ConfigError(e.eval.top_k_where, "eval.top_k",

@@ -334,6 +334,19 @@ void write_normalization(Trainer::State& s) {
   if (const auto warning = out.commit(); !warning.empty()) s.log.warn(warning);
 }
 
+// An image folder numbers its classes by their folders' names: the run keeps the names in label
+// order, so that a prediction's class index can be named outside mixtrain (checkpoints record
+// them too, data/data_shape.h).
+void write_class_names(Trainer::State& s) {
+  if (s.train.class_names.empty()) return;
+  const std::string text =
+      json{{"classes", s.train.class_names}}.dump(1, ' ', false, json::error_handler_t::replace) +
+      "\n";
+  sdk::AtomicFileWriter out(s.run_dir / "classes.json", /*durable=*/false, "class names");
+  out.write(text.data(), text.size());
+  if (const auto warning = out.commit(); !warning.empty()) s.log.warn(warning);
+}
+
 void open_run_folder(Trainer::State& s) {
   const auto& e = s.e;
   RunFolderRequest request;
@@ -351,6 +364,7 @@ void open_run_folder(Trainer::State& s) {
   // The plan and the config are rendered only for a sink that keeps text (TensorBoard).
   if (s.metrics.records.keeps_text()) write_run_text(s);
   write_normalization(s);
+  write_class_names(s);
   reconcile_best_checkpoint(s);
 }
 
@@ -698,9 +712,13 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
   const bool tokens = is_token_source(e.data.source);
   // CIFAR-10's held-out files are its own (not a split of the training ones): an evaluation reads
   // only them when the checkpoint records the model's input.
-  const bool held_out_files = options.splits == DataSplits::held_out &&
-                              e.data.source == DataSource::cifar10 &&
-                              (!e.data.cifar_eval_paths.empty() || !e.data.cifar_dir.empty());
+  // So are an image folder's, labelled by the class names the checkpoint records: the training
+  // folder need not be there.
+  const bool held_out_files =
+      options.splits == DataSplits::held_out &&
+      ((e.data.source == DataSource::cifar10 &&
+        (!e.data.cifar_eval_paths.empty() || !e.data.cifar_dir.empty())) ||
+       (e.data.source == DataSource::image_folder && !e.data.image_eval_dir.empty()));
   const bool shape_recorded = (options.splits == DataSplits::none || held_out_files) && !tokens &&
                               !options.shape_from.empty() &&
                               take_recorded_shape(s, options.shape_from);
@@ -720,7 +738,11 @@ Trainer::Trainer(const Experiment& experiment, Components components, const Trai
     s.train = dataset_of_shape(*s.recorded_shape, s.normalization);
     s.eval = s.train;
     if (held_out_files) {
-      s.eval = load_cifar10_held_out(e.data, s.train, options.shape_from.string(), s.normalization);
+      s.eval = e.data.source == DataSource::image_folder
+                   ? load_image_folder_held_out(e.data, s.train, options.shape_from.string(),
+                                                s.normalization)
+                   : load_cifar10_held_out(e.data, s.train, options.shape_from.string(),
+                                           s.normalization);
       // The pixels' form is the config's (data.pixels), as when every file loads.
       if (s.eval.is_bytes() != s.train.is_bytes()) {
         DataShape form = *s.recorded_shape;

@@ -126,10 +126,14 @@ ImageFolderListing list_image_folder(const fs::path& root,
   out.root = root;
   const auto folders = class_folders(root);
   out.classes = training_classes != nullptr ? *training_classes : folders;
+  // The label of each name (a record's names are in label order, whatever order that is).
+  std::map<std::string, std::int32_t> label_of;
+  for (std::size_t i = 0; i < out.classes.size(); ++i)
+    label_of.emplace(out.classes[i], static_cast<std::int32_t>(i));
   if (training_classes != nullptr) {
     std::vector<std::string> foreign;
     for (const auto& f : folders)
-      if (!std::binary_search(out.classes.begin(), out.classes.end(), f)) foreign.push_back(f);
+      if (!label_of.contains(f)) foreign.push_back(f);
     if (!foreign.empty())
       throw sdk::DataError("held-out folder '" + root.string() +
                                "' has class folders the "
@@ -143,8 +147,7 @@ ImageFolderListing list_image_folder(const fs::path& root,
   std::map<std::string, std::pair<std::int64_t, fs::path>> undecodable;
   std::vector<std::string> empty;
   for (const auto& name : folders) {
-    const auto label = static_cast<std::int32_t>(
-        std::lower_bound(out.classes.begin(), out.classes.end(), name) - out.classes.begin());
+    const std::int32_t label = label_of.at(name);
     auto files = class_files(root / name, out.skipped, undecodable);
     if (files.empty()) empty.push_back(name);
     out.labels.insert(out.labels.end(), files.size(), label);
@@ -184,6 +187,7 @@ Dataset load_image_folder(const ImageFolderListing& listing, const ImageFolderOp
   d.classes = static_cast<std::int32_t>(listing.classes.size());
   d.y = listing.labels;
   d.image_files = listing.files;
+  d.class_names = listing.classes;
   d.image_spec = options.spec;
   d.pixel_values = unit_byte_values(3);
   if (options.check_files)

@@ -45,6 +45,14 @@ TEST(DataShape, RoundTripsThroughItsRecord) {
   Dataset tokens;
   tokens.stride = 1;
   EXPECT_THROW(data_shape_of(tokens), std::logic_error);
+  // An image folder's class names ride along, in label order (not sorted again), and come back
+  // in the rowless Dataset; a record without them has none.
+  Dataset named = images;
+  named.class_names = {"zebra", "ant", "Bee"};
+  const DataShape shape = parse_data_shape(data_shape_json(data_shape_of(named)), "ckpt");
+  EXPECT_EQ(shape.class_names, named.class_names);
+  EXPECT_EQ(dataset_of_shape(shape, {}).class_names, named.class_names);
+  EXPECT_EQ(data_shape_json(data_shape_of(images)).find("class_names"), std::string::npos);
 }
 
 TEST(DataShape, ItsDatasetDecodesBytesThroughTheLoadedTable) {
@@ -89,6 +97,18 @@ TEST(DataShape, ADamagedRecordIsRefusedNamingTheEntry) {
        "no 'pixels' of \"uint8\" or \"float32\""},
       {R"({"features": 4, "sample_shape": [], "classes": 2, "pixels": "uint8"})",
        "keeps bytes of data that are not images"},
+      {R"({"features": 4, "sample_shape": [], "classes": 2, "pixels": "float32",
+           "class_names": ["a", "b", "c"]})",
+       "'class_names' that are not a list of at most 'classes' names"},
+      {R"({"features": 4, "sample_shape": [], "classes": 2, "pixels": "float32",
+           "class_names": "a"})",
+       "'class_names' that are not a list"},
+      {R"({"features": 4, "sample_shape": [], "classes": 2, "pixels": "float32",
+           "class_names": ["a", 3]})",
+       "a class name that is not a non-empty string"},
+      {R"({"features": 4, "sample_shape": [], "classes": 2, "pixels": "float32",
+           "class_names": ["a", "a"]})",
+       "names a class twice"},
   };
   for (const auto& [text, part] : cases) {
     try {

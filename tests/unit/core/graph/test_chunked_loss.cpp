@@ -141,7 +141,7 @@ TEST(ChunkedLoss, UnsetPaddingPadsOnlyWhereTheBackendWantsAlignedRows) {
     spec.loss_chunk_rows = 5;
     spec.loss_pad_classes = pad;
     spec.label_smoothing = label_smoothing;
-    Model m(std::move(backend), spec, kTokens, kVocab, InputSpec{DType::int32, kTokens, {}});
+    Model m(std::move(backend), spec, kTokens, kVocab, InputSpec{DType::int32, kTokens, {}, {}});
     for (auto& l : m.layers()) l->set_precision({});
     m.allocate(kBatch);
     return m.loss_chunking().columns;

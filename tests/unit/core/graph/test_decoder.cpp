@@ -148,7 +148,7 @@ TEST(Decoder, DecodingInOneOpGivesTheUnfusedDecodesGreedyTokens) {
     spec.layers = gpt_preset(p);
     spec.graph = true;
     auto m = std::make_unique<Model>(backend, spec, kTokens, static_cast<std::int32_t>(kVocab),
-                                     InputSpec{DType::int32, kTokens, {}});
+                                     InputSpec{DType::int32, kTokens, {}, {}});
     for (auto& l : m->layers()) l->set_precision({});
     m->allocate(kBatch);
     m->init_parameters(5);

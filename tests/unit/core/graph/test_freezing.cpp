@@ -623,7 +623,7 @@ void feed_tokens(Model& m, std::int64_t batch, unsigned seed) {
 }
 
 TEST(Freezing, GradientsFlowThroughFrozenEmbeddingsAndTheTiedHeadUnchanged) {
-  const InputSpec tokens{DType::int32, 5, {}};
+  const InputSpec tokens{DType::int32, 5, {}, {}};
   // wte frozen: neither the LM head (tied to it) nor the embedding adds to its gradient.
   expect_trainable_gradients_unchanged(with_frozen(tiny_gpt(), {"wte"}), tiny_gpt(), 5, 11, tokens,
                                        {}, feed_tokens, 1);

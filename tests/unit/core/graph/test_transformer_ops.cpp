@@ -323,7 +323,7 @@ ModelSpec tiny_gpt(std::int64_t n_layer = 2, std::int64_t n_head = 2, std::int64
   return test_support::tiny_gpt_spec(n_layer, n_head, n_embd);
 }
 
-const InputSpec kTokens{DType::int32, 5, {}};
+const InputSpec kTokens{DType::int32, 5, {}, {}};
 
 void feed_tokens(Model& m, std::int64_t batch, unsigned seed) {
   std::vector<std::int32_t> ids(static_cast<std::size_t>(batch * 5)), next(ids.size());

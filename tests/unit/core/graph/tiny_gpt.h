@@ -42,7 +42,7 @@ inline std::unique_ptr<Model> tiny_gpt_model(const ModelSpec& spec, std::int64_t
                                              std::optional<std::int64_t> train_rows = {},
                                              std::shared_ptr<sdk::DeviceBackend> backend = cpu()) {
   auto m = std::make_unique<Model>(backend, spec, tokens, static_cast<std::int32_t>(vocab),
-                                   InputSpec{sdk::DType::int32, tokens, {}});
+                                   InputSpec{sdk::DType::int32, tokens, {}, {}});
   for (auto& l : m->layers()) l->set_precision(precision);
   // `batch` rows for both passes, or a training step of train_rows and an evaluation of batch.
   m->allocate(Executor::PassRows{train_rows.value_or(batch), batch}, reserve_fp32);

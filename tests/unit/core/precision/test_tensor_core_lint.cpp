@@ -32,7 +32,7 @@ std::vector<std::string> lint(const std::shared_ptr<sdk::DeviceBackend>& backend
                               sdk::DType gemm_input) {
   // n_embd 8: every GEMM dimension a multiple of 8 but the vocabulary's, 11.
   Model m(backend, test_support::tiny_gpt_spec(1, 2, 8, 11), 4, 11,
-          InputSpec{sdk::DType::int32, 4, {}});
+          InputSpec{sdk::DType::int32, 4, {}, {}});
   sdk::OpPrecision p;
   p.gemm_input = gemm_input;
   for (auto& l : m.layers()) l->set_precision(p);
@@ -88,7 +88,7 @@ TEST(TensorCoreLint, SaysNothingOfAVocabularyTheChunkedLossPads) {
     spec.loss_chunk_rows = 2;
     spec.loss_pad_classes = pad;
     Model m(std::make_shared<AlignedRowsBackend>(), spec, 4, 11,
-            InputSpec{sdk::DType::int32, 4, {}});
+            InputSpec{sdk::DType::int32, 4, {}, {}});
     sdk::OpPrecision p;
     p.gemm_input = sdk::DType::bf16;
     for (auto& l : m.layers()) l->set_precision(p);

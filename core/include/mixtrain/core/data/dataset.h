@@ -80,6 +80,9 @@ struct Dataset {
   std::vector<float> pixel_values;      // byte images: [C, 256], what each byte stands for
   std::vector<std::filesystem::path> image_files;  // image files: [rows], each row's file
   ImageFileSpec image_spec;                        // image files: how batches are cut
+  // What each class is called, in label order (an image folder's class folders); empty when the
+  // data do not say. At most `classes` names (a config may pad the head past them).
+  std::vector<std::string> class_names;
   std::int64_t stride = 0;              // token form: > 0, tokens between window starts
   // The shape of one sample of x, channels-first: {} = [features]; {C, H, W} an image (NCHW x).
   // Models read it to shape their input node; its product is `features` when non-empty.
@@ -395,6 +398,14 @@ LoadedData load_held_out_data(const DataSettings& settings, std::uint64_t seed);
 // sdk::DataError otherwise.
 Dataset load_cifar10_held_out(const DataSettings& settings, const Dataset& model_input,
                               const std::string& origin, const ChannelStats& normalization);
+// An image folder's held-out folder alone (data.image_folder.eval), for an evaluation whose model
+// takes its input from a checkpoint's record, as load_cifar10_held_out(): labelled by the class
+// names `model_input` records (data/data_shape.h), so the training folder is not opened (a
+// record without names takes the training folder's, which must then be there). Crops of a size
+// other than the record's are an sdk::DataError naming `origin`; the folder's own errors are the
+// loaders'. `normalization` as for load_cifar10_held_out().
+Dataset load_image_folder_held_out(const DataSettings& settings, const Dataset& model_input,
+                                   const std::string& origin, const ChannelStats& normalization);
 // The checks load_data() makes of the [data] keys against the training split's form, also run by
 // a session that builds the model from a checkpoint's record of it (data/data_shape.h) and loads
 // nothing: data.pixels = "uint8" on data that are not byte images, [data.normalize] on data that

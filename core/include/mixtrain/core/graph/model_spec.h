@@ -114,6 +114,9 @@ struct InputSpec {
   // is the feature count). Ops that read images see the batch with this shape; the others see it
   // flattened to [C·H·W]. Empty: [features].
   std::vector<std::int64_t> sample_shape;
+  // Where the class count comes from, for the message of a head of another width: the labels
+  // (empty) or the data's named classes (an image folder's class folders).
+  std::vector<std::string> class_names;
 };
 
 }  // namespace mixtrain::core
