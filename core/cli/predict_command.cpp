@@ -20,6 +20,7 @@
 #include "mixtrain/core/data/prediction_input.h"
 #include "mixtrain/core/predict/prediction_file.h"
 #include "mixtrain/core/train/interrupt.h"
+#include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "model_session.h"
 #include "output_file.h"
 
@@ -172,6 +173,16 @@ int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
     return core::interrupted_exit_code();
   }
   if (const auto warning = file.commit(); !warning.empty()) log.warn(warning);
+  // Image files: which row is which file, one a line, beside the predictions (name.files.txt).
+  fs::path row_files;
+  if (!data.row_names.empty()) {
+    row_files = out.parent_path() / (out.stem().string() + ".files.txt");
+    std::string text;
+    for (const auto& name : data.row_names) text += name + "\n";
+    sdk::AtomicFileWriter names(row_files, /*durable=*/false, "the predicted rows' files");
+    names.write(text.data(), text.size());
+    if (const auto warning = names.commit(); !warning.empty()) log.warn(warning);
+  }
   char elapsed[64];
   std::snprintf(elapsed, sizeof elapsed, "%.1f s", seconds);
   log.info("wrote " + out.string() + " in " + elapsed);
@@ -181,6 +192,7 @@ int run_predict(const ConfigArgs& cfg, const PredictArgs& args) {
                       {"values", args.values},
                       {"rows", data.data.rows}};
   if (format.top_k > 0) j["top_k"] = format.top_k;
+  if (!row_files.empty()) j["row_files"] = row_files.string();
   if (data.labelled_rows > 0) {
     j["labelled_rows"] = data.labelled_rows;
     j["loss"] = result.loss;

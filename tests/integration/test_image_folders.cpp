@@ -148,6 +148,27 @@ TEST_F(CliImageFolders, PredictReadsAnImageAFolderOrClassFolders) {
   ASSERT_GE(bee.size(), 2 * row);
   EXPECT_EQ(bee.substr(bee.size() - row), one.substr(one.size() - row));
 
+  // Which row is which file, beside the predictions.
+  EXPECT_EQ(json::parse(r.out)["row_files"].get<std::string>(), "one.files.txt");
+  EXPECT_EQ(slurp(dir_ / "bee.files.txt"), "i0.jpg\ni1.jpg\n");
+  // Other files of a plain folder are left out, counted; a format torchvision would read is not
+  // dropped silently; images beside folders are neither kind of folder.
+  write_file("val/bee/notes.txt", "x");
+  r = run("predict " + cfg.string() + " --checkpoint run --input val/bee --out bee.npy --force",
+          dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("1 other files left out"), std::string::npos) << r.err;
+  write_file("val/bee/x.webp", "RIFF");
+  r = run("predict " + cfg.string() + " --checkpoint run --input val/bee --out bee.npy --force",
+          dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("x.webp, an image format mixtrain does not decode"), std::string::npos)
+      << r.err;
+  fs::copy_file(dir_ / "val" / "ant" / "i0.jpg", dir_ / "val" / "loose.jpg");
+  r = run("predict " + cfg.string() + " --checkpoint run --input val --out v.npy", dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("holds both images and folders"), std::string::npos) << r.err;
+
   write_file("labels.npy", "");
   r = run(
       "predict " + cfg.string() + " --checkpoint run --input val --labels labels.npy --out x.npy",
@@ -211,6 +232,23 @@ TEST_F(CliImageFolders, AFileThatIsNoImageExits2NamingIt) {
       dir_);
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("notes.jpg"), std::string::npos) << r.err;
+  // A resize below the crop is said; a table kept for a swap is said once, not key by key.
+  fs::remove(dir_ / "train" / "bee" / "notes.jpg");
+  r = run("check " + cfg.string() + " --skip-rehearsal --set data.image_folder.resize=12", dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("data.image_folder.resize = 12 is below size = 16"), std::string::npos)
+      << r.err;
+  r = run(
+      "check " + config("resnet50-bf16.toml") +
+          " --skip-rehearsal --set data.source=image_folder --set data.image_folder.train=" +
+          (dir_ / "train").string() +
+          " --set data.image_folder.size=32 --set data.batch_size=4 --set data.eval_batch_size=4"
+          " --set model.resnet.classes=3",
+      dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("[data.synthetic] (8 keys: "), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("data.synthetic.rows ("), std::string::npos) << r.err;
+  write_file("train/bee/notes.jpg", "shopping list");
   // The folder that does not exist is named at its config line.
   r = run("train " + cfg.string() + " --set data.image_folder.eval=nowhere --run-dir missing",
           dir_);

@@ -184,16 +184,26 @@ std::string selection_text(const SectionReading& r) {
   return selector + " is not given, so \"" + s.selected + "\" (the default) is selected";
 }
 
-// One line per key of an unselected component's table: the key, where it was written, and the
-// selector that leaves it unread.
+// What an unselected component's table leaves unread, and the selector that leaves it so: the
+// key and where it was written, or, for a table of several keys (one kept for a swap, as a
+// shipped config's [data.synthetic] beside --set data.source=...), the table once with its keys.
 void note_unselected_keys(SectionReading& r) {
   const auto& s = r.section;
   for (const auto& [dotted, raw] : r.unselected) {
+    if (raw.empty()) continue;
     const std::string component = dotted.substr(s.table.size() + 1);
-    for (const auto& o : raw)
-      r.out.unused.push_back(dotted + "." + o.key + " (" + o.where.to_string() + ") is not read: " +
-                             selection_text(r) + "; [" + dotted + "] is read only under " +
-                             s.table + "." + s.selector + " = \"" + component + "\"");
+    const std::string why = " is not read: " + selection_text(r) + "; [" + dotted +
+                            "] is read only under " + s.table + "." + s.selector + " = \"" +
+                            component + "\"";
+    if (raw.size() == 1) {
+      r.out.unused.push_back(dotted + "." + raw.front().key + " (" + raw.front().where.to_string() +
+                             ")" + why);
+      continue;
+    }
+    std::string keys;
+    for (const auto& o : raw) keys += (keys.empty() ? "" : ", ") + o.key;
+    r.out.unused.push_back("[" + dotted + "] (" + std::to_string(raw.size()) + " keys: " + keys +
+                           "; from " + raw.front().where.to_string() + ")" + why);
   }
 }
 

@@ -384,10 +384,11 @@ void read_source_options(const Config& config, const ResolvedComponentSection& r
 void read_pixels(const sdk::Options& common, Experiment& e) {
   if (e.data.source == DataSource::image_folder && e.data.pixels == "float32")
     common.fail("pixels",
-                "= \"float32\" decodes images to floats when loaded, but an image folder's images "
-                "stay in their files and are cut into byte batches as each batch is drawn",
-                "remove data.pixels (a backend without byte input gets the batches as floats "
-                "anyway)");
+                "is \"float32\", which decodes images to floats when they are loaded; an image "
+                "folder's images stay in their files and are cut into byte batches as each batch "
+                "is drawn",
+                "remove data.pixels, or set it to \"auto\" (a backend without byte input gets "
+                "the batches as floats anyway)");
   if (e.data.pixels != "uint8") return;
   if (const std::string why = not_images(e.data); !why.empty())
     common.fail("pixels", "= \"uint8\" keeps image pixels as bytes, but " + why,

@@ -128,9 +128,21 @@ std::pair<Dataset, Dataset> load_image_folder_splits(const DataSettings& setting
         (checked ? "; every header read in " + std::string(took) : ""));
   };
   said(listing, "training", train_options.check_files);
+  // Resize's shorter side below the crop leaves a held-out crop black at its borders (torchvision
+  // pads the same way): allowed, but not what an ImageNet recipe means.
+  if (settings.image_spec.resize < settings.crop_size)
+    core_logger("data").warn(
+        "data.image_folder.resize = " + std::to_string(settings.image_spec.resize) +
+        " is below size = " + std::to_string(settings.crop_size) +
+        ": every held-out crop is padded with black where the resized image ends; a resize of "
+        "at least the size (0: round(size * 8 / 7)) fills it");
   if (settings.image_eval_dir.empty())
     return split_holdout(std::move(train), settings.eval_fraction, seed);
-  warn_of_files_on_both_sides({settings.image_train_dir}, {settings.image_eval_dir});
+  std::error_code same_error;
+  if (std::filesystem::equivalent(settings.image_train_dir, settings.image_eval_dir, same_error))
+    core_logger("data").warn("held-out image folder '" + settings.image_eval_dir.string() +
+                             "' is the training folder: the evaluation measures images the model "
+                             "trains on");
   const auto held = list_image_folder(settings.image_eval_dir, &listing.classes);
   if (!held.missing_classes.empty())
     core_logger("data").warn("held-out image folder '" + held.root.string() +

@@ -236,14 +236,35 @@ PredictionInput load_image_files(const PredictionInputSpec& spec, const DataSett
     listing.files = {input};
   } else {
     bool has_folders = false;
+    std::int64_t others = 0;
     for (const auto& entry : fs::directory_iterator(input, ec)) {
       if (entry.is_directory())
         has_folders = true;
       else if (is_image_file_name(entry.path()))
         listing.files.push_back(entry.path());
+      else
+        ++others;
     }
     std::sort(listing.files.begin(), listing.files.end());
-    if (has_folders && listing.files.empty()) {
+    if (has_folders && !listing.files.empty())
+      throw sdk::DataError(
+          "--input " + input.string() +
+              " holds both images and folders: neither a folder of "
+              "images nor one of class folders",
+          "give a folder of the images alone (predicted unlabelled), or one of class folders "
+          "(labelled by them)");
+    if (!has_folders && others > 0) {
+      // As a training folder's: a format torchvision reads but mixtrain does not decode is said,
+      // not dropped from the rows; other files are left out, counted.
+      listing.skipped = others;
+      for (const auto& entry : fs::directory_iterator(input, ec))
+        if (!entry.is_directory() && is_undecoded_image_name(entry.path()))
+          throw sdk::DataError("--input " + input.string() + " holds " +
+                                   entry.path().filename().string() +
+                                   ", an image format mixtrain does not decode",
+                               "convert it to PNG or JPEG, or move it out of the folder");
+    }
+    if (has_folders) {
       // Class folders: numbered as the training folder numbers them.
       // By the names the model was trained on (its checkpoint's record); a record without them
       // leaves the training folder's.
@@ -273,12 +294,17 @@ PredictionInput load_image_files(const PredictionInputSpec& spec, const DataSett
   out.data.classes = trained.classes;
   if (!normalization.mean.empty()) normalize_channels(out.data, normalization);
   out.labelled_rows = labelled ? out.data.rows : 0;
+  for (const auto& f : listing.files)
+    out.row_names.push_back(fs::is_directory(input, ec) ? fs::relative(f, input, ec).string()
+                                                        : f.filename().string());
   out.description =
       std::to_string(out.data.rows) + " image" + (out.data.rows == 1 ? "" : "s") + " from " +
       input.string() + ", each resized to " + std::to_string(settings.image_spec.resize) +
       " on its shorter side and cut to " + dims_text(trained.sample_shape) + " at its centre" +
       (labelled ? ", labelled by class folder (rows in torchvision's ImageFolder order)"
-                : ", unlabelled (rows in file-name order)");
+                : ", unlabelled (rows in file-name order)") +
+      (listing.skipped > 0 ? "; " + std::to_string(listing.skipped) + " other files left out"
+                           : std::string());
   return out;
 }
 

@@ -38,6 +38,13 @@ bool is_png(const std::uint8_t* p, std::size_t n) {
 [[noreturn]] void fail_unknown_format(std::string_view origin, const std::uint8_t* p,
                                       std::size_t n) {
   if (n == 0) fail(origin, "is empty", kRewriteHint);
+  // macOS writes "._name" beside a file copied to a foreign disk: its metadata, not an image.
+  static constexpr std::uint8_t kAppleDouble[4] = {0x00, 0x05, 0x16, 0x07};
+  if (n >= 4 && std::equal(kAppleDouble, kAppleDouble + 4, p))
+    fail(origin,
+         "is a macOS AppleDouble file (the metadata macOS writes beside a copied file as "
+         "\"._name\"), not an image",
+         "delete them: find FOLDER -name '._*' -delete");
   fail(origin,
        "is neither a JPEG nor a PNG (it starts with bytes " +
            hex_bytes(p, std::min<std::size_t>(n, 8)) + ")",

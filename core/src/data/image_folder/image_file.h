@@ -33,7 +33,9 @@
 namespace mixtrain::core {
 
 inline constexpr std::int64_t kMaxImageSide = 32768;
-inline constexpr std::int64_t kMaxImagePixels = std::int64_t{1} << 28;  // 256 Mpixel
+// PIL's decompression-bomb limit (Image.MAX_IMAGE_PIXELS, 2^30 / 4 / 3), twice over: where PIL,
+// and so torchvision, refuses an image, so does the loader.
+inline constexpr std::int64_t kMaxImagePixels = 2 * ((std::int64_t{1} << 30) / 4 / 3);
 
 enum class ImageFormat { jpeg, png };
 

@@ -27,7 +27,7 @@ namespace mixtrain::core::image_files {
 inline constexpr std::uint64_t kMaxImageFileBytes = std::uint64_t{1} << 30;
 
 inline constexpr const char* kReplaceHint =
-    "convert the file to a baseline JPEG or a PNG (e.g. with ImageMagick: convert in out.png), or "
+    "convert the file to a JPEG or a PNG (e.g. with ImageMagick: convert in out.png), or "
     "remove it from the image folder";
 inline constexpr const char* kRewriteHint =
     "the file is damaged or incomplete; copy or download it again, or remove it from the image "

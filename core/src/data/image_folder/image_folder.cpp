@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <mutex>
 #include <system_error>
 #include <tuple>
 #include <utility>
@@ -110,10 +111,40 @@ std::string name_list(const std::vector<std::string>& names) {
   return out;
 }
 
+// Every file's header, on `threads` threads: the bad ones said together, first in row order.
+void check_headers(const std::vector<fs::path>& files, unsigned threads) {
+  std::mutex lock;
+  std::vector<std::pair<std::int64_t, sdk::DataError>> bad;
+  parallel_rows(static_cast<std::int64_t>(files.size()), threads, [&](std::int64_t i) {
+    try {
+      read_image_header(files[static_cast<std::size_t>(i)]);
+    } catch (const sdk::DataError& e) {
+      const std::scoped_lock hold(lock);
+      bad.emplace_back(i, e);
+    }
+  });
+  if (bad.empty()) return;
+  std::sort(bad.begin(), bad.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::string more;
+  for (std::size_t k = 1; k < bad.size() && k < 10; ++k)
+    more += (k > 1 ? ", '" : "'") + files[static_cast<std::size_t>(bad[k].first)].string() + "'";
+  if (bad.size() > 10) more += " and " + std::to_string(bad.size() - 10) + " more";
+  const sdk::DataError& first = bad.front().second;
+  if (bad.size() == 1) throw first;
+  throw sdk::DataError(std::string(first.what()) + "; " + std::to_string(bad.size() - 1) +
+                           " more file" + (bad.size() > 2 ? "s" : "") +
+                           " of the folder cannot be read either: " + more,
+                       first.hint());
+}
+
 }  // namespace
 
 bool is_image_file_name(const fs::path& file) {
   return decoded_extension(lower(file.extension().string()));
+}
+
+bool is_undecoded_image_name(const fs::path& file) {
+  return torchvision_only_extension(lower(file.extension().string()));
 }
 
 std::vector<std::string> image_folder_classes(const fs::path& root) {
@@ -144,6 +175,10 @@ ImageFolderListing list_image_folder(const fs::path& root,
     for (const auto& c : out.classes)
       if (!std::binary_search(folders.begin(), folders.end(), c)) out.missing_classes.push_back(c);
   }
+  // Files beside the class folders: no class's, and ImageFolder reads none either.
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec))
+    if (!entry.is_directory(ec)) ++out.skipped;
   std::map<std::string, std::pair<std::int64_t, fs::path>> undecodable;
   std::vector<std::string> empty;
   for (const auto& name : folders) {
@@ -171,7 +206,8 @@ ImageFolderListing list_image_folder(const fs::path& root,
   if (!empty.empty())
     throw sdk::DataError("image folder '" + root.string() + "': class folder" +
                              (empty.size() > 1 ? "s " : " ") + name_list(empty) +
-                             " hold no .jpg, .jpeg or .png file",
+                             (empty.size() > 1 ? " hold" : " holds") +
+                             " no .jpg, .jpeg or .png file",
                          "put the class's images in it, or remove the folder (it would be a "
                          "class the model never sees)");
   return out;
@@ -190,10 +226,7 @@ Dataset load_image_folder(const ImageFolderListing& listing, const ImageFolderOp
   d.class_names = listing.classes;
   d.image_spec = options.spec;
   d.pixel_values = unit_byte_values(3);
-  if (options.check_files)
-    parallel_rows(d.rows, options.spec.threads, [&](std::int64_t i) {
-      read_image_header(d.image_files[static_cast<std::size_t>(i)]);
-    });
+  if (options.check_files) check_headers(d.image_files, options.spec.threads);
   return d;
 }
 

@@ -10,12 +10,14 @@
 //   (byte b stands for b / 255, as ToTensor scales), classes the class count.
 // - Files whose extension torchvision also reads but mixtrain does not decode (.bmp, .ppm, .pgm,
 //   .tif, .tiff, .webp) are an sdk::DataError listing them by extension with an example: skipping
-//   them would train on other data than torchvision's. Other files are skipped, and counted.
+//   them would train on other data than torchvision's. Other files, and files beside the class
+//   folders (no class's), are skipped and counted.
 // - An sdk::DataError names the folder when it is missing or not a folder, holds no class folder,
 //   or a class folder holds no image; for a held-out folder (`training_classes` given), when it
 //   has a class folder the training folder lacks (its labels would be another model's).
-// - check_files: every file's header is read (image_file.h's checks) on `threads` threads, and the
-//   first bad file, in row order, is an sdk::DataError naming it.
+// - check_files: every file's header is read (image_file.h's checks) on `threads` threads; bad
+//   files are one sdk::DataError naming the first in row order with its reason, and up to 9 more
+//   with the count, so a folder is mended in one pass.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +45,10 @@ ImageFolderListing list_image_folder(const std::filesystem::path& root,
 
 // Whether `file`'s extension is one mixtrain decodes: .jpg, .jpeg or .png, in any case.
 bool is_image_file_name(const std::filesystem::path& file);
+
+// Whether `file`'s extension is one torchvision's ImageFolder reads and mixtrain does not decode
+// (.bmp, .ppm, .pgm, .tif, .tiff, .webp).
+bool is_undecoded_image_name(const std::filesystem::path& file);
 
 // The class folders of `root` alone, as list_image_folder() numbers them (its errors for a root
 // that is missing, a file, or holds no folder), without walking into them.

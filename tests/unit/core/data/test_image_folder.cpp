@@ -74,7 +74,7 @@ TEST(ImageFolder, ListsClassesAndFilesInTorchvisionsOrder) {
             (std::vector<std::string>{"a_cat/x.png", "b_dog/10.JPG", "b_dog/2.jpg", "b_dog/z.jpg",
                                       "b_dog/sub/1.png", "c_bird/y.jpeg"}));
   EXPECT_EQ(l.labels, (std::vector<std::int32_t>{0, 1, 1, 1, 1, 2}));
-  EXPECT_EQ(l.skipped, 1);  // notes.txt
+  EXPECT_EQ(l.skipped, 2);  // notes.txt, and README.md beside the class folders
 
   const Dataset d = core::load_image_folder(l, options(16));
   core::check_dataset(d, "test");
@@ -104,7 +104,7 @@ TEST(ImageFolder, RefusesFoldersItCannotFollowNamingThem) {
   write_jpeg(dir / "root" / "full" / "a.jpg", 8, 8, 0);
   write_file(dir / "root" / "hollow" / "list.csv", {'x'});
   const auto empty = data_error_of([&] { core::list_image_folder(dir / "root"); });
-  EXPECT_TRUE(has(empty, "'hollow'") && has(empty, "hold no .jpg, .jpeg or .png")) << empty;
+  EXPECT_TRUE(has(empty, "'hollow'") && has(empty, "holds no .jpg, .jpeg or .png")) << empty;
 
   // A format torchvision reads and mixtrain does not: refused, since skipping it would train on
   // other images than torchvision's.
@@ -135,12 +135,22 @@ TEST(ImageFolder, AFileThatIsNoImageIsNamedAtLoadOrWhenItsBatchIsCut) {
   ScratchDir dir;
   make_folder(dir.path());
   write_file(dir / "b_dog" / "broken.jpg", {'n', 'o', 't', ' ', 'a', ' ', 'j', 'p', 'e', 'g'});
+  // macOS's metadata beside a copied file: said as what it is.
+  write_file(dir / "c_bird" / "._y.jpeg", {0x00, 0x05, 0x16, 0x07, 0, 2, 0, 0});
   const auto l = core::list_image_folder(dir.path());
   for (const unsigned threads : {1u, 3u}) {
+    // Every bad header at once, the first (in row order) with its reason.
     const auto at_load =
         data_error_of([&] { core::load_image_folder(l, options(16, threads, true)); });
-    EXPECT_TRUE(has(at_load, "broken.jpg")) << at_load;
+    EXPECT_TRUE(has(at_load, "broken.jpg': is neither a JPEG nor a PNG")) << at_load;
+    EXPECT_TRUE(has(at_load, "1 more file of the folder cannot be read either: '") &&
+                has(at_load, "._y.jpeg'"))
+        << at_load;
   }
+  const auto apple = data_error_of([&] { core::read_image_header(dir / "c_bird" / "._y.jpeg"); });
+  EXPECT_TRUE(has(apple, "macOS AppleDouble file") && has(apple, "find FOLDER -name '._*' -delete"))
+      << apple;
+  fs::remove(dir / "c_bird" / "._y.jpeg");
   // Unchecked, the file is found when a batch needs it: named, with its row.
   const Dataset d = core::load_image_folder(l, options(16, 2, false));
   // a_cat/x.png, then b_dog's 10.JPG, 2.jpg, broken.jpg

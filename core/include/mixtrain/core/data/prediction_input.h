@@ -14,7 +14,9 @@
 //   file, a folder of them (unlabelled, rows in file-name order) or a folder of class folders
 //   (labelled by the training folder's class names, rows in torchvision's ImageFolder order); each
 //   cut as the run's held-out images are (data.image_folder: Resize, then CenterCrop) when its
-//   batch is drawn.
+//   batch is drawn. A folder of both images and folders, or a plain folder holding a format
+//   torchvision reads and mixtrain does not decode, is an sdk::DataError; other files are left
+//   out, counted in the description. row_names lists each row's file.
 // - Images: the model expects the training data's {C, H, W}. An input of samples [d1, d2, d3] is
 //   read per `layout`: nchw takes it as {C, H, W}, nhwc as {H, W, C} (then permuted to
 //   channels-first), auto as whichever of the two is the model's shape; when both are (C = H =
@@ -38,6 +40,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "mixtrain/core/data/dataset.h"
 
@@ -60,6 +63,9 @@ struct PredictionInput {
   Dataset data;  // the training data's form, sample shape and classes
   std::int64_t labelled_rows = 0;
   std::string description;  // "512 images [3, 32, 32] from x.npy (channels-last)" for the log
+  // Image files: each row's file, relative to the input folder (predict writes them beside its
+  // output); empty for other inputs, whose rows are the file's own.
+  std::vector<std::string> row_names;
 };
 
 // `trained` is the run's training split (its form, shape and classes); `settings` its [data].
