@@ -17,6 +17,7 @@ batches after 5 of warm-up. torch uses one intra-op thread per worker, as its wo
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -46,11 +47,14 @@ def make_folder():
 
 
 def mixtrain_rate(exe, train, threads, steps):
+    shutil.rmtree(os.path.join(ROOT, "run"), ignore_errors=True)
     cmd = [exe, "train", os.path.join(HERE, "image-folder-224.toml"), "--run-dir",
            os.path.join(ROOT, "run"), "--set", "data.image_folder.train=" + train,
            "--set", "data.image_folder.threads=%d" % threads, "--set", "run.steps=%d" % steps,
            "--set", "run.log_every=1", "--set", "backend.cpu.threads=%d" % threads]
-    subprocess.run(cmd, check=True, capture_output=True)
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit("mixtrain failed (exit %d):\n%s" % (done.returncode, done.stderr[-2000:]))
     rates = []
     with open(os.path.join(ROOT, "run", "metrics.jsonl")) as f:
         for line in f:
