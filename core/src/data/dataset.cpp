@@ -1,11 +1,9 @@
 // Dataset checks, the portable PRNG, held-out split and batch gathering.
 #include "mixtrain/core/data/dataset.h"
 
-#include "data/portable_math.h"
-
-#include "mixtrain/sdk/error.h"
-
 #include "data/image_folder/image_batch.h"
+#include "data/portable_math.h"
+#include "mixtrain/sdk/error.h"
 
 #include <algorithm>
 #include <cmath>
