@@ -807,8 +807,33 @@ RN_TORCH_SHAPE='--model resnet50 --batch $RN_BATCH --image $RN_IMAGE --classes 1
 GPT_TORCH_SHAPE='--model gpt2 --batch $GPT_BATCH --layers $GPT_LAYERS --heads $GPT_HEADS --width $GPT_WIDTH --tokens $GPT_TOKENS --vocab $GPT_VOCAB'
 export RN_TORCH_SHAPE GPT_TORCH_SHAPE
 
+# The +jpeg variant's image folder (variant_sets.sh): 1,024 JPEGs of 500x375 (ImageNet's typical
+# size), quality 90, in 10 class folders, of smooth random content, written once per state folder
+# on every core the machine has.
+export KIT_JPEG_DIR=${KIT_JPEG_DIR:-$STATE/jpeg}
+kit_jpeg_folder() {
+  [[ -f $KIT_JPEG_DIR/.complete ]] && return 0
+  rm -rf "$KIT_JPEG_DIR"
+  "$PYTHON" - "$KIT_JPEG_DIR/train" <<'PY' && touch "$KIT_JPEG_DIR/.complete"
+import multiprocessing, os, sys
+import numpy as np
+from PIL import Image
+root = sys.argv[1]
+def write(i):
+    rng = np.random.default_rng(i)
+    small = (rng.random((12, 16, 3)) * 255).astype(np.uint8)
+    folder = os.path.join(root, "class%d" % (i % 10))
+    os.makedirs(folder, exist_ok=True)
+    Image.fromarray(small).resize((500, 375), Image.BICUBIC).save(
+        os.path.join(folder, "%04d.jpg" % i), quality=90)
+with multiprocessing.Pool() as pool:
+    pool.map(write, range(1024))
+PY
+}
+
 stage_resnet50() {
   local sets shape
+  [[ " $RN_POLICIES " == *+jpeg* ]] && { kit_jpeg_folder || echo "resnet50: the +jpeg folder could not be written"; }
   mapfile -t sets < <(resnet50_sets)
   shape=$(eval echo "$RN_TORCH_SHAPE")
   export TORCH_ARGS="$shape --warmup 5 --warmup-seconds $TORCH_WARMUP_S --windows $((RN_STEPS / RN_LOG_EVERY - 1)) --steps-per-window $RN_LOG_EVERY"

@@ -6,7 +6,7 @@
 #
 # variant_sets P prints the `--set` arguments of variant P, one per line; policy_name BASE the
 # precision.policy a base stands for.
-KIT_RN_VARIANTS="bf16+bf16sums bf16+convscratch bf16+convtune bf16+wgrad32 bf16+nofuse bf16+convaxpy bf16+floatpixels bf16+pageable bf16+nographs bf16+waited bf16+nondetconv bf16+tune"
+KIT_RN_VARIANTS="bf16+jpeg bf16+bf16sums bf16+convscratch bf16+convtune bf16+wgrad32 bf16+nofuse bf16+convaxpy bf16+floatpixels bf16+pageable bf16+nographs bf16+waited bf16+nondetconv bf16+tune"
 KIT_GPT_VARIANTS="bf16+nopad fp8+headfp8 fp8+nogradcast fp8+mlpfp8 bf16+chunk2048 bf16+recompute bf16+recomputeblocks fp8+plaincast bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+nographs bf16+waited bf16+tune bf16+lora bf16+qlora"
 
 policy_name() {
@@ -30,6 +30,11 @@ policy_name() {
 # +nondetconv:
 # cuDNN's heuristic order for the convolutions, non-deterministic engines included
 # (deterministic_convolutions = false);
+# +jpeg: the batches cut from JPEG files as ImageNet's are (data.source = "image_folder", its
+# RandomResizedCrop on the host's decoding threads, one per core, on the loader thread while the
+# GPU computes; $KIT_JPEG_DIR/train, which run_h200.sh writes: 1,024 500x375 JPEGs in 10 classes,
+# the head still 1000 wide): what real images cost against the synthetic bytes of the base row,
+# the question of issue 36's input pipeline;
 # +floatpixels: the images decoded on the host and sent as fp32 (data.pixels = float32, the
 # A/B of sending bytes and decoding them on the device); +pageable: the batches in
 # ordinary memory, copied into the backend's pinned staging on the step's thread
@@ -80,6 +85,13 @@ variant_sets() {
     variant+=(--set 'precision.override=[{layers = "*.attn.c_*", gemm_input = "bf16"}]')
   [[ $p == *+nondetconv* ]] && variant+=(--set backend.cuda.deterministic_convolutions=false)
   [[ $p == *+floatpixels* ]] && variant+=(--set data.pixels=float32)
+  [[ $p == *+jpeg* ]] &&
+    variant+=(--set data.source=image_folder
+      --set "data.image_folder.train=${KIT_JPEG_DIR:-/tmp/mixtrain-kit-jpeg}/train"
+      --set "data.image_folder.size=${RN_IMAGE:-224}" --set data.classes=1000
+      --set model.resnet.classes=1000
+      --set data.normalize.from_training=false --set 'data.normalize.mean=[0.485, 0.456, 0.406]'
+      --set 'data.normalize.std=[0.229, 0.224, 0.225]')
   [[ $p == *+pageable* ]] && variant+=(--set data.pin_memory=false)
   [[ $p == *+nofuse* ]] && variant+=(--set model.fuse_epilogues=false)
   [[ $p == *+ln2pass* ]] && variant+=(--set backend.cuda.layernorm_backward_one_pass=false)

@@ -82,6 +82,10 @@ void check_logits(const ModelSpec& spec, const std::string& list, const GraphTop
                ? "set " + spec.layers[last_spec].preset_key("out") + " = " + std::to_string(classes)
                : "set out = " + std::to_string(classes) + " on the last linear layer") +
               (classes <= last.shape.back() ? std::string()
+               : folders && static_cast<std::size_t>(classes) > input.class_names.size()
+                   ? "; or lower data.classes, which widens the data's " +
+                         std::to_string(input.class_names.size()) + " class folders to " +
+                         std::to_string(classes)
                : folders
                    ? "; or, if there should be " + std::to_string(last.shape.back()) +
                          " classes, move the extra class folders out of the "
