@@ -1107,7 +1107,7 @@ write_summary() {
 export -f stage_env mixtrain_libs stage_debs stage_configure stage_build stage_gemm stage_gemmsweep stage_test stage_wide \
   stage_resnet50 stage_gpt2 stage_resnet50v stage_gpt2v stage_gpt2medium stage_profile profile_md stage_counters \
   profile_mixtrain mixtrain_profile_section model_stage model_stage_table model_run policy_name variant_sets \
-  resnet50_sets gpt2_sets gpt2_tokens collect_tables variant_bases
+  resnet50_sets gpt2_sets gpt2_tokens kit_jpeg_folder collect_tables variant_bases
 
 # --- the run --------------------------------------------------------------------------------------
 echo "run_h200.sh: call $CALL, budget ${BUDGET_S} s (TIMEOUT_S ${TIMEOUT_S}), stages: $STAGES; results in $OUT"
