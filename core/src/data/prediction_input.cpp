@@ -265,9 +265,8 @@ PredictionInput load_image_files(const PredictionInputSpec& spec, const DataSett
                                "convert it to PNG or JPEG, or move it out of the folder");
     }
     if (has_folders) {
-      // Class folders: numbered as the training folder numbers them.
-      // By the names the model was trained on (its checkpoint's record); a record without them
-      // leaves the training folder's.
+      // Class folders, labelled by the names the model was trained on (its checkpoint's
+      // record; a record without them leaves the training folder's).
       std::vector<std::string> classes = trained.class_names;
       if (classes.empty()) try {
           classes = image_folder_classes(settings.image_train_dir);
