@@ -57,8 +57,13 @@ class ChannelsLastInput {
  private:
   static sdk::TensorView grow(const std::shared_ptr<sdk::DeviceBackend>& backend, Tensor& t,
                               sdk::DType dtype, const sdk::Shape& shape) {
-    if (t.empty() || t.dtype() != dtype || t.shape().numel() < shape.numel())
+    if (t.empty() || t.dtype() != dtype || t.shape().numel() < shape.numel()) {
+      // The old contents are dead (every caller writes the whole view): freed first, or the step
+      // that grows it (an evaluation batch larger than the step's) would peak holding both, past
+      // what `check` rehearses.
+      t = Tensor();
       t = Tensor(backend, dtype, sdk::Shape{shape.numel()});
+    }
     return {t.view().data, dtype, shape};
   }
   bool plain_ = false;
