@@ -4,8 +4,9 @@
 #include <cctype>
 #include <map>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <system_error>
-#include <tuple>
 #include <utility>
 
 #include "data/byte_images.h"
@@ -33,8 +34,65 @@ bool torchvision_only_extension(const std::string& ext) {
          ext == ".webp";
 }
 
+// A name as Python's str holds it: UTF-8 decoded strictly, each byte it cannot decode kept as the
+// lone surrogate U+DC00 + byte (os.fsdecode's surrogateescape on POSIX).
+std::u32string python_code_points(std::string_view bytes) {
+  const auto at = [&](std::size_t i) { return static_cast<unsigned char>(bytes[i]); };
+  const auto continuation = [&](std::size_t i, unsigned low, unsigned high) {
+    return i < bytes.size() && at(i) >= low && at(i) <= high;
+  };
+  std::u32string out;
+  for (std::size_t i = 0; i < bytes.size();) {
+    const unsigned b = at(i);
+    // The lead byte's length and its first continuation's range (no overlongs, no surrogates,
+    // nothing past U+10FFFF), as Python's decoder accepts them.
+    std::size_t n = 0;
+    unsigned low = 0x80, high = 0xBF;
+    if (b < 0x80)
+      n = 1;
+    else if (b >= 0xC2 && b <= 0xDF)
+      n = 2;
+    else if (b == 0xE0)
+      n = 3, low = 0xA0;
+    else if (b == 0xED)
+      n = 3, high = 0x9F;
+    else if (b >= 0xE1 && b <= 0xEF)
+      n = 3;
+    else if (b == 0xF0)
+      n = 4, low = 0x90;
+    else if (b == 0xF4)
+      n = 4, high = 0x8F;
+    else if (b >= 0xF1 && b <= 0xF3)
+      n = 4;
+    bool valid = n > 0 && (n == 1 || continuation(i + 1, low, high));
+    for (std::size_t k = 2; valid && k < n; ++k) valid = continuation(i + k, 0x80, 0xBF);
+    if (!valid) {
+      out.push_back(0xDC00 + b);
+      ++i;
+      continue;
+    }
+    char32_t c = n == 1 ? b : b & (0xFF >> (n + 1));
+    for (std::size_t k = 1; k < n; ++k) c = (c << 6) | (at(i + k) & 0x3F);
+    out.push_back(c);
+    i += n;
+  }
+  return out;
+}
+
+// Python's sorted() order of names: by code point, which for valid UTF-8 is the bytes' order, but
+// puts a byte Python cannot decode (U+DC80..U+DCFF) between U+D7FF and U+E000.
+bool python_less(std::string_view a, std::string_view b) {
+  const auto plain = [](std::string_view s) {
+    return std::all_of(s.begin(), s.end(),
+                       [](char c) { return (static_cast<unsigned char>(c) & 0x80) == 0; });
+  };
+  if (plain(a) && plain(b)) return a < b;
+  return python_code_points(a) < python_code_points(b);
+}
+
 // The class folders of `root`: its entries that are folders (symbolic links followed, as
-// os.scandir's is_dir() follows them), in byte order, as torchvision's find_classes sorts them.
+// os.scandir's is_dir() follows them), in Python's order of their names, as torchvision's
+// find_classes sorts them.
 std::vector<std::string> class_folders(const fs::path& root) {
   std::error_code ec;
   if (!fs::exists(root, ec))
@@ -53,7 +111,7 @@ std::vector<std::string> class_folders(const fs::path& root) {
     throw sdk::DataError("image folder '" + root.string() + "' cannot be read: " + e.what(),
                          "check its permissions");
   }
-  std::sort(out.begin(), out.end());
+  std::sort(out.begin(), out.end(), python_less);
   if (out.empty())
     throw sdk::DataError("image folder '" + root.string() + "' holds no class folder",
                          "put each class's images in a folder of its own under it "
@@ -95,7 +153,8 @@ std::vector<fs::path> class_files(
                          "to a folder above (a loop)");
   }
   std::sort(found.begin(), found.end(), [](const FoundFile& a, const FoundFile& b) {
-    return std::tie(a.dir, a.name) < std::tie(b.dir, b.name);
+    if (a.dir != b.dir) return python_less(a.dir, b.dir);
+    return python_less(a.name, b.name);
   });
   std::vector<fs::path> out;
   out.reserve(found.size());
@@ -173,7 +232,8 @@ ImageFolderListing list_image_folder(const fs::path& root,
                            "a held-out image must be of a class the model learns: give both "
                            "folders the same class folders");
     for (const auto& c : out.classes)
-      if (!std::binary_search(folders.begin(), folders.end(), c)) out.missing_classes.push_back(c);
+      if (std::find(folders.begin(), folders.end(), c) == folders.end())
+        out.missing_classes.push_back(c);
   }
   // Files beside the class folders: no class's, and ImageFolder reads none either.
   std::error_code ec;

@@ -1,8 +1,9 @@
 // Image folders as torchvision's ImageFolder reads them (ImageNet's train/ and val/ layout): each
-// folder under the root is a class, numbered in the byte order of the folder names; its images
-// are every .jpg, .jpeg and .png file beneath it (any case, subfolders included), in the order of
-// Python's sorted(os.walk(...)) then sorted file names, so a row's index and label are
-// torchvision's for the same folder.
+// folder under the root is a class, numbered in Python's order of the folder names (by code point;
+// a byte that is not UTF-8 as the surrogate Python decodes it to); its images are every .jpg,
+// .jpeg and .png file beneath it (any case, subfolders included), in the order of Python's
+// sorted(os.walk(...)) then sorted file names, so a row's index and label are torchvision's for
+// the same folder.
 //
 // Contract:
 // - list_image_folder() reads names only (no image); load_image_folder() builds the image-file

@@ -87,6 +87,28 @@ TEST(ImageFolder, ListsClassesAndFilesInTorchvisionsOrder) {
   EXPECT_TRUE(d.pixels.empty());
 }
 
+// Python sorts names as str: by code point, a byte that is not UTF-8 decoded to the surrogate
+// U+DC00 + byte. For valid UTF-8 that is the bytes' order; such a byte (U+DCFF here) comes after
+// U+4E00 and before U+FF21, where the bytes' order puts 0xFF last.
+TEST(ImageFolder, ClassesAreInPythonsOrderOfTheirNames) {
+  ScratchDir dir;
+  const std::vector<std::string> python_order = {"a", "\xe4\xb8\x80", "\xff", "\xef\xbc\xa1"};
+  for (std::size_t i = 0; i < python_order.size(); ++i) {
+    fs::create_directories(dir / "root" / python_order[i]);
+    write_png(dir / "root" / python_order[i] / "x.png", 4, 4, static_cast<int>(i));
+  }
+  const auto l = core::list_image_folder(dir / "root");
+  EXPECT_EQ(l.classes, python_order);
+  EXPECT_EQ(l.labels, (std::vector<std::int32_t>{0, 1, 2, 3}));
+  // Within a class, file names follow the same rule.
+  write_png(dir / "root" / "a" / "\xff.png", 4, 4, 9);
+  write_png(dir / "root" / "a" / "\xef\xbc\xa1.png", 4, 4, 9);
+  const auto files = core::list_image_folder(dir / "root").files;
+  EXPECT_EQ(files[0].filename().string(), "x.png");
+  EXPECT_EQ(files[1].filename().string(), "\xff.png");
+  EXPECT_EQ(files[2].filename().string(), "\xef\xbc\xa1.png");
+}
+
 TEST(ImageFolder, RefusesFoldersItCannotFollowNamingThem) {
   ScratchDir dir;
   EXPECT_TRUE(
