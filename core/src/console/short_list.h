@@ -12,5 +12,7 @@
 namespace mixtrain::core {
 
 std::string short_list(const std::vector<std::string>& items, std::size_t shown);
+// The same with each item in single quotes: names a user wrote ('cat', 'dog' and 3 more).
+std::string quoted_short_list(const std::vector<std::string>& items, std::size_t shown);
 
 }  // namespace mixtrain::core

@@ -367,17 +367,11 @@ void refuse_renumbered_classes(const Trainer::State& s, const CheckpointFile& fi
       if (std::find(b.begin(), b.end(), name) == b.end()) out.push_back(name);
     return out;
   };
-  const auto listed = [](const std::vector<std::string>& names) {
-    std::string out;
-    for (std::size_t i = 0; i < names.size() && i < 5; ++i)
-      out += (i ? ", '" : "'") + names[i] + "'";
-    if (names.size() > 5) out += " and " + std::to_string(names.size() - 5) + " more";
-    return out;
-  };
   const auto added = missing_from(now, trained), gone = missing_from(trained, now);
   std::string change;
-  if (!added.empty()) change += "class folders added since: " + listed(added);
-  if (!gone.empty()) change += std::string(change.empty() ? "" : "; ") + "gone: " + listed(gone);
+  if (!added.empty()) change += "class folders added since: " + quoted_short_list(added, 5);
+  if (!gone.empty())
+    change += std::string(change.empty() ? "" : "; ") + "gone: " + quoted_short_list(gone, 5);
   if (change.empty()) change = "the same names in another order";
   throw sdk::DataError(
       file.path.string() + " was trained on " + std::to_string(trained.size()) +

@@ -9,6 +9,7 @@
 #include <system_error>
 #include <utility>
 
+#include "console/short_list.h"
 #include "data/byte_images.h"
 #include "data/image_folder/image_file.h"
 #include "data/image_folder/parallel_rows.h"
@@ -162,14 +163,6 @@ std::vector<fs::path> class_files(
   return out;
 }
 
-std::string name_list(const std::vector<std::string>& names) {
-  std::string out;
-  for (std::size_t i = 0; i < names.size() && i < 5; ++i)
-    out += (out.empty() ? "'" : ", '") + names[i] + "'";
-  if (names.size() > 5) out += " and " + std::to_string(names.size() - 5) + " more";
-  return out;
-}
-
 // Every file's header, on `threads` threads: the bad ones said together, first in row order.
 void check_headers(const std::vector<fs::path>& files, unsigned threads) {
   std::mutex lock;
@@ -184,10 +177,10 @@ void check_headers(const std::vector<fs::path>& files, unsigned threads) {
   });
   if (bad.empty()) return;
   std::sort(bad.begin(), bad.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::string more;
-  for (std::size_t k = 1; k < bad.size() && k < 10; ++k)
-    more += (k > 1 ? ", '" : "'") + files[static_cast<std::size_t>(bad[k].first)].string() + "'";
-  if (bad.size() > 10) more += " and " + std::to_string(bad.size() - 10) + " more";
+  std::vector<std::string> others;
+  for (std::size_t k = 1; k < bad.size(); ++k)
+    others.push_back(files[static_cast<std::size_t>(bad[k].first)].string());
+  const std::string more = quoted_short_list(others, 9);
   const sdk::DataError& first = bad.front().second;
   if (bad.size() == 1) throw first;
   throw sdk::DataError(std::string(first.what()) + "; " + std::to_string(bad.size() - 1) +
@@ -228,7 +221,7 @@ ImageFolderListing list_image_folder(const fs::path& root,
       throw sdk::DataError("held-out folder '" + root.string() +
                                "' has class folders the "
                                "training folder lacks: " +
-                               name_list(foreign),
+                               quoted_short_list(foreign, 5),
                            "a held-out image must be of a class the model learns: give both "
                            "folders the same class folders");
     for (const auto& c : out.classes)
@@ -265,7 +258,7 @@ ImageFolderListing list_image_folder(const fs::path& root,
   }
   if (!empty.empty())
     throw sdk::DataError("image folder '" + root.string() + "': class folder" +
-                             (empty.size() > 1 ? "s " : " ") + name_list(empty) +
+                             (empty.size() > 1 ? "s " : " ") + quoted_short_list(empty, 5) +
                              (empty.size() > 1 ? " hold" : " holds") +
                              " no .jpg, .jpeg or .png file",
                          "put the class's images in it, or remove the folder (it would be a "
