@@ -19,6 +19,14 @@ std::vector<float> unit_byte_values(std::int64_t channels) {
   return table;
 }
 
+void decode_bytes(const std::vector<float>& table, std::int64_t channels, std::size_t width,
+                  std::size_t rows, const std::uint8_t* bytes, float* out) {
+  const std::size_t plane = width / static_cast<std::size_t>(channels);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t k = 0; k < width; ++k)
+      out[r * width + k] = table[(k / plane) * 256 + bytes[r * width + k]];
+}
+
 void store_image_bytes(Dataset& data, std::vector<std::uint8_t> bytes, bool keep_bytes) {
   if (keep_bytes && data.is_image()) {
     data.x.clear();

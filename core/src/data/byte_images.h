@@ -13,6 +13,11 @@ namespace mixtrain::core {
 // loaders write for a byte when they decode it at load.
 std::vector<float> unit_byte_values(std::int64_t channels);
 
+// `rows` byte images [rows, width] (width = channels · plane, channels-first) decoded through
+// their table [channels, 256] into out [rows, width]: each byte of channel c is table[c][byte].
+void decode_bytes(const std::vector<float>& table, std::int64_t channels, std::size_t width,
+                  std::size_t rows, const std::uint8_t* bytes, float* out);
+
 // Turns `data` (rows, features, sample_shape set; x sized) into byte images holding `bytes`
 // ([rows, features], channels-first), or, without `keep_bytes`, decodes them into x as b / 255.
 void store_image_bytes(Dataset& data, std::vector<std::uint8_t> bytes, bool keep_bytes);

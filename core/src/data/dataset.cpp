@@ -1,6 +1,7 @@
 // Dataset checks, the portable PRNG, held-out split and batch gathering.
 #include "mixtrain/core/data/dataset.h"
 
+#include "data/byte_images.h"
 #include "data/image_folder/image_batch.h"
 #include "data/portable_math.h"
 #include "mixtrain/sdk/error.h"
@@ -479,10 +480,8 @@ void gather_batch(const Dataset& data, std::span<const std::int64_t> rows, float
                               std::to_string(data.rows) + ")");
     const auto r = static_cast<std::size_t>(row);
     if (data.is_bytes()) {
-      const std::size_t plane = width / static_cast<std::size_t>(data.channels());
-      const std::uint8_t* in = data.pixels.data() + r * width;
-      for (std::size_t k = 0; k < width; ++k)
-        x_out[i * width + k] = data.pixel_values[(k / plane) * 256 + in[k]];
+      decode_bytes(data.pixel_values, data.channels(), width, 1, data.pixels.data() + r * width,
+                   x_out + i * width);
     } else {
       std::memcpy(x_out + i * width, data.x.data() + r * width, width * sizeof(float));
     }

@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "data/byte_images.h"
 #include "data/image_folder/image_file.h"
 #include "data/image_folder/image_resample.h"
 #include "data/image_folder/parallel_rows.h"
@@ -57,9 +58,7 @@ void decode_image_rows_as_floats(const Dataset& data, std::span<const std::int64
   const auto width = static_cast<std::size_t>(data.features);
   std::vector<std::uint8_t> bytes(rows.size() * width);
   decode_image_rows(data, rows, training_batch, seed, first_row, flip, bytes.data(), y_out);
-  const std::size_t plane = width / 3;
-  for (std::size_t k = 0; k < bytes.size(); ++k)
-    x_out[k] = data.pixel_values[((k % width) / plane) * 256 + bytes[k]];
+  decode_bytes(data.pixel_values, data.channels(), width, rows.size(), bytes.data(), x_out);
 }
 
 Dataset decoded_sample(const Dataset& data, std::int64_t most) {
