@@ -397,16 +397,19 @@ std::pair<Dataset, Dataset> split_holdout(Dataset all, double eval_fraction, std
     seeded_shuffle(order, rng);
   }
 
-  // Image files: the file names move, not pixels.
+  // Image files: the file names move, not pixels. The lists are taken out of `all` first, so
+  // that each part copies the rest of it, not a list of every file.
   if (all.is_image_files()) {
+    const std::vector<std::filesystem::path> files = std::move(all.image_files);
+    const std::vector<std::int32_t> labels = std::move(all.y);
+    all.image_files.clear();
+    all.y.clear();
     const auto part_of = [&](std::span<const std::int64_t> rows) {
       Dataset part = all;
       part.rows = static_cast<std::int64_t>(rows.size());
-      part.image_files.clear();
-      part.y.clear();
       for (const std::int64_t r : rows) {
-        part.image_files.push_back(all.image_files[static_cast<std::size_t>(r)]);
-        part.y.push_back(all.y[static_cast<std::size_t>(r)]);
+        part.image_files.push_back(files[static_cast<std::size_t>(r)]);
+        part.y.push_back(labels[static_cast<std::size_t>(r)]);
       }
       return part;
     };
