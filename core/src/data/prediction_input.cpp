@@ -237,13 +237,16 @@ PredictionInput load_image_files(const PredictionInputSpec& spec, const DataSett
   } else {
     bool has_folders = false;
     std::int64_t others = 0;
+    fs::path undecoded;  // a format torchvision reads and mixtrain does not decode
     for (const auto& entry : fs::directory_iterator(input, ec)) {
-      if (entry.is_directory())
+      if (entry.is_directory()) {
         has_folders = true;
-      else if (is_image_file_name(entry.path()))
+      } else if (is_image_file_name(entry.path())) {
         listing.files.push_back(entry.path());
-      else
+      } else {
         ++others;
+        if (undecoded.empty() && is_undecoded_image_name(entry.path())) undecoded = entry.path();
+      }
     }
     std::sort(listing.files.begin(), listing.files.end());
     if (has_folders && !listing.files.empty())
@@ -253,16 +256,15 @@ PredictionInput load_image_files(const PredictionInputSpec& spec, const DataSett
               "images nor one of class folders",
           "give a folder of the images alone (predicted unlabelled), or one of class folders "
           "(labelled by them)");
-    if (!has_folders && others > 0) {
+    if (!has_folders) {
       // As a training folder's: a format torchvision reads but mixtrain does not decode is said,
       // not dropped from the rows; other files are left out, counted.
+      if (!undecoded.empty())
+        throw sdk::DataError("--input " + input.string() + " holds " +
+                                 undecoded.filename().string() +
+                                 ", an image format mixtrain does not decode",
+                             "convert it to PNG or JPEG, or move it out of the folder");
       listing.skipped = others;
-      for (const auto& entry : fs::directory_iterator(input, ec))
-        if (!entry.is_directory() && is_undecoded_image_name(entry.path()))
-          throw sdk::DataError("--input " + input.string() + " holds " +
-                                   entry.path().filename().string() +
-                                   ", an image format mixtrain does not decode",
-                               "convert it to PNG or JPEG, or move it out of the folder");
     }
     if (has_folders) {
       // Class folders, labelled by the names the model was trained on (its checkpoint's
