@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <tuple>
 #include <utility>
@@ -250,8 +251,10 @@ Dataset load_table(const DataSettings& settings) {
 
 // A named file that does not exist is the config's mistake: said at its key and line, with the
 // rule relative paths follow.
-void check_named_files_exist(const DataSettings& settings) {
+// `key_suffix`: only the keys ending so (".eval": a session that reads the held-out files alone).
+void check_named_files_exist(const DataSettings& settings, std::string_view key_suffix = {}) {
   for (const auto& f : settings.named_files) {
+    if (!f.key.ends_with(key_suffix)) continue;
     std::error_code ec;
     const bool exists = std::filesystem::exists(f.path, ec);
     if (ec == std::errc::too_many_symbolic_link_levels)
@@ -370,10 +373,7 @@ LoadedData load_held_out_data(const DataSettings& settings, std::uint64_t seed) 
   if (!is_token_source(settings.source) || settings.eval_token_paths.empty())
     return load_splits(settings, seed, /*training=*/false);
   // The held-out key's files alone (data.tokens.eval, data.text.eval), named at that key.
-  DataSettings held_out = settings;
-  std::erase_if(held_out.named_files,
-                [](const DataSettings::NamedFile& f) { return !f.key.ends_with(".eval"); });
-  check_named_files_exist(held_out);
+  check_named_files_exist(settings, ".eval");
   warn_of_files_on_both_sides(settings.token_paths, settings.eval_token_paths);
   const std::string kind = settings.source == DataSource::text ? "text" : "token file";
   LoadedData out;
@@ -389,11 +389,7 @@ Dataset load_cifar10_held_out(const DataSettings& settings, const Dataset& model
   // The held-out list when given (then the folder is not needed), else the folder: only the keys
   // this session reads are checked to exist.
   const bool listed = !settings.cifar_eval_paths.empty();
-  DataSettings held_out = settings;
-  std::erase_if(held_out.named_files, [&](const DataSettings::NamedFile& f) {
-    return !f.key.ends_with(listed ? ".eval" : ".path");
-  });
-  check_named_files_exist(held_out);
+  check_named_files_exist(settings, listed ? ".eval" : ".path");
   const auto files =
       listed ? settings.cifar_eval_paths : cifar10_held_out_files(settings.cifar_dir);
   Dataset eval = load_cifar10(files, settings.keep_bytes());
@@ -411,10 +407,7 @@ Dataset load_cifar10_held_out(const DataSettings& settings, const Dataset& model
 
 Dataset load_image_folder_held_out(const DataSettings& settings, const Dataset& model_input,
                                    const std::string& origin, const ChannelStats& normalization) {
-  DataSettings held_out = settings;
-  std::erase_if(held_out.named_files,
-                [](const DataSettings::NamedFile& f) { return !f.key.ends_with(".eval"); });
-  check_named_files_exist(held_out);
+  check_named_files_exist(settings, ".eval");
   const std::vector<std::int64_t> crops = {3, settings.crop_size, settings.crop_size};
   if (model_input.sample_shape != crops)
     throw sdk::DataError(
