@@ -12,6 +12,7 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -115,8 +116,9 @@ int pread_all(int fd, std::byte* data, std::size_t size, std::uint64_t offset) {
 // Writing
 
 struct PlannedTensor {
-  const sdk::HostTensor* tensor;
+  const sdk::StreamedTensor* tensor;
   std::uint64_t offset;  // from the data section start
+  std::uint64_t length;  // shape × dtype size
   std::uint32_t crc32;
 };
 
@@ -139,13 +141,15 @@ std::optional<std::uint64_t> expected_byte_count(const std::vector<std::int64_t>
   return count;
 }
 
-std::vector<PlannedTensor> plan_tensors(const fs::path& path, const sdk::TrainingState& state,
+// Each tensor's place in the data section, its name, rank and size checked; checksums not yet.
+std::vector<PlannedTensor> plan_tensors(const fs::path& path,
+                                        const std::vector<sdk::StreamedTensor>& tensors,
                                         std::uint64_t& data_length) {
   std::vector<PlannedTensor> plan;
-  plan.reserve(state.tensors.size());
+  plan.reserve(tensors.size());
   std::unordered_set<std::string_view> names;
   std::uint64_t cursor = 0;
-  for (const auto& t : state.tensors) {
+  for (const auto& t : tensors) {
     if (t.name.empty()) fail_invalid_state(path, "a tensor has an empty name");
     if (!names.insert(t.name).second)
       fail_invalid_state(path, "two tensors are named '" + t.name + "'");
@@ -153,40 +157,30 @@ std::vector<PlannedTensor> plan_tensors(const fs::path& path, const sdk::Trainin
       fail_invalid_state(path, "tensor '" + t.name + "' has rank " +
                                    std::to_string(t.shape.size()) + "; the maximum is " +
                                    std::to_string(sdk::Shape::kMaxRank));
-    const auto expected = expected_byte_count(t.shape, t.dtype);
-    if (!expected)
+    const auto length = expected_byte_count(t.shape, t.dtype);
+    if (!length)
       fail_invalid_state(path, "tensor '" + t.name + "' has a negative or overflowing shape");
-    if (*expected != t.bytes.size())
-      fail_invalid_state(path, "tensor '" + t.name + "' holds " + std::to_string(t.bytes.size()) +
-                                   " bytes but its shape and dtype (" +
-                                   std::string(sdk::dtype_name(t.dtype)) + ") need " +
-                                   std::to_string(*expected));
     const std::uint64_t offset = align_up(cursor);
-    plan.push_back({&t, offset, 0});
-    cursor = offset + t.bytes.size();
+    plan.push_back({&t, offset, *length, 0});
+    cursor = offset + *length;
   }
   data_length = cursor;
-  std::vector<std::span<const std::byte>> buffers;
-  buffers.reserve(plan.size());
-  for (const auto& p : plan) buffers.emplace_back(p.tensor->bytes);
-  const auto crcs = crc32_of_each(buffers);
-  for (std::size_t i = 0; i < plan.size(); ++i) plan[i].crc32 = crcs[i];
   return plan;
 }
 
-std::string encode_header(const fs::path& path, const sdk::TrainingState& state,
+std::string encode_header(const fs::path& path, const std::map<std::string, std::string>& metadata,
                           const std::vector<PlannedTensor>& plan, std::uint64_t data_length) {
   // ordered_json keeps the documented field order, which makes `head -c` dumps readable.
   nlohmann::ordered_json header;
   header["metadata"] = nlohmann::ordered_json::object();
-  for (const auto& [key, value] : state.metadata) header["metadata"][key] = value;
+  for (const auto& [key, value] : metadata) header["metadata"][key] = value;
   auto table = nlohmann::ordered_json::array();
   for (const auto& p : plan) {
     table.push_back({{"name", p.tensor->name},
                      {"dtype", std::string(sdk::dtype_name(p.tensor->dtype))},
                      {"shape", p.tensor->shape},
                      {"offset", p.offset},
-                     {"length", p.tensor->bytes.size()},
+                     {"length", p.length},
                      {"crc32", p.crc32}});
   }
   header["tensors"] = std::move(table);
@@ -201,6 +195,19 @@ std::string encode_header(const fs::path& path, const sdk::TrainingState& state,
                           "metadata values must be UTF-8 text; encode binary data (e.g. base64) "
                           "before storing it");
   }
+}
+
+// A tensor's bytes from the reader, checked to be as long as the plan says.
+std::span<const std::byte> read_planned(const fs::path& path, const sdk::StreamedTensorReader& read,
+                                        std::size_t index, const PlannedTensor& p,
+                                        std::span<std::byte> buffer) {
+  const auto bytes = read(index, buffer.first(static_cast<std::size_t>(p.length)));
+  if (bytes.size() != p.length)
+    fail_invalid_state(path, "tensor '" + p.tensor->name + "' came with " +
+                                 std::to_string(bytes.size()) + " bytes but its shape and dtype (" +
+                                 std::string(sdk::dtype_name(p.tensor->dtype)) + ") need " +
+                                 std::to_string(p.length));
+  return bytes;
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -707,38 +714,93 @@ NativeCheckpointFormat::NativeCheckpointFormat(const sdk::Options& options,
                                                const sdk::PluginContext& context)
     : fsync_(options.get_bool("fsync")), logger_(context.logger) {}
 
-void NativeCheckpointFormat::write(const fs::path& path, const sdk::TrainingState& state) const {
-  const auto started = std::chrono::steady_clock::now();
+namespace {
+
+void check_target(const fs::path& path) {
   if (path.filename().empty())
     throw CheckpointError("cannot write checkpoint " + quoted(path) + ": the path has no file name",
                           "give a file path such as <dir>/step-100.mxt");
+}
 
-  // Everything that can be wrong with the state fails here, before the disk is touched.
-  std::uint64_t data_length = 0;
-  const auto plan = plan_tensors(path, state, data_length);
-  const std::string header = encode_header(path, state, plan, data_length);
+// The file of a checksummed plan: preamble, header, then each tensor read (again), in order.
+void write_planned(const fs::path& path, bool fsync, const sdk::Logger& logger,
+                   const std::map<std::string, std::string>& metadata,
+                   const std::vector<PlannedTensor>& plan, std::uint64_t data_length,
+                   const sdk::StreamedTensorReader& read, std::span<std::byte> buffer) {
+  const auto started = std::chrono::steady_clock::now();
+  const std::string header = encode_header(path, metadata, plan, data_length);
   Preamble preamble;
   preamble.header_length = header.size();
   preamble.header_crc32 = crc32_of(reinterpret_cast<const std::byte*>(header.data()), header.size());
 
-  sdk::AtomicFileWriter out(path, fsync_, "checkpoint");
+  sdk::AtomicFileWriter out(path, fsync, "checkpoint");
   const auto preamble_bytes = encode_preamble(preamble);
   out.write(preamble_bytes.data(), preamble_bytes.size());
   out.write(header.data(), header.size());
   const std::uint64_t data_start = data_section_offset(header.size());
   out.write_zeros(static_cast<std::size_t>(data_start - out.written()));
-  for (const auto& p : plan) {
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    const auto& p = plan[i];
+    const auto bytes = read_planned(path, read, i, p, buffer);
     out.write_zeros(static_cast<std::size_t>(data_start + p.offset - out.written()));
-    out.write(p.tensor->bytes.data(), p.tensor->bytes.size());
+    out.write(bytes.data(), bytes.size());
   }
-  if (auto warning = out.commit(); !warning.empty()) logger_.warn(warning);
+  if (auto warning = out.commit(); !warning.empty()) logger.warn(warning);
 
-  if (logger_.enabled(sdk::LogLevel::debug)) {
+  if (logger.enabled(sdk::LogLevel::debug)) {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    logger_.debug("wrote " + quoted(path) + ": " + std::to_string(plan.size()) + " tensors, " +
-                  std::to_string(out.written()) + " bytes in " + std::to_string(seconds) + " s");
+    logger.debug("wrote " + quoted(path) + ": " + std::to_string(plan.size()) + " tensors, " +
+                 std::to_string(out.written()) + " bytes in " + std::to_string(seconds) + " s");
   }
+}
+
+}  // namespace
+
+void NativeCheckpointFormat::write(const fs::path& path, const sdk::TrainingState& state) const {
+  check_target(path);
+  // Everything that can be wrong with the state fails here, before the disk is touched.
+  std::vector<sdk::StreamedTensor> tensors;
+  tensors.reserve(state.tensors.size());
+  for (const auto& t : state.tensors) tensors.push_back({t.name, t.dtype, t.shape});
+  std::uint64_t data_length = 0;
+  auto plan = plan_tensors(path, tensors, data_length);
+  std::vector<std::span<const std::byte>> buffers;
+  buffers.reserve(plan.size());
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    const auto& t = state.tensors[i];
+    if (t.bytes.size() != plan[i].length)
+      fail_invalid_state(path, "tensor '" + t.name + "' holds " + std::to_string(t.bytes.size()) +
+                                   " bytes but its shape and dtype (" +
+                                   std::string(sdk::dtype_name(t.dtype)) + ") need " +
+                                   std::to_string(plan[i].length));
+    buffers.emplace_back(t.bytes);
+  }
+  // Every tensor is in memory: their checksums in one parallel pass over all of them.
+  const auto crcs = crc32_of_each(buffers);
+  for (std::size_t i = 0; i < plan.size(); ++i) plan[i].crc32 = crcs[i];
+  write_planned(path, fsync_, logger_, state.metadata, plan, data_length,
+                [&](std::size_t i, std::span<std::byte>) { return buffers[i]; }, {});
+}
+
+void NativeCheckpointFormat::write_streamed(const fs::path& path,
+                                            const std::vector<sdk::StreamedTensor>& tensors,
+                                            const std::map<std::string, std::string>& metadata,
+                                            const sdk::StreamedTensorReader& read) const {
+  check_target(path);
+  std::uint64_t data_length = 0;
+  auto plan = plan_tensors(path, tensors, data_length);
+  std::uint64_t largest = 0;
+  for (const auto& p : plan) largest = std::max(largest, p.length);
+  // One buffer for every read, the largest tensor long; left uninitialised, so a reader that
+  // hands out bytes it holds costs no memory here.
+  const std::unique_ptr<std::byte[]> storage(new std::byte[static_cast<std::size_t>(largest)]);
+  const std::span<std::byte> buffer(storage.get(), static_cast<std::size_t>(largest));
+  // The header holds every checksum and comes first: a pass to checksum, before the disk is
+  // touched, then the write reads each tensor again.
+  for (std::size_t i = 0; i < plan.size(); ++i)
+    plan[i].crc32 = crc32_of_each({read_planned(path, read, i, plan[i], buffer)}).front();
+  write_planned(path, fsync_, logger_, metadata, plan, data_length, read, buffer);
 }
 
 sdk::TrainingState NativeCheckpointFormat::read(const fs::path& path) const {

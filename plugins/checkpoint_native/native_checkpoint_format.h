@@ -13,23 +13,32 @@
 // - read_only() (sdk/format_partial_read.h) is read() of the tensors its caller wants: the
 //   preamble, header and tensor table are checked whole, and only the wanted tensors' data is
 //   read and checksummed.
+// - write_streamed() (sdk/format_streamed_write.h) writes the file write() writes, byte for byte,
+//   reading each tensor twice through the host's reader (the header, which comes first, holds
+//   every tensor's checksum): host memory for one tensor, not the whole state. The state is
+//   checked as write() checks it before the first read.
 // - The object is immutable after construction; write() and the reads may run concurrently from
 //   several threads (on different target paths for write()).
 #pragma once
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "mixtrain/sdk/checkpoint_format.h"
 #include "mixtrain/sdk/format_partial_read.h"
+#include "mixtrain/sdk/format_streamed_write.h"
 #include "mixtrain/sdk/options.h"
 #include "mixtrain/sdk/plugin.h"
 
 namespace mixtrain::checkpoint_native {
 
-class NativeCheckpointFormat final : public sdk::CheckpointFormat, public sdk::PartialReadFacet {
+class NativeCheckpointFormat final : public sdk::CheckpointFormat,
+                                     public sdk::PartialReadFacet,
+                                     public sdk::StreamedWriteFacet {
  public:
   static sdk::OptionSchema option_schema();
 
@@ -40,6 +49,10 @@ class NativeCheckpointFormat final : public sdk::CheckpointFormat, public sdk::P
   sdk::TrainingState read(const std::filesystem::path& path) const override;
   sdk::TrainingState read_only(const std::filesystem::path& path,
                                const std::function<bool(std::string_view)>& wanted) const override;
+  void write_streamed(const std::filesystem::path& path,
+                      const std::vector<sdk::StreamedTensor>& tensors,
+                      const std::map<std::string, std::string>& metadata,
+                      const sdk::StreamedTensorReader& read) const override;
 
  private:
   bool fsync_;

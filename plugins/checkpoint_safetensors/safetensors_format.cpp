@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <set>
 #include <span>
@@ -69,8 +70,10 @@ const char* st_name(sdk::DType t) {
 
 struct Exported {
   std::string name;  // as written in the file
-  const sdk::HostTensor* tensor;
-  sdk::DType dtype;  // as written
+  const sdk::StreamedTensor* tensor;
+  std::size_t index;  // the tensor's in the state, for the reader
+  sdk::DType dtype;   // as written
+  std::uint64_t numel;
   std::uint64_t begin, end;
 };
 
@@ -88,39 +91,43 @@ std::optional<std::uint64_t> checked_byte_count(const std::vector<std::int64_t>&
 
 bool is_float(sdk::DType t) { return t != sdk::DType::int32; }
 
-// The bytes of `t` in `to`, converted exactly (decode to fp32, encode with RNE).
-std::vector<std::byte> converted_bytes(const sdk::HostTensor& t, sdk::DType to) {
-  if (t.dtype == to || (t.dtype == sdk::DType::tf32 && to == sdk::DType::fp32)) return t.bytes;
-  const auto n = static_cast<std::size_t>(t.numel());
+// The n elements of `bytes` (of dtype `from`) in `to`, converted exactly (decode to fp32, encode
+// with RNE); `bytes` itself when no conversion is needed (`converted` then stays empty).
+std::span<const std::byte> converted_bytes(std::span<const std::byte> bytes, sdk::DType from,
+                                           std::size_t n, sdk::DType to,
+                                           std::vector<std::byte>& converted) {
+  if (from == to || (from == sdk::DType::tf32 && to == sdk::DType::fp32)) return bytes;
   std::vector<float> f32(n);
-  switch (t.dtype) {
+  switch (from) {
     case sdk::DType::fp32:
-    case sdk::DType::tf32: std::memcpy(f32.data(), t.bytes.data(), n * 4); break;
+    case sdk::DType::tf32:
+      std::memcpy(f32.data(), bytes.data(), n * 4);
+      break;
     case sdk::DType::fp16:
     case sdk::DType::bf16: {
       std::vector<std::uint16_t> src(n);
-      std::memcpy(src.data(), t.bytes.data(), n * 2);
-      sdk::convert(std::span<const std::uint16_t>(src), t.dtype, std::span<float>(f32));
+      std::memcpy(src.data(), bytes.data(), n * 2);
+      sdk::convert(std::span<const std::uint16_t>(src), from, std::span<float>(f32));
       break;
     }
     case sdk::DType::fp8_e4m3:
     case sdk::DType::fp8_e5m2: {
       std::vector<std::uint8_t> src(n);
-      std::memcpy(src.data(), t.bytes.data(), n);
-      sdk::convert(std::span<const std::uint8_t>(src), t.dtype, std::span<float>(f32));
+      std::memcpy(src.data(), bytes.data(), n);
+      sdk::convert(std::span<const std::uint8_t>(src), from, std::span<float>(f32));
       break;
     }
     case sdk::DType::int32: break;  // not reached: int32 is never converted
   }
-  std::vector<std::byte> out(n * sdk::dtype_size(to));
+  converted.resize(n * sdk::dtype_size(to));
   if (to == sdk::DType::fp32) {
-    std::memcpy(out.data(), f32.data(), n * 4);
+    std::memcpy(converted.data(), f32.data(), n * 4);
   } else {
     std::vector<std::uint16_t> dst(n);
     sdk::convert(std::span<const float>(f32), std::span<std::uint16_t>(dst), to);
-    std::memcpy(out.data(), dst.data(), n * 2);
+    std::memcpy(converted.data(), dst.data(), n * 2);
   }
-  return out;
+  return converted;
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -393,6 +400,28 @@ SafetensorsFormat::SafetensorsFormat(const sdk::Options& options, const sdk::Plu
       logger_(context.logger) {}
 
 void SafetensorsFormat::write(const fs::path& path, const sdk::TrainingState& state) const {
+  std::vector<sdk::StreamedTensor> tensors;
+  tensors.reserve(state.tensors.size());
+  for (const auto& t : state.tensors) tensors.push_back({t.name, t.dtype, t.shape});
+  write_exported(
+      path, tensors, state.metadata,
+      [&](std::size_t i, std::span<std::byte>) -> std::span<const std::byte> {
+        return state.tensors[i].bytes;
+      },
+      /*streamed=*/false);
+}
+
+void SafetensorsFormat::write_streamed(const fs::path& path,
+                                       const std::vector<sdk::StreamedTensor>& tensors,
+                                       const std::map<std::string, std::string>& metadata,
+                                       const sdk::StreamedTensorReader& read) const {
+  write_exported(path, tensors, metadata, read, /*streamed=*/true);
+}
+
+void SafetensorsFormat::write_exported(const fs::path& path,
+                                       const std::vector<sdk::StreamedTensor>& tensors,
+                                       const std::map<std::string, std::string>& metadata,
+                                       const sdk::StreamedTensorReader& read, bool streamed) const {
   if (path.filename().empty())
     throw CheckpointError("cannot write " + quoted(path) + ": the path has no file name",
                           "give a file path such as model.safetensors");
@@ -402,11 +431,14 @@ void SafetensorsFormat::write(const fs::path& path, const sdk::TrainingState& st
                           "this is a bug in the component that produced it");
   };
 
-  // Plan everything (names, dtypes, offsets, header) before the disk is touched.
+  // Plan everything (names, dtypes, offsets, header) before the disk is touched. The tensors
+  // left out (optimizer slots, EMA) are never read.
   std::vector<Exported> plan;
   std::set<std::string> names;
   std::uint64_t offset = 0;
-  for (const auto& t : state.tensors) {
+  std::uint64_t largest = 0;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const auto& t = tensors[i];
     std::string name;
     if (t.name.rfind("param/", 0) == 0) name = t.name.substr(6);
     else if (t.name.rfind("buffer/", 0) == 0) name = t.name.substr(7);  // running statistics
@@ -415,23 +447,30 @@ void SafetensorsFormat::write(const fs::path& path, const sdk::TrainingState& st
     if (name.empty() || name == "__metadata__") invalid("tensor name '" + t.name + "' cannot be exported");
     if (!names.insert(name).second) invalid("two tensors are exported as '" + name + "'");
     const auto have = checked_byte_count(t.shape, sdk::dtype_size(t.dtype));
-    if (!have || *have != t.bytes.size())
-      invalid("tensor '" + t.name + "' holds " + std::to_string(t.bytes.size()) +
-              " bytes, which does not match its shape and dtype");
+    if (!have) invalid("tensor '" + t.name + "' has a negative or overflowing shape");
+    // A whole state's bytes are checked here, before the disk is touched; a streamed tensor's
+    // as it is read.
+    if (!streamed) {
+      const auto held = read(i, {}).size();
+      if (*have != held)
+        invalid("tensor '" + t.name + "' holds " + std::to_string(held) +
+                " bytes, which does not match its shape and dtype");
+    }
     const sdk::DType out = is_float(t.dtype) ? dtype_ : sdk::DType::int32;
-    const std::uint64_t size = static_cast<std::uint64_t>(t.numel()) * sdk::dtype_size(out);
-    plan.push_back({name, &t, out, offset, offset + size});
+    const std::uint64_t size = *have / sdk::dtype_size(t.dtype) * sdk::dtype_size(out);
+    plan.push_back({name, &t, i, out, *have / sdk::dtype_size(t.dtype), offset, offset + size});
     offset += size;
+    largest = std::max(largest, *have);
   }
 
   std::string header;
   try {
     ordered_json h = ordered_json::object();
-    if (!state.metadata.empty()) {
+    if (!metadata.empty()) {
       ordered_json meta = ordered_json::object();
-      for (const auto& [k, v] : state.metadata) meta[k] = v;
+      for (const auto& [k, v] : metadata) meta[k] = v;
       // Weights only (maybe narrowed): a resume must refuse the file (checkpoint_format.h).
-      if (state.metadata.count("mixtrain.state_version")) meta["mixtrain.weights_only"] = "1";
+      if (metadata.count("mixtrain.state_version")) meta["mixtrain.weights_only"] = "1";
       h["__metadata__"] = std::move(meta);
     }
     for (const auto& p : plan)
@@ -444,6 +483,11 @@ void SafetensorsFormat::write(const fs::path& path, const sdk::TrainingState& st
   // Like the reference writer: pad with spaces so the buffer starts 8-byte aligned.
   header.append((8 - header.size() % 8) % 8, ' ');
 
+  // One buffer for a streamed state's reads, left uninitialised (a reader that hands out bytes
+  // it holds costs nothing here).
+  const std::size_t buffer_size = streamed ? static_cast<std::size_t>(largest) : 0;
+  const std::unique_ptr<std::byte[]> storage(new std::byte[buffer_size]);
+  const std::span<std::byte> buffer(storage.get(), buffer_size);
   sdk::AtomicFileWriter out(path, fsync_, "safetensors file");
   unsigned char len_bytes[8];
   std::uint64_t n = header.size();
@@ -453,9 +497,16 @@ void SafetensorsFormat::write(const fs::path& path, const sdk::TrainingState& st
   }
   out.write(len_bytes, 8);
   out.write(header.data(), header.size());
+  std::vector<std::byte> converted;
   for (const auto& p : plan) {
-    const auto bytes = converted_bytes(*p.tensor, p.dtype);
-    out.write(bytes.data(), bytes.size());
+    const auto held = static_cast<std::size_t>(p.numel * sdk::dtype_size(p.tensor->dtype));
+    const auto bytes = read(p.index, buffer.first(streamed ? held : 0));
+    if (bytes.size() != held)  // the temporary file goes with `out`; the target is untouched
+      invalid("tensor '" + p.tensor->name + "' came with " + std::to_string(bytes.size()) +
+              " bytes, which does not match its shape and dtype");
+    const auto written = converted_bytes(bytes, p.tensor->dtype, static_cast<std::size_t>(p.numel),
+                                         p.dtype, converted);
+    out.write(written.data(), written.size());
   }
   if (auto warning = out.commit(); !warning.empty()) logger_.warn(warning);
   logger_.debug("wrote " + quoted(path) + ": " + std::to_string(plan.size()) + " tensors");

@@ -2,6 +2,7 @@
 // the host's resume and weights-only start through the format, atomic writes, and damaged files.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cctype>
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <memory>
 #include <random>
 #include <set>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +26,7 @@
 #include "mixtrain/core/plugins/registry.h"
 #include "mixtrain/core/train/trainer.h"
 #include "mixtrain/sdk/error.h"
+#include "mixtrain/sdk/format_streamed_write.h"
 #include "mixtrain/sdk/support/float_formats.h"
 
 namespace mixtrain::conformance {
@@ -340,6 +343,81 @@ TEST_P(CheckpointFormatConformance, AWriteReplacesTheFileWholeAndLeavesNothingBe
   const sdk::TrainingState back = format_->read(f);
   EXPECT_EQ(back.metadata.count("which") ? back.metadata.at("which") : "", "new");
   EXPECT_EQ(back.find("param/every.fp32"), nullptr) << "the old file's tensors are still read";
+}
+
+// The streamed facet's write of a state is write()'s file, byte for byte: with a reader that fills
+// the format's buffer (as the host reads a device tensor) and with one that hands out the bytes it
+// holds. Each tensor is asked for at most twice (a checksum pass, then the write), with a buffer of
+// exactly its size.
+TEST_P(CheckpointFormatConformance, AStreamedWriteIsTheWholeWriteByteForByte) {
+  const auto* streamed = dynamic_cast<const sdk::StreamedWriteFacet*>(format_.get());
+  if (streamed == nullptr) GTEST_SKIP() << "the format offers no streamed_write facet";
+  const sdk::TrainingState st = kit_state();
+  format_->write(file("whole"), st);
+  std::vector<sdk::StreamedTensor> tensors;
+  for (const auto& t : st.tensors) tensors.push_back({t.name, t.dtype, t.shape});
+  for (const bool fills : {true, false}) {
+    std::vector<int> reads(st.tensors.size(), 0);
+    const fs::path f = file(fills ? "filled" : "held");
+    streamed->write_streamed(
+        f, tensors, st.metadata,
+        [&](std::size_t i, std::span<std::byte> buffer) -> std::span<const std::byte> {
+          EXPECT_LT(i, st.tensors.size()) << "asked for a tensor the state does not have";
+          const auto& bytes = st.tensors.at(i).bytes;
+          ++reads[i];
+          if (!fills) return bytes;
+          EXPECT_EQ(buffer.size(), bytes.size())
+              << "the buffer for '" << st.tensors[i].name << "' is not its size";
+          std::memcpy(buffer.data(), bytes.data(), std::min(buffer.size(), bytes.size()));
+          return buffer.first(std::min(buffer.size(), bytes.size()));
+        });
+    EXPECT_EQ(file_bytes(f), file_bytes(file("whole")))
+        << "the streamed file (" << (fills ? "buffers filled" : "bytes held")
+        << ") is not the file write() writes";
+    for (std::size_t i = 0; i < reads.size(); ++i)
+      EXPECT_LE(reads[i], 2) << "'" << st.tensors[i].name << "' was read " << reads[i] << " times";
+  }
+}
+
+// What the host's reader throws (its refusal of weights that are not finite) comes out unchanged,
+// wherever the format is in its write: the old file stays whole and nothing is left beside it.
+TEST_P(CheckpointFormatConformance, AStreamedWriteStoppedByItsReaderLeavesTheOldFile) {
+  const auto* streamed = dynamic_cast<const sdk::StreamedWriteFacet*>(format_.get());
+  if (streamed == nullptr) GTEST_SKIP() << "the format offers no streamed_write facet";
+  struct Refused {};
+  const sdk::TrainingState st = kit_state();
+  std::vector<sdk::StreamedTensor> tensors;
+  for (const auto& t : st.tensors) tensors.push_back({t.name, t.dtype, t.shape});
+  const fs::path dir = scratch_.path() / "stopped";
+  fs::create_directories(dir);
+  const fs::path f = dir / ("ckpt" + format_->file_extension());
+  format_->write(f, st);
+  const auto old_bytes = file_bytes(f);
+  // Stopped at each read in turn (the formats' reads differ in number and order).
+  for (int stop_at = 1;; ++stop_at) {
+    int reads = 0;
+    bool stopped = false;
+    try {
+      streamed->write_streamed(
+          f, tensors, {{"mixtrain.state_version", "1"}, {"which", "new"}},
+          [&](std::size_t i, std::span<std::byte>) -> std::span<const std::byte> {
+            if (++reads == stop_at) throw Refused{};
+            return st.tensors.at(i).bytes;
+          });
+    } catch (const Refused&) {
+      stopped = true;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "the reader's exception at read " << stop_at
+                    << " came out as another: " << e.what();
+      stopped = true;
+    }
+    if (!stopped) break;  // every read was passed: the write completed
+    EXPECT_EQ(file_bytes(f), old_bytes) << "stopped at read " << stop_at;
+    EXPECT_EQ(folder_entries(dir), std::set<std::string>{f.filename().string()})
+        << "stopped at read " << stop_at;
+    ASSERT_LT(stop_at, 100) << "more reads than the state has tensors twice";
+  }
+  EXPECT_EQ(format_->read(f).metadata.at("which"), "new");
 }
 
 TEST_P(CheckpointFormatConformance, AWriteThatCannotBeMadeIsACheckpointError) {

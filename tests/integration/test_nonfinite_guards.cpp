@@ -7,6 +7,8 @@
 // its shape. Each case trains a small MLP on the CPU for a few steps.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -138,17 +140,18 @@ class NonfiniteGuards : public ::testing::Test {
   }
 
   // The step checkpoints the run folder holds, by file name.
-  std::vector<std::string> checkpoints(const fs::path& run) {
+  std::vector<std::string> checkpoints(const fs::path& run, const std::string& extension = ".mxt") {
     std::vector<std::string> names;
-    for (const auto& f : core::step_checkpoints(run / "checkpoints", ".mxt"))
+    for (const auto& f : core::step_checkpoints(run / "checkpoints", extension))
       names.push_back(f.filename().string());
     return names;
   }
 
   // A run whose first parameter's master is filled with NaN right after step `poison_at`'s
   // update (before that step's checkpoint, when it has one).
-  core::TrainSummary poisoned_run(const fs::path& run, std::int64_t poison_at) {
-    const auto e = experiment();
+  core::TrainSummary poisoned_run(const fs::path& run, std::int64_t poison_at,
+                                  const std::vector<std::string>& sets = {}) {
+    const auto e = experiment(sets);
     auto c = components(e);
     const auto backend = c.backend;
     core::TrainOptions opt;
@@ -285,6 +288,26 @@ TEST_F(NonfiniteGuards, ACheckpointOfNonFiniteWeightsIsNeverWritten) {
     EXPECT_TRUE(has(err.hint(), "step-00000004.mxt")) << err.hint();
   }
   EXPECT_EQ(checkpoints(run), (std::vector<std::string>{"step-00000002.mxt", "step-00000004.mxt"}));
+}
+
+// The same through a format that writes each weight as it reads it (safetensors streams in one
+// pass, where the native format reads every tensor for its checksums before it writes): the
+// refusal comes partway through the file, which is then not written, and nothing is left beside.
+TEST_F(NonfiniteGuards, ACheckpointStreamedPartwayIsNotWrittenEither) {
+  const fs::path run = dir_ / "streamed";
+  try {
+    poisoned_run(run, 6, {"checkpoint.format=safetensors"});
+    ADD_FAILURE() << "the run wrote or went past the checkpoint of step 6";
+  } catch (const sdk::CheckpointError& err) {
+    EXPECT_TRUE(has(err.what(), "not writing ")) << err.what();
+    EXPECT_TRUE(has(err.what(), "holds nan at element 0")) << err.what();
+  }
+  std::vector<std::string> files;
+  for (const auto& f : fs::directory_iterator(run / "checkpoints"))
+    files.push_back(f.path().filename().string());
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files,
+            (std::vector<std::string>{"step-00000002.safetensors", "step-00000004.safetensors"}));
 }
 
 // A file holding a NaN weight: a run refuses to start from it (init_from) or continue it (resume),

@@ -85,6 +85,10 @@ std::vector<sdk::HostTensor> DataParallelReducer::optimizer_state(const sdk::Opt
   return whole_optimizer_state(*backend_, optimizer);
 }
 
+bool DataParallelReducer::holds_whole_optimizer_state() const {
+  return !dp_.sharded();
+}
+
 void DataParallelReducer::load_optimizer_state(const sdk::Optimizer& optimizer,
                                                const WholeTensorFinder& find,
                                                const WholeTensorLoader& load,

@@ -39,6 +39,7 @@ class DataParallelReducer final : public Reducer {
   void agree_on_evaluation(EvalResult& result) override;
 
   std::vector<sdk::HostTensor> optimizer_state(const sdk::Optimizer& optimizer) override;
+  bool holds_whole_optimizer_state() const override;
   void load_optimizer_state(const sdk::Optimizer& optimizer, const WholeTensorFinder& find,
                             const WholeTensorLoader& load, const std::string& where) override;
 

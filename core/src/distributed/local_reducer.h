@@ -38,6 +38,7 @@ class LocalReducer final : public Reducer {
   void agree_on_evaluation(EvalResult&) override {}
 
   std::vector<sdk::HostTensor> optimizer_state(const sdk::Optimizer& optimizer) override;
+  bool holds_whole_optimizer_state() const override { return true; }
   void load_optimizer_state(const sdk::Optimizer& optimizer, const WholeTensorFinder& find,
                             const WholeTensorLoader& load, const std::string& where) override;
 

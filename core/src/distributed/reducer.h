@@ -33,6 +33,9 @@
 //   run names them (unprefixed); load_optimizer_state() takes them back: `find(name)` gives the
 //   whole tensor or nullptr (sdk::CheckpointError naming `where` and the slot), `load(tensor,
 //   slot)` copies a whole tensor into a whole slot, checking it. Both are collective.
+//   holds_whole_optimizer_state(): this replica's optimizer holds every slot whole (one process,
+//   or unsharded), so a checkpoint may read its state_tensors() one at a time instead of
+//   calling optimizer_state(); false where the slots must be gathered. Communicates nothing.
 // - Reporting: announce() logs how the replicas share the work (nothing in one process);
 //   report_step() adds this window's communication to a metrics record; report_run() fills the
 //   summary's "distributed" entry and checks that the replicas still agree (replica_state() is
@@ -95,6 +98,7 @@ class Reducer {
   virtual void agree_on_evaluation(EvalResult& result) = 0;
 
   virtual std::vector<sdk::HostTensor> optimizer_state(const sdk::Optimizer& optimizer) = 0;
+  virtual bool holds_whole_optimizer_state() const = 0;
   virtual void load_optimizer_state(const sdk::Optimizer& optimizer, const WholeTensorFinder& find,
                                     const WholeTensorLoader& load, const std::string& where) = 0;
 

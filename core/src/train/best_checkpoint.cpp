@@ -45,12 +45,12 @@ std::optional<std::int64_t> file_step(Trainer::State& s, const fs::path& file,
 void save_best_checkpoint(Trainer::State& s) {
   const fs::path path = best_file(s);
   if (!s.writes) {  // a data-parallel rank other than 0: its part of the gather only
-    capture_state(s, /*weights_only=*/false);
+    stage_state(s, /*weights_only=*/false);
     return;
   }
   for (const auto& stale : sdk::remove_stale_temp_files(path.parent_path()))
     s.log.info("removed " + stale.string() + ", left by an interrupted checkpoint write");
-  s.c.checkpoint_format->write(path, capture_state(s, /*weights_only=*/false));
+  write_staged(*s.c.checkpoint_format, path, stage_state(s, /*weights_only=*/false));
   s.metrics.best_path = path;
   char line[128];
   std::snprintf(line, sizeof line, "best %s so far: %.6g at step %lld, written to ",

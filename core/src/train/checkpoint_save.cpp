@@ -68,26 +68,32 @@ ComponentHistory current_history(const Trainer::State& s) {
   return h;
 }
 
-sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
-  auto& b = *s.c.backend;
-  sdk::TrainingState st;
+StagedState stage_state(Trainer::State& s, bool weights_only) {
+  const auto& b = s.c.backend;
+  StagedState st;
   // Frozen parameters leave as FP32 too (their one copy widened, a quantized weight decoded): a
   // checkpoint's weights read the same whatever trained, and a quantized weight quantizes back to
   // the same decoded values on resume (graph/quantized_weight.h, "Round trip").
   for (auto* p : s.model->parameters())
-    st.tensors.push_back(parameter_to_host(s.c.backend, "param/" + p->name, *p));
+    st.tensors.push_back(staged_parameter(b, "param/" + p->name, *p));
   for (auto* buf : s.model->buffers())
-    st.tensors.push_back(to_host(b, "buffer/" + buf->name, buf->value.view()));
+    st.tensors.push_back(staged_view(b, "buffer/" + buf->name, buf->value.view()));
   if (!weights_only) {
-    // Whole slots (gathered from every rank's shard when sharded): the file is a one-rank run's,
-    // so it resumes on any number of ranks (docs/architecture.md, "Data parallel").
-    for (auto& t : s.reducer->optimizer_state(*s.c.optimizer)) {
-      t.name = "optimizer/" + t.name;
-      st.tensors.push_back(std::move(t));
+    // Whole slots (gathered from every rank's shard when sharded, which is collective and happens
+    // here): the file is a one-rank run's, so it resumes on any number of ranks
+    // (docs/architecture.md, "Data parallel"). Held whole, they are read as the format asks.
+    if (s.reducer->holds_whole_optimizer_state()) {
+      for (const auto& t : s.c.optimizer->state_tensors())
+        st.tensors.push_back(staged_view(b, "optimizer/" + t.name, t.view));
+    } else {
+      for (auto& t : s.reducer->optimizer_state(*s.c.optimizer)) {
+        t.name = "optimizer/" + t.name;
+        st.tensors.push_back(staged_host(std::move(t)));
+      }
     }
     const auto trainable = s.model->trainable_parameters();
     for (std::size_t i = 0; i < s.ema.size(); ++i)
-      st.tensors.push_back(to_host(b, "ema/" + trainable[i]->name, s.ema[i].view()));
+      st.tensors.push_back(staged_view(b, "ema/" + trainable[i]->name, s.ema[i].view()));
   }
   // A session without the training split (TrainOptions::splits) has drawn no batch.
   const auto cursor = s.data.sampler ? s.data.sampler->cursor() : BatchSampler::Cursor{};
@@ -145,6 +151,10 @@ sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
   return st;
 }
 
+sdk::TrainingState capture_state(Trainer::State& s, bool weights_only) {
+  return materialise(stage_state(s, weights_only));
+}
+
 sdk::TrainingState Trainer::training_state(bool weights_only) const {
   return capture_state(*s_, weights_only);
 }
@@ -160,7 +170,7 @@ std::optional<fs::path> newest_checkpoint_before(const Trainer::State& s, std::i
 
 fs::path Trainer::save_checkpoint() {
   auto& s = *s_;
-  const sdk::TrainingState st = capture_state(s, /*weights_only=*/false);
+  StagedState st = stage_state(s, /*weights_only=*/false);
   if (!s.writes) return {};  // a data-parallel rank other than 0 took part in the gather only
 
   char name[64];
@@ -173,19 +183,29 @@ fs::path Trainer::save_checkpoint() {
     s.log.info("removed " + stale.string() + ", left by an interrupted checkpoint write");
   // Weights that are not finite are never written: with checkpoint.keep, the file would push out
   // the last good one. A skipped step stops the run first where they feed the loss (trainer.cpp);
-  // this holds for any other (a weight the loss does not read).
-  for (const auto& t : st.tensors)
-    if (const auto bad = first_nonfinite_fp32(t); bad && t.name.starts_with("param/")) {
-      const auto last = newest_checkpoint_before(s, s.position.step);
-      throw sdk::CheckpointError(
-          "not writing " + path.string() + ": tensor '" + t.name + "' holds " + *bad +
-              "; a checkpoint of weights that are not finite would replace the run's good ones",
-          last ? "the newest checkpoint this run has is " + last->string() + ": go on from it (" +
-                     continue_route(s, *last, s.run_dir) +
-                     ") with a lower optimizer.lr, or check the optimizer plugin that made them"
-               : "this run has no checkpoint yet: check optimizer.lr and the weights it started "
-                 "from");
-    }
+  // this holds for any other (a weight the loss does not read). Each weight is checked as the
+  // format reads it: the native format reads every tensor for its checksums before it writes, and
+  // a format that stops partway leaves no file (sdk/format_streamed_write.h).
+  bool refused_nonfinite = false;
+  for (auto& t : st.tensors) {
+    if (!t.info.name.starts_with("param/")) continue;
+    t.read = [&, read = std::move(t.read), tensor = t.info.name](std::span<std::byte> buffer) {
+      const auto bytes = read(buffer);
+      if (const auto bad = first_nonfinite_fp32(sdk::DType::fp32, bytes)) {
+        const auto last = newest_checkpoint_before(s, s.position.step);
+        refused_nonfinite = true;
+        throw sdk::CheckpointError(
+            "not writing " + path.string() + ": tensor '" + tensor + "' holds " + *bad +
+                "; a checkpoint of weights that are not finite would replace the run's good ones",
+            last ? "the newest checkpoint this run has is " + last->string() + ": go on from it (" +
+                       continue_route(s, *last, s.run_dir) +
+                       ") with a lower optimizer.lr, or check the optimizer plugin that made them"
+                 : "this run has no checkpoint yet: check optimizer.lr and the weights it started "
+                   "from");
+      }
+      return bytes;
+    };
+  }
   // Whatever the format throws ends the run here: say which save failed, what the run leaves to
   // continue from (a full disk is the usual cause) and, for a plugin's format, whose code it was.
   std::error_code ec;
@@ -225,8 +245,9 @@ fs::path Trainer::save_checkpoint() {
              : std::string()};
   };
   try {
-    s.c.checkpoint_format->write(path, st);
+    write_staged(*s.c.checkpoint_format, path, st);
   } catch (const sdk::UserError& e) {
+    if (refused_nonfinite) throw;  // the host's own refusal, through the format unchanged
     const auto [what, resume] = failed(e.what());
     throw sdk::CheckpointError(
         what, e.hint() + (resume.empty() ? "" : (e.hint().empty() ? "" : "; then ") + resume));

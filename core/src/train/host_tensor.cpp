@@ -1,5 +1,6 @@
 #include "train/host_tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -73,21 +74,26 @@ sdk::HostTensor parameter_to_host(const std::shared_ptr<sdk::DeviceBackend>& b,
 }
 
 std::optional<std::string> first_nonfinite_fp32(const sdk::HostTensor& t) {
-  if (t.dtype != sdk::DType::fp32) return std::nullopt;
-  const std::size_t n = t.bytes.size() / sizeof(float);
+  return first_nonfinite_fp32(t.dtype, t.bytes);
+}
+
+std::optional<std::string> first_nonfinite_fp32(sdk::DType dtype,
+                                                std::span<const std::byte> bytes) {
+  if (dtype != sdk::DType::fp32) return std::nullopt;
+  const std::size_t n = bytes.size() / sizeof(float);
   // One pass without an early exit first (it vectorises: a checkpoint's weights, at memory speed),
   // then the element, only when there is one.
   constexpr std::uint32_t kExponent = 0x7F800000u;
   bool any = false;
   for (std::size_t i = 0; i < n; ++i) {
     std::uint32_t bits;
-    std::memcpy(&bits, t.bytes.data() + i * sizeof bits, sizeof bits);
+    std::memcpy(&bits, bytes.data() + i * sizeof bits, sizeof bits);
     any |= (bits & kExponent) == kExponent;
   }
   if (!any) return std::nullopt;
   for (std::size_t i = 0; i < n; ++i) {
     float v;
-    std::memcpy(&v, t.bytes.data() + i * sizeof(float), sizeof v);
+    std::memcpy(&v, bytes.data() + i * sizeof(float), sizeof v);
     if (!std::isfinite(v))
       return std::string(std::isnan(v) ? "nan"
                          : v > 0       ? "inf"
@@ -95,6 +101,42 @@ std::optional<std::string> first_nonfinite_fp32(const sdk::HostTensor& t) {
              " at element " + std::to_string(i);
   }
   return std::nullopt;
+}
+
+StagedTensor staged_view(const std::shared_ptr<sdk::DeviceBackend>& b, const std::string& name,
+                         sdk::TensorView v) {
+  StagedTensor t;
+  t.info = {name, v.dtype, v.shape.to_vector()};
+  t.read = [b, v](std::span<std::byte> buffer) {
+    b->copy_to_host(buffer.data(), v);
+    return std::span<const std::byte>(buffer);
+  };
+  return t;
+}
+
+StagedTensor staged_parameter(const std::shared_ptr<sdk::DeviceBackend>& b, const std::string& name,
+                              const ModelParameter& p) {
+  if (!p.quantized() && p.value().dtype == sdk::DType::fp32) return staged_view(b, name, p.value());
+  // Widened or decoded on the host (to_host_fp32, parameter_to_host), then copied into the buffer:
+  // frozen 16-bit or quantized weights, a rarer and smaller part of a state.
+  StagedTensor t;
+  t.info = {name, sdk::DType::fp32, p.shape().to_vector()};
+  t.read = [b, name, &p](std::span<std::byte> buffer) {
+    const sdk::HostTensor h = parameter_to_host(b, name, p);
+    std::memcpy(buffer.data(), h.bytes.data(), std::min(buffer.size(), h.bytes.size()));
+    return std::span<const std::byte>(buffer);
+  };
+  return t;
+}
+
+StagedTensor staged_host(sdk::HostTensor h) {
+  StagedTensor t;
+  t.info = {h.name, h.dtype, h.shape};
+  t.read = [held = std::make_shared<const sdk::HostTensor>(std::move(h))](std::span<std::byte>) {
+    return std::span<const std::byte>(held->bytes);
+  };
+  t.held = true;
+  return t;
 }
 
 }  // namespace mixtrain::core

@@ -4,7 +4,10 @@
 
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+
+#include "checkpoint/staged_state.h"
 
 #include "mixtrain/sdk/device_backend.h"
 
@@ -25,5 +28,15 @@ sdk::HostTensor parameter_to_host(const std::shared_ptr<sdk::DeviceBackend>& b,
 // For an fp32 tensor, its first element that is not finite, as "nan at element 12" / "inf at
 // element 3"; nullopt when all are finite or the tensor is of another dtype.
 std::optional<std::string> first_nonfinite_fp32(const sdk::HostTensor& t);
+std::optional<std::string> first_nonfinite_fp32(sdk::DType dtype, std::span<const std::byte> bytes);
+
+// The same copies staged for a checkpoint (checkpoint/staged_state.h): read when a format asks,
+// into the buffer it gives. The backend and the parameter must outlive the staged tensor.
+StagedTensor staged_view(const std::shared_ptr<sdk::DeviceBackend>& b, const std::string& name,
+                         sdk::TensorView v);
+StagedTensor staged_parameter(const std::shared_ptr<sdk::DeviceBackend>& b, const std::string& name,
+                              const ModelParameter& p);
+// Bytes already on the host, handed out as they are.
+StagedTensor staged_host(sdk::HostTensor t);
 
 }  // namespace mixtrain::core

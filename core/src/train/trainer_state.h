@@ -124,6 +124,10 @@ void feed_batch(Trainer::State& s, const Dataset& d, std::span<const std::int64_
 // (checkpoint/state.h) in both. weights_only is what `export --initial` writes. Under data
 // parallelism every rank must call it (the optimizer's gather), not only the one that writes.
 sdk::TrainingState capture_state(Trainer::State& s, bool weights_only);
+// The same state staged (checkpoint/staged_state.h): the metadata, and the tensors read only when
+// a format asks (the gathered optimizer slots of a sharded run excepted, read here). Collective as
+// capture_state is.
+StagedState stage_state(Trainer::State& s, bool weights_only);
 // The run's components by range of steps, this process's included (checkpoint_save.cpp).
 ComponentHistory current_history(const Trainer::State& s);
 // The newest step checkpoint this run's folder holds from before `step`, if any: what a run that

@@ -49,7 +49,11 @@
 //   them; a write replaces the file whole and leaves no other file, and one that cannot be made (a
 //   missing folder) is a CheckpointError; reading a missing file, a folder, an empty file, random
 //   bytes or any truncation of a good file is a CheckpointError naming the file, and a damaged
-//   byte is that or a state whose tensors' bytes fit their shapes, never a crash.
+//   byte is that or a state whose tensors' bytes fit their shapes, never a crash. A format with the
+//   streamed_write facet (sdk/format_streamed_write.h) writes through it the file write() writes,
+//   byte for byte, asking for each tensor at most twice with a buffer exactly its size, and
+//   whether the host fills that buffer or hands out bytes it holds; an exception from the host's
+//   reader comes out unchanged, with the old file whole and no other file left.
 // - scaler_from_plugin(), optimizer_from_plugin(), policy_from_plugin(),
 //   checkpoint_format_from_plugin(): a component of a plugin library as a config would make it: a
 //   registry of their own scans `folders_or_files`, and the options are `options` over the
