@@ -369,14 +369,6 @@ std::string lora_share_line(const core::Trainer& trainer, double state) {
 
 }  // namespace
 
-// The bound optimizer's state, in bytes, as a checkpoint holds it.
-std::size_t optimizer_state_bytes(const core::Trainer& trainer) {
-  std::size_t state = 0;
-  for (const auto& t : trainer.training_state(/*weights_only=*/false).tensors)
-    if (t.name.rfind("optimizer/", 0) == 0) state += t.bytes.size();
-  return state;
-}
-
 int run_check(const ConfigArgs& cfg, bool rehearse) {
   // Checking a config opens everything training would, init_from included.
   auto session = open_model_session(cfg, SessionWeights::as_training_starts, /*rehearses=*/true);
@@ -403,7 +395,7 @@ int run_check(const ConfigArgs& cfg, bool rehearse) {
   // With frozen parameters: bytes per parameter of the frozen base and of what trains, measured
   // on the allocated tensors and the bound optimizer's state.
   if (!experiment.model.freeze.empty()) {
-    const std::size_t state = optimizer_state_bytes(trainer);
+    const std::size_t state = trainer.optimizer_state_bytes();
     if (experiment.model.lora.enabled())
       std::cout << lora_share_line(trainer, static_cast<double>(state));
     const auto memory = core::measure_parameter_memory(trainer.model(), state);

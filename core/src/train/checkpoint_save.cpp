@@ -159,6 +159,13 @@ sdk::TrainingState Trainer::training_state(bool weights_only) const {
   return capture_state(*s_, weights_only);
 }
 
+std::size_t Trainer::optimizer_state_bytes() const {
+  std::size_t bytes = 0;
+  for (const auto& t : stage_state(*s_, /*weights_only=*/false).tensors)
+    if (t.info.name.starts_with("optimizer/")) bytes += staged_bytes(t.info);
+  return bytes;
+}
+
 // trainer_state.h
 std::optional<fs::path> newest_checkpoint_before(const Trainer::State& s, std::int64_t step) {
   const auto extension = s.c.checkpoint_format->file_extension();

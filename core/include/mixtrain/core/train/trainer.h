@@ -42,6 +42,7 @@
 //   skipped step leaves master weights, optimizer state and the lr schedule untouched.
 #pragma once
 
+#include <cstddef>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -176,6 +177,9 @@ class Trainer {
   // the resolved config); unless weights_only, also "optimizer/<slot>" and "ema/<name>"
   // (`mixtrain export --initial` takes the weights before run()).
   sdk::TrainingState training_state(bool weights_only) const;
+  // The bytes of the "optimizer/<slot>" tensors training_state(false) would hold, from their
+  // shapes and dtypes, copying nothing (collective under data parallelism, as training_state is).
+  std::size_t optimizer_state_bytes() const;
   std::filesystem::path save_checkpoint();
   const std::filesystem::path& run_dir() const;
   const Model& model() const;
