@@ -44,6 +44,9 @@ class DeviceLikeBackend final : public sdk::DeviceBackend, public sdk::GemmFacet
 
   std::size_t allocation_limit = ~std::size_t{0};
   bool fail_gemms = false;
+  // Once set, a copy to the host of more bytes than this fails as a device fault would (a loss or
+  // a flag, a few bytes, still comes over).
+  std::size_t fail_copies_over = ~std::size_t{0};
 
   sdk::BackendCapabilities capabilities() const override {
     auto caps = in_->capabilities();
@@ -61,7 +64,14 @@ class DeviceLikeBackend final : public sdk::DeviceBackend, public sdk::GemmFacet
   void deallocate(void* p) noexcept override { in_->deallocate(p); }
   sdk::MemoryStats memory_stats() const override { return in_->memory_stats(); }
   void copy_from_host(TensorView d, const void* s) override { in_->copy_from_host(d, s); }
-  void copy_to_host(void* d, TensorView s) override { in_->copy_to_host(d, s); }
+  void copy_to_host(void* d, TensorView s) override {
+    if (s.bytes() > fail_copies_over)
+      throw sdk::BackendError(
+          "backend_testgpu.copy_to_host: an uncorrectable ECC error was "
+          "encountered",
+          "the device needs a reset; resume from the newest checkpoint");
+    in_->copy_to_host(d, s);
+  }
   void copy(TensorView d, TensorView s) override { in_->copy(d, s); }
   void synchronize() override { in_->synchronize(); }
   void cast(TensorView s, TensorView d, const sdk::CastArgs& a) override { in_->cast(s, d, a); }
@@ -351,6 +361,37 @@ TEST_F(cli_device_errors, OutOfMemoryMidTrainingStopsTheRunAndKeepsEveryCheckpoi
     EXPECT_TRUE(after[path] == bytes) << path << " changed";
   }
   EXPECT_FALSE(fs::exists(dir_ / "summary.json")) << "a failed run writes no summary";
+}
+
+// A device fault while a checkpoint reads the weights (a save reads each tensor as its format
+// writes it): the run stops with the device's error, not as the format's fault, and the files of
+// the earlier saves stay as they were, with nothing half-written beside them.
+TEST_F(cli_device_errors, ADeviceFaultDuringACheckpointIsTheDevicesAndKeepsTheEarlierFiles) {
+  auto s = rig({"run.steps=20", "run.log_every=1", "run.eval_every=0", "checkpoint.every=2",
+                "checkpoint.keep=10"});
+  auto device = s.device;
+  core::TrainOptions opt = options();
+  std::map<fs::path, std::string> before;
+  opt.after_step = [&](std::int64_t step) {  // before step 4's checkpoint
+    if (step != 4) return;
+    for (const auto& f : fs::directory_iterator(dir_ / "checkpoints")) before[f.path()] = slurp(f);
+    device->fail_copies_over = 64;
+  };
+  core::Trainer trainer(s.experiment, std::move(s.components), opt);
+  std::string msg;
+  try {
+    trainer.run();
+  } catch (const sdk::UserError& e) {
+    msg = e.full_message();
+  }
+  EXPECT_NE(msg.find("backend_testgpu.copy_to_host: an uncorrectable ECC error"), std::string::npos)
+      << msg;
+  EXPECT_EQ(msg.find("report it to its authors"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("failed writing"), std::string::npos) << msg;
+  ASSERT_EQ(before.size(), 1u);
+  std::map<fs::path, std::string> after;
+  for (const auto& f : fs::directory_iterator(dir_ / "checkpoints")) after[f.path()] = slurp(f);
+  EXPECT_EQ(after, before) << "a checkpoint was added, removed, changed or left half-written";
 }
 
 }  // namespace

@@ -190,17 +190,30 @@ fs::path Trainer::save_checkpoint() {
     s.log.info("removed " + stale.string() + ", left by an interrupted checkpoint write");
   // Weights that are not finite are never written: with checkpoint.keep, the file would push out
   // the last good one. A skipped step stops the run first where they feed the loss (trainer.cpp);
-  // this holds for any other (a weight the loss does not read). Each weight is checked as the
-  // format reads it: the native format reads every tensor for its checksums before it writes, and
-  // a format that stops partway leaves no file (sdk/format_streamed_write.h).
-  bool refused_nonfinite = false;
-  for (auto& t : st.tensors) {
-    if (!t.info.name.starts_with("param/")) continue;
-    t.read = [&, read = std::move(t.read), tensor = t.info.name](std::span<std::byte> buffer) {
-      const auto bytes = read(buffer);
+  // this holds for any other (a weight the loss does not read). Each weight is checked the first
+  // time the format reads it: the native format reads every tensor for its checksums before it
+  // writes, and a format that stops partway leaves no file (sdk/format_streamed_write.h).
+  // What a read throws, that refusal or the backend's error, is the host's, not the format's: it
+  // comes out of the save as it was thrown.
+  bool host_threw = false;
+  std::vector<bool> checked(st.tensors.size(), false);
+  for (std::size_t i = 0; i < st.tensors.size(); ++i) {
+    auto& t = st.tensors[i];
+    const bool weight = t.info.name.starts_with("param/");
+    t.read = [&, i, weight, read = std::move(t.read),
+              tensor = t.info.name](std::span<std::byte> buffer) {
+      std::span<const std::byte> bytes;
+      try {
+        bytes = read(buffer);
+      } catch (...) {
+        host_threw = true;
+        throw;
+      }
+      if (!weight || checked[i]) return bytes;
+      checked[i] = true;
       if (const auto bad = first_nonfinite_fp32(sdk::DType::fp32, bytes)) {
         const auto last = newest_checkpoint_before(s, s.position.step);
-        refused_nonfinite = true;
+        host_threw = true;
         throw sdk::CheckpointError(
             "not writing " + path.string() + ": tensor '" + tensor + "' holds " + *bad +
                 "; a checkpoint of weights that are not finite would replace the run's good ones",
@@ -254,11 +267,12 @@ fs::path Trainer::save_checkpoint() {
   try {
     write_staged(*s.c.checkpoint_format, path, st);
   } catch (const sdk::UserError& e) {
-    if (refused_nonfinite) throw;  // the host's own refusal, through the format unchanged
+    if (host_threw) throw;  // the host's own refusal or error, through the format unchanged
     const auto [what, resume] = failed(e.what());
     throw sdk::CheckpointError(
         what, e.hint() + (resume.empty() ? "" : (e.hint().empty() ? "" : "; then ") + resume));
   } catch (const std::exception& e) {
+    if (host_threw) throw;
     // Not a UserError: the format's internal error (exit 1), not the user's input.
     const auto [what, resume] = failed(e.what());
     throw PluginFault(what,
