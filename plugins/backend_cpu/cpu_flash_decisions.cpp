@@ -1,15 +1,19 @@
 // CpuContext's flash-attention decision: which tile products flash attention runs (the option
 // `flash_products`, cpu_flash_attention.h). The rule: bf16 products for bf16 q, k and v where the
-// CPU has AMX-BF16 and the GEMM engine runs bf16 GEMMs natively there. On AMX a 64 x 64 x 64 bf16
-// tile product took 1.0 µs against oneDNN's sgemm's 3.6 µs (bench/RESULTS.md, session 64);
-// without AMX, oneDNN's bf16 matmul runs no faster than the decoded FP32 one (cpu_features.h), and
-// rounding P and dS would cost accuracy for nothing (forced, it ran 1.3-1.45x slower than FP32
-// there: AVX512-BF16 with AMX withheld from oneDNN). Where oneDNN offers no bf16 matmul at all
-// (AVX2), a forced bf16 runs FP32 products and says so.
+// GEMM engine runs bf16 GEMMs natively (cpu_features.h's onednn_bf16_preferred: AMX-BF16, or
+// AVX512-BF16 on an AMD CPU), the CPU classes where oneDNN's bf16 matmul beats the FP32 one. On
+// AMX a 64 x 64 x 64 bf16 tile product took 1.0 µs against oneDNN's sgemm's 3.6 µs (bench/
+// RESULTS.md, session 64); on AMD Zen 4 (AVX512-BF16, no AMX) GPT-2 small's attention ran 1.5x
+// faster with them (bench_flash_attention, 12 heads x 1024 tokens: forward 11.0 -> 7.4 ms,
+// backward 24.7 -> 15.9; session 85). On Intel AVX512-BF16 without AMX, where the engine emulates
+// bf16 GEMMs, oneDNN's bf16 matmul runs no faster than the decoded FP32 one, and rounding P and dS
+// would cost accuracy for nothing (forced, it ran 1.3-1.45x slower than FP32 there). Where oneDNN
+// offers no bf16 matmul at all (AVX2), a forced bf16 runs FP32 products and says so.
 #include <string>
 
 #include "cpu_context.h"
 #include "cpu_flash_attention.h"
+#include "cpu_gemm.h"
 #include "cpu_tile_matmul.h"
 
 namespace mixtrain::backend_cpu {
@@ -25,7 +29,7 @@ FlashProducts CpuContext::flash_products(sdk::DType qkv) const {
     case FlashProductsChoice::automatic:
       break;
   }
-  return amx_bf16_gemms() ? FlashProducts::bf16 : FlashProducts::fp32;
+  return gemm_->bf16_native() ? FlashProducts::bf16 : FlashProducts::fp32;
 }
 
 std::string CpuContext::flash_products_note() const {
@@ -41,11 +45,14 @@ std::string CpuContext::flash_products_note() const {
     case FlashProductsChoice::automatic:
       break;
   }
-  if (!amx_bf16_gemms())
+  if (!gemm_->bf16_native())
     return "flash_products = auto: flash attention's tile products in FP32 (bf16 ones are taken "
-           "with AMX-BF16 only)";
-  return "flash_products = auto: flash attention's tile products for bf16 q, k and v in bf16 on "
-         "AMX-BF16 (P and dS rounded to bf16), in FP32 for other dtypes";
+           "where bf16 GEMMs run natively: AMX-BF16, or AVX512-BF16 on an AMD CPU)";
+  return std::string(
+             "flash_products = auto: flash attention's tile products for bf16 q, k and v "
+             "in bf16 with native bf16 GEMMs (") +
+         (has_amx_bf16() ? "AMX-BF16" : "AVX512-BF16") +
+         "; P and dS rounded to bf16), in FP32 for other dtypes";
 }
 
 }  // namespace mixtrain::backend_cpu

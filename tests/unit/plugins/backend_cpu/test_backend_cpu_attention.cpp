@@ -549,8 +549,8 @@ TEST(backend_cpu_attention, FlashGivesTheSameBitsOnOneThreadAndOnTwo) {
 }
 
 TEST(backend_cpu_attention, FlashBf16TileProductsDifferOnlyByRoundingPAndTheScoreGradient) {
-  // flash_products = bf16 on every CPU (auto takes it with AMX-BF16 only). For bf16 qkv the
-  // products read the same bf16 values and sum in FP32; P is rounded to bf16 before P·v and dS
+  // flash_products = bf16 on every CPU (auto takes it where bf16 GEMMs run natively). For bf16 qkv
+  // the products read the same bf16 values and sum in FP32; P is rounded to bf16 before P·v and dS
   // before dS·k and dSᵀ·q, each half a bf16 ulp (2^-9) relative. So against the FP32 products:
   // - out: |Σ_j (bf16(P_ij) − P_ij)·v_j| <= 2^-9·max|v|, plus each side's own rounding of out
   //   (2^-9·max|out| each);
@@ -561,7 +561,7 @@ TEST(backend_cpu_attention, FlashBf16TileProductsDifferOnlyByRoundingPAndTheScor
   // the option says: the same bits.
   if (!Bf16TileMatmul::available())
     GTEST_SKIP() << "oneDNN has no bf16 matmul on this CPU: flash_products = bf16 runs FP32 "
-                    "products (FlashProductsAutoTakesBf16WithAmxBf16Only checks that)";
+                    "products (FlashProductsAutoTakesBf16WhereBf16GemmsAreNative checks that)";
   const FlashInputs in = flash_inputs(87);
   CpuBackend exact(2), rounded(2);
   exact.set_flash_products(FlashProductsChoice::fp32);
@@ -591,24 +591,29 @@ TEST(backend_cpu_attention, FlashBf16TileProductsDifferOnlyByRoundingPAndTheScor
   }
 }
 
-TEST(backend_cpu_attention, FlashProductsAutoTakesBf16WithAmxBf16Only) {
-  // auto runs what the rule picks: the bf16 products for bf16 qkv where the CPU has AMX-BF16 and
-  // bf16 GEMMs run natively, the FP32 ones elsewhere and for other dtypes; bf16 forced where
-  // oneDNN has no bf16 matmul (AVX2) runs the FP32 ones too. Bits against the FP32 products and,
-  // where oneDNN has a bf16 matmul, against the forced bf16 ones; the notes say which.
+TEST(backend_cpu_attention, FlashProductsAutoTakesBf16WhereBf16GemmsAreNative) {
+  // auto runs what the rule picks: the bf16 products for bf16 qkv where bf16 GEMMs run natively
+  // (AMX-BF16, or AVX512-BF16 on an AMD CPU), the FP32 ones elsewhere and for other dtypes; bf16
+  // forced where oneDNN has no bf16 matmul (AVX2) runs the FP32 ones too. Bits against the FP32
+  // products and, where oneDNN has a bf16 matmul, against the forced bf16 ones; the notes say
+  // which. And under bf16_gemm = emulated, auto keeps the FP32 ones on any CPU.
   const FlashInputs in = flash_inputs(89);
   CpuBackend automatic(1), bf16(1), fp32(1);
   bf16.set_flash_products(FlashProductsChoice::bf16);
   fp32.set_flash_products(FlashProductsChoice::fp32);
   const bool offered = Bf16TileMatmul::available();
-  const bool amx = offered && detect_cpu().has("amx_bf16") && automatic.bf16_gemm_native();
+  const bool native = offered && automatic.bf16_gemm_native();
   for (DType dt : kFloats) {
     const FlashRun got = run_flash(automatic, in.l, dt, in.qkv, in.dout, 0.25f);
     const FlashRun want =
-        run_flash(amx && dt == DType::bf16 ? bf16 : fp32, in.l, dt, in.qkv, in.dout, 0.25f);
-    EXPECT_EQ(got.out, want.out) << sdk::dtype_name(dt) << ", AMX-BF16 " << amx;
-    EXPECT_EQ(got.dqkv, want.dqkv) << sdk::dtype_name(dt) << ", AMX-BF16 " << amx;
+        run_flash(native && dt == DType::bf16 ? bf16 : fp32, in.l, dt, in.qkv, in.dout, 0.25f);
+    EXPECT_EQ(got.out, want.out) << sdk::dtype_name(dt) << ", native bf16 GEMMs " << native;
+    EXPECT_EQ(got.dqkv, want.dqkv) << sdk::dtype_name(dt) << ", native bf16 GEMMs " << native;
   }
+  CpuBackend emulated(1, Bf16GemmPath::emulated);
+  EXPECT_EQ(run_flash(emulated, in.l, DType::bf16, in.qkv, in.dout, 0.25f).dqkv,
+            run_flash(fp32, in.l, DType::bf16, in.qkv, in.dout, 0.25f).dqkv)
+      << "bf16_gemm = emulated: auto takes the FP32 products";
   if (!offered) {
     const FlashRun a = run_flash(bf16, in.l, DType::bf16, in.qkv, in.dout, 0.25f);
     const FlashRun b = run_flash(fp32, in.l, DType::bf16, in.qkv, in.dout, 0.25f);
@@ -620,7 +625,9 @@ TEST(backend_cpu_attention, FlashProductsAutoTakesBf16WithAmxBf16Only) {
     EXPECT_NE(bf16.flash_products_note().find("flash_products = bf16:"), std::string::npos)
         << bf16.flash_products_note();
   }
-  EXPECT_EQ(automatic.flash_products_note().find("in bf16 on AMX-BF16") != std::string::npos, amx)
+  EXPECT_EQ(
+      automatic.flash_products_note().find("in bf16 with native bf16 GEMMs") != std::string::npos,
+      native)
       << automatic.flash_products_note();
   EXPECT_NE(fp32.flash_products_note().find("flash_products = fp32"), std::string::npos);
 }
