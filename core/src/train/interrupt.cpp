@@ -36,6 +36,13 @@ static_assert(std::atomic<int>::is_always_lock_free);
 constexpr char kTrainingMessage[] =
     "\ninterrupted: finishing this step, then writing a checkpoint and summary.json "
     "(press Ctrl-C again to quit at once)\n";
+// The same under a launch of several ranks: a rank cannot tell a Ctrl-C, which every rank gets,
+// from the SIGTERM mpirun sends when another rank failed, and after that no checkpoint can be
+// written (its optimizer gather, or the step's reductions, need the lost rank).
+constexpr char kRanksTrainingMessage[] =
+    "\ninterrupted: finishing this step on every rank, then writing a checkpoint and summary.json "
+    "(press Ctrl-C again to quit at once); if a rank failed, there is no checkpoint to write and "
+    "the run keeps its newest one\n";
 std::atomic<const char*> g_message{kTrainingMessage};
 // Under an MPI launch (the contract): stdout and stderr, each when it is a launcher's pipe,
 // socket or terminal (Open MPI gives a rank a pty of its own for stdout), never this process's
@@ -184,8 +191,11 @@ void take_stop_signals_on_a_watcher() {
 InterruptGuard::InterruptGuard(const char* message) {
   take_stop_signals_on_a_watcher();
   g_requested.store(0);
-  g_message.store(message != nullptr ? message : kTrainingMessage);
-  const bool launched = detect_mpi_launch().detected;
+  const MpiLaunch launch = detect_mpi_launch();
+  const bool launched = launch.detected;
+  g_message.store(message != nullptr      ? message
+                  : launch.world_size > 1 ? kRanksTrainingMessage
+                                          : kTrainingMessage);
   for (const int fd : {STDOUT_FILENO, STDERR_FILENO})
     g_unblock[fd - STDOUT_FILENO].store(launched && launcher_output(fd));
   if ((g_unblock[0].load() || g_unblock[1].load()) && give_this_thread_a_signal_stack()) {

@@ -76,6 +76,51 @@ int stop_a_writer_blocked_on_a_full_pipe(bool mpi, bool fill) {
   return status;
 }
 
+// What a training run's first stop signal prints (the guard's default message), under a launch of
+// two ranks or none. Read from the child's stderr, a pipe.
+std::string first_stop_message(bool mpi) {
+  int p[2];
+  if (::pipe(p) != 0) return "(no pipe)";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(p[1], STDERR_FILENO);
+    ::close(p[0]);
+    if (mpi) {
+      ::setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+      ::setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+    } else {
+      for (const char* v : {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_SIZE", "PMI_RANK"})
+        ::unsetenv(v);
+    }
+    const InterruptGuard guard;
+    while (!interrupt_requested()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ::_exit(0);
+  }
+  ::close(p[1]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ::kill(pid, SIGTERM);
+  const int status = wait_for(pid, std::chrono::seconds(10));
+  std::string text;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(p[0], buffer, sizeof buffer)) > 0;)
+    text.append(buffer, static_cast<std::size_t>(n));
+  ::close(p[0]);
+  return status == 0 ? text : "(the child ended with " + std::to_string(status) + ")";
+}
+
+// F16 of session 84's tester: a rank whose peer failed got mpirun's SIGTERM and promised a
+// checkpoint it could not write. Under several ranks the message says when there is none.
+TEST(InterruptGuard, UnderSeveralRanksTheStopMessageDoesNotPromiseACheckpoint) {
+  const std::string alone = first_stop_message(/*mpi=*/false);
+  EXPECT_NE(alone.find("finishing this step, then writing a checkpoint"), std::string::npos)
+      << alone;
+  EXPECT_EQ(alone.find("if a rank failed"), std::string::npos) << alone;
+  const std::string ranks = first_stop_message(/*mpi=*/true);
+  EXPECT_NE(ranks.find("finishing this step on every rank"), std::string::npos) << ranks;
+  EXPECT_NE(ranks.find("if a rank failed, there is no checkpoint to write"), std::string::npos)
+      << ranks;
+}
+
 TEST(InterruptGuard, UnderAnMpiLaunchAStopUnblocksAWriteToAFullPipe) {
   EXPECT_EQ(stop_a_writer_blocked_on_a_full_pipe(/*mpi=*/true, /*fill=*/true), 3)
       << "-1: the child stayed blocked in write(2) after SIGTERM";
