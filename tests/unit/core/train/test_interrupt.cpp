@@ -46,65 +46,70 @@ int wait_for(pid_t pid, std::chrono::milliseconds limit) {
   return WIFEXITED(*status) ? WEXITSTATUS(*status) : -2;
 }
 
-// A child with stderr on a pipe the parent never reads, under `mpi`'s environment, writing lines
-// until the guard's flag is set; SIGTERM once the pipe is surely full. Returns the child's exit
-// status: 0 when it stopped on the flag, 3 when stderr was made non-blocking, -1 when it hung.
-int stop_a_writer_blocked_on_a_full_pipe(bool mpi, bool fill) {
+// A forked child whose stderr is the write end of a new pipe, as rank 0 of 2 under `mpi` (else
+// with no launch in its environment), running `child` and then exiting with its status. The
+// parent gets the child's pid and the pipe's read end in `read_end`; -1 when no pipe was made.
+template <class Child>
+pid_t spawn_with_stderr_on_a_pipe(bool mpi, int& read_end, Child child) {
   int p[2];
-  if (::pipe(p) != 0) return -3;
+  if (::pipe(p) != 0) return -1;
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::dup2(p[1], STDERR_FILENO);
     ::close(p[0]);
+    for (const char* v : {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_SIZE", "PMI_RANK"})
+      ::unsetenv(v);
     if (mpi) {
       ::setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
       ::setenv("OMPI_COMM_WORLD_RANK", "0", 1);
     }
+    ::_exit(child());
+  }
+  ::close(p[1]);
+  read_end = p[0];
+  return pid;
+}
+
+// A child with stderr on a pipe the parent never reads, under `mpi`'s environment, writing lines
+// until the guard's flag is set; SIGTERM once the pipe is surely full. Returns the child's exit
+// status: 0 when it stopped on the flag, 3 when stderr was made non-blocking, -1 when it hung.
+int stop_a_writer_blocked_on_a_full_pipe(bool mpi, bool fill) {
+  int read_end = -1;
+  const pid_t pid = spawn_with_stderr_on_a_pipe(mpi, read_end, [fill] {
     const InterruptGuard guard("");
     const std::string line(1023, 'x');
     while (!interrupt_requested())
       if (fill) [[maybe_unused]]
         auto n = ::write(STDERR_FILENO, line.data(), line.size());
     const bool unblocked = (::fcntl(STDERR_FILENO, F_GETFL) & O_NONBLOCK) != 0;
-    ::_exit(unblocked ? 3 : 0);
-  }
-  ::close(p[1]);
+    return unblocked ? 3 : 0;
+  });
+  if (pid < 0) return -3;
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // 64 KiB fill in microseconds
   ::kill(pid, SIGTERM);
   const int status = wait_for(pid, std::chrono::seconds(10));
-  ::close(p[0]);
+  ::close(read_end);
   return status;
 }
 
 // What a training run's first stop signal prints (the guard's default message), under a launch of
 // two ranks or none. Read from the child's stderr, a pipe.
 std::string first_stop_message(bool mpi) {
-  int p[2];
-  if (::pipe(p) != 0) return "(no pipe)";
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(p[1], STDERR_FILENO);
-    ::close(p[0]);
-    if (mpi) {
-      ::setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
-      ::setenv("OMPI_COMM_WORLD_RANK", "1", 1);
-    } else {
-      for (const char* v : {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_SIZE", "PMI_RANK"})
-        ::unsetenv(v);
-    }
+  int read_end = -1;
+  const pid_t pid = spawn_with_stderr_on_a_pipe(mpi, read_end, [] {
     const InterruptGuard guard;
     while (!interrupt_requested()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    ::_exit(0);
-  }
-  ::close(p[1]);
+    return 0;
+  });
+  if (pid < 0) return "(no pipe)";
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   ::kill(pid, SIGTERM);
   const int status = wait_for(pid, std::chrono::seconds(10));
   std::string text;
   char buffer[4096];
-  for (ssize_t n; (n = ::read(p[0], buffer, sizeof buffer)) > 0;)
+  for (ssize_t n; (n = ::read(read_end, buffer, sizeof buffer)) > 0;)
     text.append(buffer, static_cast<std::size_t>(n));
-  ::close(p[0]);
+  ::close(read_end);
   return status == 0 ? text : "(the child ended with " + std::to_string(status) + ")";
 }
 
