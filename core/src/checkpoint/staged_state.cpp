@@ -25,7 +25,8 @@ sdk::TrainingState materialise(const StagedState& state) {
     if (bytes.size() != h.bytes.size())
       throw std::logic_error("staged tensor '" + h.name + "' read " + std::to_string(bytes.size()) +
                              " bytes of " + std::to_string(h.bytes.size()));
-    if (bytes.data() != h.bytes.data()) std::memcpy(h.bytes.data(), bytes.data(), bytes.size());
+    if (!bytes.empty() && bytes.data() != h.bytes.data())
+      std::memcpy(h.bytes.data(), bytes.data(), bytes.size());
     out.tensors.push_back(std::move(h));
   }
   return out;

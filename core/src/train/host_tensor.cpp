@@ -108,7 +108,7 @@ StagedTensor staged_view(const std::shared_ptr<sdk::DeviceBackend>& b, const std
   StagedTensor t;
   t.info = {name, v.dtype, v.shape.to_vector()};
   t.read = [b, v](std::span<std::byte> buffer) {
-    b->copy_to_host(buffer.data(), v);
+    if (!buffer.empty()) b->copy_to_host(buffer.data(), v);  // an empty tensor has no data
     return std::span<const std::byte>(buffer);
   };
   return t;
@@ -123,7 +123,8 @@ StagedTensor staged_parameter(const std::shared_ptr<sdk::DeviceBackend>& b, cons
   t.info = {name, sdk::DType::fp32, p.shape().to_vector()};
   t.read = [b, name, &p](std::span<std::byte> buffer) {
     const sdk::HostTensor h = parameter_to_host(b, name, p);
-    std::memcpy(buffer.data(), h.bytes.data(), std::min(buffer.size(), h.bytes.size()));
+    if (!h.bytes.empty())
+      std::memcpy(buffer.data(), h.bytes.data(), std::min(buffer.size(), h.bytes.size()));
     return std::span<const std::byte>(buffer);
   };
   return t;
