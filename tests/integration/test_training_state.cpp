@@ -9,10 +9,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
+#include <memory>
+#include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <unistd.h>
@@ -27,6 +31,7 @@
 #include "mixtrain/core/console/log_sink.h"
 #include "mixtrain/core/plugins/registry.h"
 #include "mixtrain/core/train/trainer.h"
+#include "mixtrain/sdk/format_partial_read.h"
 
 namespace mixtrain {
 namespace {
@@ -305,6 +310,78 @@ TEST_F(TrainingState, EmaFollowsTheMastersAndResumesBitIdentically) {
   ASSERT_GE(ma.size(), 4u);
   ASSERT_EQ(mb.size(), 4u);  // steps 4, 5, 6 and the final evaluation
   for (std::size_t i = 0; i < mb.size(); ++i) EXPECT_EQ(mb[i], ma[ma.size() - mb.size() + i]);
+}
+
+// The native format, with every read recorded: the names each read asked for (a whole read()
+// asks for all of them).
+class RecordingFormat final : public sdk::CheckpointFormat, public sdk::PartialReadFacet {
+ public:
+  explicit RecordingFormat(std::shared_ptr<sdk::CheckpointFormat> inner)
+      : inner_(std::move(inner)),
+        partial_(dynamic_cast<const sdk::PartialReadFacet*>(inner_.get())) {}
+  std::vector<std::vector<std::string>> reads;
+
+  std::string file_extension() const override { return inner_->file_extension(); }
+  void write(const fs::path& path, const sdk::TrainingState& state) const override {
+    inner_->write(path, state);
+  }
+  sdk::TrainingState read(const fs::path& path) const override {
+    auto st = inner_->read(path);
+    record(st);
+    return st;
+  }
+  sdk::TrainingState read_only(const fs::path& path,
+                               const std::function<bool(std::string_view)>& wanted) const override {
+    auto st = partial_->read_only(path, wanted);
+    record(st);
+    return st;
+  }
+
+ private:
+  void record(const sdk::TrainingState& st) const {
+    auto& names = const_cast<RecordingFormat*>(this)->reads.emplace_back();
+    for (const auto& t : st.tensors) names.push_back(t.name);
+  }
+  std::shared_ptr<sdk::CheckpointFormat> inner_;
+  const sdk::PartialReadFacet* partial_;
+};
+
+// A resume reads the weights and the metadata first, the optimizer's slots left on disk, then
+// each slot alone as the optimizer takes it: the host holds one slot at a time, not the whole file
+// (two thirds of an AdamW state). The resumed run is the uninterrupted one, bit for bit.
+TEST_F(TrainingState, AResumeReadsTheOptimizersSlotsOneAtATime) {
+  const std::vector<std::string> sets = {"optimizer.type=adamw", "run.steps=4",
+                                         "checkpoint.every=2"};
+  train("whole", sets);
+  const auto e = experiment(sets);
+  auto c = core::create_components(e, registry());
+  const auto recording = std::make_shared<RecordingFormat>(c.checkpoint_format);
+  c.checkpoint_format = recording;
+  core::TrainOptions opt;
+  opt.run_dir = dir_ / "resumed";
+  opt.resume = dir_ / "whole" / "checkpoints" / ("step-00000002" + recording->file_extension());
+  core::Trainer(e, std::move(c), opt).run();
+
+  const auto whole = tensors("whole", 2);
+  std::size_t slots = 0;
+  for (const auto& [name, v] : whole) slots += name.starts_with("optimizer/") ? 1 : 0;
+  ASSERT_GT(slots, 0u) << "AdamW's moments are in the file";
+  // The host's probe of what the format keeps (a one-tensor file of its own) is not the resume's.
+  std::erase_if(recording->reads,
+                [](const auto& r) { return r == std::vector<std::string>{"ema/probe"}; });
+  ASSERT_EQ(recording->reads.size(), 1 + slots);
+  for (const auto& name : recording->reads.front())
+    EXPECT_FALSE(name.starts_with("optimizer/")) << "read with the weights: " << name;
+  EXPECT_FALSE(recording->reads.front().empty());
+  std::set<std::string> taken;
+  for (std::size_t i = 1; i < recording->reads.size(); ++i) {
+    ASSERT_EQ(recording->reads[i].size(), 1u) << "read " << i;
+    EXPECT_TRUE(recording->reads[i].front().starts_with("optimizer/")) << recording->reads[i][0];
+    taken.insert(recording->reads[i].front());
+  }
+  EXPECT_EQ(taken.size(), slots) << "each slot read once";
+  const auto a = tensors("whole", 4), b = tensors("resumed", 4);
+  EXPECT_EQ(a, b) << "the resumed run's step-4 state is the uninterrupted run's";
 }
 
 TEST_F(TrainingState, EvaluatingWithTheEmaEqualsEvaluatingItsWeights) {

@@ -7,11 +7,13 @@
 // GPT-2 state dicts (checkpoint/gpt2_layout.h).
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <set>
 #include <stdexcept>
 #include <system_error>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -173,6 +175,21 @@ struct CheckpointFile {
   // be its own fault. Empty for mixtrain's own formats, whose files the hints describe as they are.
   std::string format_blame;
 
+  // A resume's optimizer slots, left on disk by the read (read_checkpoint_deferring_slots): their
+  // names, and the read of one. find_slot() gives a slot whether it was read with the rest or
+  // is read now; one read now lives until the next call, so the host holds one at a time.
+  std::vector<std::string> deferred_slots;
+  std::function<sdk::HostTensor(const std::string&)> read_slot;
+  mutable sdk::HostTensor slot_read;
+  const sdk::HostTensor* find_slot(const std::string& name) const {
+    if (const auto* t = st.find(name)) return t;
+    if (std::find(deferred_slots.begin(), deferred_slots.end(), name) == deferred_slots.end())
+      return nullptr;
+    slot_read = sdk::HostTensor{};  // the last one's bytes go before the next one's come
+    slot_read = read_slot(name);
+    return &slot_read;
+  }
+
   std::string name_in_file(const sdk::HostTensor& t) const {
     return gpt2 ? file_names[static_cast<std::size_t>(&t - st.tensors.data())] : t.name;
   }
@@ -195,8 +212,14 @@ CheckpointFile read_checkpoint_file(Trainer::State& s, const fs::path& path, boo
   if (weights_only && s.shape_checkpoint && s.shape_checkpoint->first == path) {
     file.st = std::move(s.shape_checkpoint->second);  // read once, for the data's shape
     s.shape_checkpoint.reset();
-  } else {
+  } else if (weights_only || layout != WeightLayout::native) {
     file.st = read_checkpoint_with(reader, path, weights_only, plugin_label(named));
+  } else {
+    file.st =
+        read_checkpoint_deferring_slots(reader, path, plugin_label(named), file.deferred_slots);
+    file.read_slot = [&reader, path, label = plugin_label(named)](const std::string& name) {
+      return read_checkpoint_tensor(reader, path, label, name);
+    };
   }
   if (named != nullptr && !named->builtin)
     file.format_blame = "; or the format plugin '" + named->name + "' that read the file (" +
@@ -675,6 +698,7 @@ json metadata_entry(const CheckpointFile& file, const std::string& key) {
       if (!file.st.metadata.count(entry))
         lacks += (lacks.empty() ? "'" : ", '") + std::string(entry) + "'";
     const bool slots =
+        !file.deferred_slots.empty() ||
         std::any_of(file.st.tensors.begin(), file.st.tensors.end(),
                     [](const sdk::HostTensor& t) { return t.name.starts_with("optimizer/"); });
     throw sdk::CheckpointError(
@@ -1053,7 +1077,8 @@ void restore_optimizer(Trainer::State& s, const CheckpointFile& file,
     return;
   try {
     s.reducer->load_optimizer_state(
-        *s.c.optimizer, [&](const std::string& name) { return file.st.find("optimizer/" + name); },
+        *s.c.optimizer,
+        [&](const std::string& name) { return file.find_slot("optimizer/" + name); },
         [&](const sdk::HostTensor& whole, sdk::TensorView slot) {
           from_host(*s.c.backend, whole, slot, file.path, file.format_blame);
         },

@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "mixtrain/sdk/checkpoint_format.h"
 
@@ -27,6 +28,21 @@ sdk::TrainingState read_checkpoint_weights(const sdk::CheckpointFormat& format,
 sdk::TrainingState read_checkpoint_with(const sdk::CheckpointFormat& format,
                                         const std::filesystem::path& path, bool weights_only,
                                         const std::string& plugin);
+
+// A full training state for a resume, its optimizer slots ("optimizer/<slot>", two thirds of an
+// AdamW state) left on disk where the format offers partial_read 1.x: `slots` gets their names, in
+// the file's order, and read_checkpoint_tensor() reads each when the optimizer takes it, so a
+// resume holds one slot on the host at a time instead of the whole file. A format without the
+// facet reads the whole file (`slots` stays empty). `plugin` as for read_checkpoint_with.
+sdk::TrainingState read_checkpoint_deferring_slots(const sdk::CheckpointFormat& format,
+                                                   const std::filesystem::path& path,
+                                                   const std::string& plugin,
+                                                   std::vector<std::string>& slots);
+// The tensor `name` of the file, read alone through partial_read (the format must offer it);
+// sdk::CheckpointError naming the file when it holds no such tensor.
+sdk::HostTensor read_checkpoint_tensor(const sdk::CheckpointFormat& format,
+                                       const std::filesystem::path& path, const std::string& plugin,
+                                       const std::string& name);
 
 // Throws sdk::CheckpointError when `state` holds a tensor name twice: a file holds each tensor
 // once, so the format that read it (`format`: "checkpoint format 'tbck' (plugin ...)") gave one
