@@ -60,8 +60,8 @@ std::string emulation_lines(const MemoryReport& r) {
 std::string render_memory_report(const MemoryReport& r) {
   std::string out = "# memory: what `train` reports as peak memory (the " + r.backend +
                     " backend's allocator; the process's resident set adds the data, the code, "
-                    "the libraries' own scratch and a checkpoint's host copy while one is "
-                    "written)\n";
+                    "the libraries' own scratch and, while a checkpoint is written, a buffer of "
+                    "its largest tensor)\n";
   for (const auto& item : r.held) out += item_line(item.what, item.bytes, item.note);
   if (r.rehearsed.empty()) {
     if (r.scratch_bytes.value_or(0) > 0) out += item_line("backend scratch", *r.scratch_bytes, "");
