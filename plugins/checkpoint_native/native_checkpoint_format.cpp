@@ -201,7 +201,9 @@ std::string encode_header(const fs::path& path, const std::map<std::string, std:
 std::span<const std::byte> read_planned(const fs::path& path, const sdk::StreamedTensorReader& read,
                                         std::size_t index, const PlannedTensor& p,
                                         std::span<std::byte> buffer) {
-  const auto bytes = read(index, buffer.first(static_cast<std::size_t>(p.length)));
+  // A whole state's write passes no buffer: its reader hands out the bytes the state holds.
+  const auto length = static_cast<std::size_t>(p.length);
+  const auto bytes = read(index, buffer.size() >= length ? buffer.first(length) : buffer.first(0));
   if (bytes.size() != p.length)
     fail_invalid_state(path, "tensor '" + p.tensor->name + "' came with " +
                                  std::to_string(bytes.size()) + " bytes but its shape and dtype (" +
