@@ -8,6 +8,7 @@
 #include "distributed/local_reducer.h"
 #include "distributed/rank_agreement.h"
 #include "profiling/profile_scope.h"
+#include "train/host_tensor.h"
 
 namespace mixtrain::core {
 
@@ -78,15 +79,14 @@ void DataParallelReducer::agree_on_evaluation(EvalResult& result) {
   result.top_k_accuracy = numbers[2];
 }
 
-std::vector<sdk::HostTensor> DataParallelReducer::optimizer_state(const sdk::Optimizer& optimizer) {
-  // Sharded: whole slots gathered from every rank's shard, so the file is a one-rank run's and
-  // resumes on any number of ranks; unsharded, every rank holds the whole state already.
-  if (dp_.sharded()) return dp_.gather_optimizer_state(optimizer);
-  return whole_optimizer_state(*backend_, optimizer);
-}
-
-bool DataParallelReducer::holds_whole_optimizer_state() const {
-  return !dp_.sharded();
+std::vector<StagedTensor> DataParallelReducer::optimizer_state(const sdk::Optimizer& optimizer) {
+  // Sharded: whole slots gathered from every rank's shard now (collective), so the file is a
+  // one-rank run's and resumes on any number of ranks; unsharded, every rank holds the whole
+  // state already, read as the format asks.
+  if (!dp_.sharded()) return staged_optimizer_state(backend_, optimizer);
+  std::vector<StagedTensor> out;
+  for (auto& t : dp_.gather_optimizer_state(optimizer)) out.push_back(staged_host(std::move(t)));
+  return out;
 }
 
 void DataParallelReducer::load_optimizer_state(const sdk::Optimizer& optimizer,

@@ -38,8 +38,7 @@ class DataParallelReducer final : public Reducer {
   void before_evaluation(Model& model) override;
   void agree_on_evaluation(EvalResult& result) override;
 
-  std::vector<sdk::HostTensor> optimizer_state(const sdk::Optimizer& optimizer) override;
-  bool holds_whole_optimizer_state() const override;
+  std::vector<StagedTensor> optimizer_state(const sdk::Optimizer& optimizer) override;
   void load_optimizer_state(const sdk::Optimizer& optimizer, const WholeTensorFinder& find,
                             const WholeTensorLoader& load, const std::string& where) override;
 

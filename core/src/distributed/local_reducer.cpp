@@ -14,6 +14,13 @@ std::vector<sdk::HostTensor> whole_optimizer_state(sdk::DeviceBackend& backend,
   return out;
 }
 
+std::vector<StagedTensor> staged_optimizer_state(const std::shared_ptr<sdk::DeviceBackend>& backend,
+                                                 const sdk::Optimizer& optimizer) {
+  std::vector<StagedTensor> out;
+  for (const auto& t : optimizer.state_tensors()) out.push_back(staged_view(backend, t.name, t.view));
+  return out;
+}
+
 void load_whole_optimizer_state(const sdk::Optimizer& optimizer, const WholeTensorFinder& find,
                                 const WholeTensorLoader& load, const std::string& where) {
   for (const auto& t : optimizer.state_tensors()) {
@@ -31,8 +38,8 @@ void load_whole_optimizer_state(const sdk::Optimizer& optimizer, const WholeTens
 LocalReducer::LocalReducer(std::shared_ptr<sdk::DeviceBackend> backend)
     : backend_(std::move(backend)) {}
 
-std::vector<sdk::HostTensor> LocalReducer::optimizer_state(const sdk::Optimizer& optimizer) {
-  return whole_optimizer_state(*backend_, optimizer);
+std::vector<StagedTensor> LocalReducer::optimizer_state(const sdk::Optimizer& optimizer) {
+  return staged_optimizer_state(backend_, optimizer);
 }
 
 void LocalReducer::load_optimizer_state(const sdk::Optimizer& optimizer,

@@ -10,9 +10,12 @@
 
 namespace mixtrain::core {
 
-// The optimizer's slots, whole, as a checkpoint names them (unprefixed): what one rank holds.
+// The optimizer's slots, whole, as a checkpoint names them (unprefixed): what one rank holds;
+// copied to the host, or staged to be read as a checkpoint format asks.
 std::vector<sdk::HostTensor> whole_optimizer_state(sdk::DeviceBackend& backend,
                                                    const sdk::Optimizer& optimizer);
+std::vector<StagedTensor> staged_optimizer_state(const std::shared_ptr<sdk::DeviceBackend>& backend,
+                                                 const sdk::Optimizer& optimizer);
 // Each slot from the whole tensor `find` gives (sdk::CheckpointError naming `where` and the slot
 // when there is none), copied in by `load`.
 void load_whole_optimizer_state(const sdk::Optimizer& optimizer, const WholeTensorFinder& find,
@@ -37,8 +40,7 @@ class LocalReducer final : public Reducer {
   void before_evaluation(Model&) override {}
   void agree_on_evaluation(EvalResult&) override {}
 
-  std::vector<sdk::HostTensor> optimizer_state(const sdk::Optimizer& optimizer) override;
-  bool holds_whole_optimizer_state() const override { return true; }
+  std::vector<StagedTensor> optimizer_state(const sdk::Optimizer& optimizer) override;
   void load_optimizer_state(const sdk::Optimizer& optimizer, const WholeTensorFinder& find,
                             const WholeTensorLoader& load, const std::string& where) override;
 

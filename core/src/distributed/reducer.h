@@ -30,12 +30,12 @@
 //   the best checkpoint decide alike everywhere (each replica evaluates every row, but kernels
 //   chosen per rank, autotuned ones say, can differ in the last bits and split a close call).
 // - Checkpoints: optimizer_state() is the optimizer's slots as whole tensors named as a one-rank
-//   run names them (unprefixed); load_optimizer_state() takes them back: `find(name)` gives the
+//   run names them (unprefixed), staged (checkpoint/staged_state.h): read from the optimizer's own
+//   slots as a format asks where this replica holds them whole (one process, or unsharded), and
+//   gathered from every rank's shard by the call itself where they are sharded;
+//   load_optimizer_state() takes them back: `find(name)` gives the
 //   whole tensor or nullptr (sdk::CheckpointError naming `where` and the slot), `load(tensor,
 //   slot)` copies a whole tensor into a whole slot, checking it. Both are collective.
-//   holds_whole_optimizer_state(): this replica's optimizer holds every slot whole (one process,
-//   or unsharded), so a checkpoint may read its state_tensors() one at a time instead of
-//   calling optimizer_state(); false where the slots must be gathered. Communicates nothing.
 // - Reporting: announce() logs how the replicas share the work (nothing in one process);
 //   report_step() adds this window's communication to a metrics record; report_run() fills the
 //   summary's "distributed" entry and checks that the replicas still agree (replica_state() is
@@ -57,6 +57,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/staged_state.h"
 #include "mixtrain/core/graph/model.h"
 #include "mixtrain/core/runs/summary.h"
 #include "mixtrain/sdk/logging.h"
@@ -97,8 +98,7 @@ class Reducer {
   virtual void before_evaluation(Model& model) = 0;
   virtual void agree_on_evaluation(EvalResult& result) = 0;
 
-  virtual std::vector<sdk::HostTensor> optimizer_state(const sdk::Optimizer& optimizer) = 0;
-  virtual bool holds_whole_optimizer_state() const = 0;
+  virtual std::vector<StagedTensor> optimizer_state(const sdk::Optimizer& optimizer) = 0;
   virtual void load_optimizer_state(const sdk::Optimizer& optimizer, const WholeTensorFinder& find,
                                     const WholeTensorLoader& load, const std::string& where) = 0;
 

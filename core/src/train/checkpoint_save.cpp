@@ -81,15 +81,10 @@ StagedState stage_state(Trainer::State& s, bool weights_only) {
   if (!weights_only) {
     // Whole slots (gathered from every rank's shard when sharded, which is collective and happens
     // here): the file is a one-rank run's, so it resumes on any number of ranks
-    // (docs/architecture.md, "Data parallel"). Held whole, they are read as the format asks.
-    if (s.reducer->holds_whole_optimizer_state()) {
-      for (const auto& t : s.c.optimizer->state_tensors())
-        st.tensors.push_back(staged_view(b, "optimizer/" + t.name, t.view));
-    } else {
-      for (auto& t : s.reducer->optimizer_state(*s.c.optimizer)) {
-        t.name = "optimizer/" + t.name;
-        st.tensors.push_back(staged_host(std::move(t)));
-      }
+    // (docs/architecture.md, "Data parallel").
+    for (auto& t : s.reducer->optimizer_state(*s.c.optimizer)) {
+      t.info.name = "optimizer/" + t.info.name;
+      st.tensors.push_back(std::move(t));
     }
     const auto trainable = s.model->trainable_parameters();
     for (std::size_t i = 0; i < s.ema.size(); ++i)

@@ -50,8 +50,7 @@ class RecordingReducer final : public Reducer {
   bool any_rank(bool mine) override { return mine; }
   void before_evaluation(Model&) override { calls.push_back("before_evaluation"); }
   void agree_on_evaluation(EvalResult&) override { calls.push_back("agree_on_evaluation"); }
-  std::vector<sdk::HostTensor> optimizer_state(const sdk::Optimizer&) override { return {}; }
-  bool holds_whole_optimizer_state() const override { return true; }
+  std::vector<StagedTensor> optimizer_state(const sdk::Optimizer&) override { return {}; }
   void load_optimizer_state(const sdk::Optimizer&, const WholeTensorFinder&,
                             const WholeTensorLoader&, const std::string&) override {}
   void announce(sdk::Logger&, std::int64_t) override {}
@@ -243,7 +242,7 @@ TEST(LocalReducer, OptimizerStateIsTheOptimizersOwnSlotsWhole) {
   LocalReducer r(test_support::cpu());
   OneSlotOptimizer optimizer;
   test_support::write(optimizer.slot.view(), {1.0f, 2.0f, 3.0f});
-  const auto state = r.optimizer_state(optimizer);
+  const auto state = materialise({r.optimizer_state(optimizer), {}}).tensors;
   ASSERT_EQ(state.size(), 1u);
   EXPECT_EQ(state[0].name, "fc1.weight.m");
   EXPECT_EQ(state[0].shape, (std::vector<std::int64_t>{3}));
