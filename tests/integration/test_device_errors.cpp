@@ -159,6 +159,8 @@ class cli_device_errors : public ::testing::Test {
     }
     return "(no error)";
   }
+  // Every file of the run's checkpoints/ folder, by path, with its bytes.
+  std::map<fs::path, std::string> checkpoint_files() const;
   fs::path dir_;
 };
 
@@ -167,6 +169,12 @@ std::string slurp(const fs::path& p) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+std::map<fs::path, std::string> cli_device_errors::checkpoint_files() const {
+  std::map<fs::path, std::string> files;
+  for (const auto& f : fs::directory_iterator(dir_ / "checkpoints")) files[f.path()] = slurp(f);
+  return files;
 }
 
 // --- a GPU too old for the dtype -----------------------------------------------------------------
@@ -339,7 +347,7 @@ TEST_F(cli_device_errors, OutOfMemoryMidTrainingStopsTheRunAndKeepsEveryCheckpoi
   std::map<fs::path, std::string> before;
   opt.after_step = [&](std::int64_t step) {
     if (step != 5) return;
-    for (const auto& f : fs::directory_iterator(dir_ / "checkpoints")) before[f.path()] = slurp(f);
+    before = checkpoint_files();
     device->fail_gemms = true;
   };
   core::Trainer trainer(s.experiment, std::move(s.components), opt);
@@ -352,8 +360,7 @@ TEST_F(cli_device_errors, OutOfMemoryMidTrainingStopsTheRunAndKeepsEveryCheckpoi
   EXPECT_NE(msg.find("backend_testgpu.gemm: out of device memory"), std::string::npos) << msg;
   EXPECT_NE(msg.find("HINT:"), std::string::npos) << msg;
   ASSERT_EQ(before.size(), 2u);
-  std::map<fs::path, std::string> after;
-  for (const auto& f : fs::directory_iterator(dir_ / "checkpoints")) after[f.path()] = slurp(f);
+  std::map<fs::path, std::string> after = checkpoint_files();
   EXPECT_EQ(after.size(), before.size())
       << "no checkpoint may be added, removed or left half-written";
   for (const auto& [path, bytes] : before) {
@@ -374,7 +381,7 @@ TEST_F(cli_device_errors, ADeviceFaultDuringACheckpointIsTheDevicesAndKeepsTheEa
   std::map<fs::path, std::string> before;
   opt.after_step = [&](std::int64_t step) {  // before step 4's checkpoint
     if (step != 4) return;
-    for (const auto& f : fs::directory_iterator(dir_ / "checkpoints")) before[f.path()] = slurp(f);
+    before = checkpoint_files();
     device->fail_copies_over = 64;
   };
   core::Trainer trainer(s.experiment, std::move(s.components), opt);
@@ -389,8 +396,7 @@ TEST_F(cli_device_errors, ADeviceFaultDuringACheckpointIsTheDevicesAndKeepsTheEa
   EXPECT_EQ(msg.find("report it to its authors"), std::string::npos) << msg;
   EXPECT_EQ(msg.find("failed writing"), std::string::npos) << msg;
   ASSERT_EQ(before.size(), 1u);
-  std::map<fs::path, std::string> after;
-  for (const auto& f : fs::directory_iterator(dir_ / "checkpoints")) after[f.path()] = slurp(f);
+  std::map<fs::path, std::string> after = checkpoint_files();
   EXPECT_EQ(after, before) << "a checkpoint was added, removed, changed or left half-written";
 }
 
