@@ -199,8 +199,23 @@ TEST_F(CliImageFolders, ClassNamesAreRecordedAndARenumberingIsRefused) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(json::parse(r.out)["accuracy"], last_eval["eval_accuracy"]) << r.out;
 
-  // "ant" renamed "yak" numbers bee 0, cat 1, yak 2: every label would shift.
+  // Crops of another size than the model learned from are refused, whether the held-out rows
+  // are a folder of their own or eval_fraction of the training images (a CNN ending in a global
+  // pool would load into either and score other inputs).
   fs::rename(dir_ / "elsewhere", dir_ / "train");
+  const std::string from_training =
+      " --set data.image_folder.eval=\"\" --set data.eval_fraction=0.25";
+  for (const std::string& held_out : {std::string(), from_training}) {
+    r = run("eval " + cfg.string() + " --checkpoint run --set data.image_folder.size=24" + held_out,
+            dir_);
+    EXPECT_EQ(r.exit_code, 2) << held_out << r.err;
+    EXPECT_NE(r.err.find("records a model of input [3, 16, 16]"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("--set data.image_folder.size=16"), std::string::npos) << r.err;
+  }
+  r = run("eval " + cfg.string() + " --checkpoint run" + from_training, dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+
+  // "ant" renamed "yak" numbers bee 0, cat 1, yak 2: every label would shift.
   fs::rename(dir_ / "train" / "ant", dir_ / "train" / "yak");
   fs::rename(dir_ / "val" / "ant", dir_ / "val" / "yak");
   r = run("train " + cfg.string() + " --resume run --set run.steps=10", dir_);

@@ -415,8 +415,10 @@ Dataset load_image_folder_held_out(const DataSettings& settings, const Dataset& 
             ", but data.image_folder.size = " + std::to_string(settings.crop_size) +
             " cuts crops of [3, " + std::to_string(settings.crop_size) + ", " +
             std::to_string(settings.crop_size) + "]",
-        "evaluate the checkpoint with the config it was trained with (its run's "
-        "config.toml)");
+        "evaluate the checkpoint with the config it was trained with (its run's config.toml)" +
+            (model_input.sample_shape.size() == 3 ? ", or --set data.image_folder.size=" +
+                                                        std::to_string(model_input.sample_shape[1])
+                                                  : std::string()));
   const std::vector<std::string> classes = model_input.class_names.empty()
                                                ? image_folder_classes(settings.image_train_dir)
                                                : model_input.class_names;

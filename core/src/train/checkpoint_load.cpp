@@ -406,6 +406,37 @@ void refuse_renumbered_classes(const Trainer::State& s, const CheckpointFile& fi
           file.path.string() + ")");
 }
 
+// An evaluation feeds the model its config's inputs, and a CNN that ends in a global pool takes
+// images of any size: a checkpoint loads into the model built for a changed data.image_folder.size
+// (or synthetic images' height) and would be scored on inputs unlike those it learned from.
+// Refused, as a held-out folder's crops of another size are (load_image_folder_held_out), whether
+// the held-out rows are a folder of their own or eval_fraction of the training images. A new run
+// from these weights (checkpoint.init_from) may change the size: nothing is said there.
+void refuse_resized_inputs(const Trainer::State& s, const CheckpointFile& file, bool weights_only) {
+  if (!weights_only || s.opt.write_outputs || s.loading_initial_weights || !s.evaluates) return;
+  const auto entry = file.st.metadata.find("data_shape");
+  if (entry == file.st.metadata.end()) return;
+  std::vector<std::int64_t> trained;
+  try {
+    trained = parse_data_shape(entry->second, file.path.string()).sample_shape;
+  } catch (const sdk::CheckpointError&) {
+    return;  // a damaged record is said where the shape is read
+  }
+  const Dataset& now = s.eval.rows > 0 ? s.eval : s.train;
+  if (trained.empty() || now.sample_shape.empty() || trained == now.sample_shape) return;
+  const bool folder = s.e.data.source == DataSource::image_folder;
+  throw sdk::DataError(
+      file.path.string() + " records a model of input " + ops::shape_text(trained) +
+          ", but this session's config gives it inputs of " + ops::shape_text(now.sample_shape) +
+          (folder ? " (data.image_folder.size = " + std::to_string(s.e.data.crop_size) + ")"
+                  : std::string()) +
+          ": it would be scored on inputs unlike those it learned from",
+      "evaluate the checkpoint with the config it was trained with (its run's config.toml)" +
+          (folder && trained.size() == 3
+               ? ", or --set data.image_folder.size=" + std::to_string(trained[1])
+               : std::string()));
+}
+
 [[noreturn]] void throw_missing_parameter(const CheckpointFile& file, const std::string& name) {
   const auto& st = file.st;
   std::string have;
@@ -1277,6 +1308,7 @@ void Trainer::load_checkpoint(const fs::path& path, bool weights_only, WeightLay
   restore_escalation(s, file, weights_only);
   keep_trained_normalization(s, file, weights_only);
   refuse_renumbered_classes(s, file, weights_only);
+  refuse_resized_inputs(s, file, weights_only);
   std::set<const sdk::HostTensor*> used;
   load_parameters(s, file, weights_only, layout, used);
   load_buffers(s, file, used);
