@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -390,8 +391,9 @@ int run_check(const ConfigArgs& cfg, bool rehearse) {
                     ? std::string()
                     : " (resolved: " + resolved + ")")
             << "\n";
-  std::cout << core::render_model_summary(core::summarize_model(
-      trainer.model(), experiment.data.batch_size, experiment.run.accumulate));
+  const core::ModelSummary summary =
+      core::summarize_model(trainer.model(), experiment.data.batch_size, experiment.run.accumulate);
+  std::cout << core::render_model_summary(summary);
   // With frozen parameters: bytes per parameter of the frozen base and of what trains, measured
   // on the allocated tensors and the bound optimizer's state.
   if (!experiment.model.freeze.empty()) {
@@ -401,8 +403,28 @@ int run_check(const ConfigArgs& cfg, bool rehearse) {
     const auto memory = core::measure_parameter_memory(trainer.model(), state);
     if (memory.frozen > 0) std::cout << core::parameter_memory_line(memory);
   }
-  // A rehearsal moves the trainer one step on; what follows reads only the plan.
-  const core::MemoryReport memory = trainer.memory_report(rehearse);
+  // A rehearsal moves the trainer one step on; what follows reads only the plan. At a large input
+  // a step runs for minutes: the log says what runs and, for each path that took a second or
+  // more, how long it took (a quick check stays one line).
+  core::Trainer::RehearsalProgress progress;
+  if (rehearse) {
+    std::cout.flush();  // the resolved config comes first, as a terminal shows it
+    core::core_logger("check").info(
+        "rehearsing the first training step and an evaluation batch to measure the peak memory "
+        "(" +
+        core::count_text(static_cast<double>(summary.training_flops_per_step)) +
+        " FLOPs a training step; --skip-rehearsal skips this)");
+    progress = [started = std::chrono::steady_clock::now()](std::string_view path, double seconds) {
+      if (seconds < 1.0) return;
+      const double total =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      char line[160];
+      std::snprintf(line, sizeof line, "rehearsed %.*s in %.1f s (%.1f s so far)",
+                    static_cast<int>(path.size()), path.data(), seconds, total);
+      core::core_logger("check").info(line);
+    };
+  }
+  const core::MemoryReport memory = trainer.memory_report(rehearse, progress);
   std::cout << core::render_memory_report(memory);
   if (!rehearse) std::cout << "# (check without --skip-rehearsal predicts the peak)\n";
   // check runs in one process (under mpirun it is refused): the figures are that process's.
@@ -431,6 +453,7 @@ int run_check(const ConfigArgs& cfg, bool rehearse) {
   if (auto w = core::unscaled_narrow_gradients(experiment, *session.policy, trainer.model(),
                                                /*resuming=*/false))
     warnings.push_back(std::move(*w));
+  for (auto& w : core::memory_headroom_warnings(memory)) warnings.push_back(std::move(w));
   // The rehearsal ran the first batch: a forward that overflows there is a step the run skips
   // (and a run of them, a divergence), whatever the loss scale.
   if (!memory.nonfinite_forward.empty())

@@ -2,7 +2,8 @@
 // count — held + step buffers + scratch + freed = the peak, to the byte — whether or not the
 // backend reports its scratch apart (a wrapper hides the CPU backend's scratch facet), it
 // rehearses the underflow measurement exactly when the plan stores gradients narrower than fp32,
-// and that measurement keeps none of its casts.
+// and that measurement keeps none of its casts. Also what `check` says of a peak near the host's or
+// the device's memory (memory_headroom_warnings), and the progress a long rehearsal reports.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -159,6 +160,83 @@ TEST(MemoryRehearsal, TheUnderflowMeasurementKeepsNoneOfItsCasts) {
   ASSERT_TRUE(rehearsed(r, "underflow measurement"));
   for (const auto& g : r.step_growth) EXPECT_NE(g.where, "underflow measurement") << g.bytes;
   EXPECT_GT(r.transient_bytes, 0u);
+}
+
+// A step at a large input runs for minutes: the rehearsal reports each path as it ends, in the
+// order of MemoryReport::rehearsed, and reads the host's figures `check` compares the peak with.
+TEST(MemoryRehearsal, ReportsEachPathAsItEndsAndReadsTheHostsMemory) {
+  auto [e, c] = test::quickstart_components({"precision.policy=bf16-mixed", "backend.threads=1"});
+  const sdk::BackendCapabilities caps = c.backend->capabilities();
+  core::TrainOptions opt;
+  opt.write_outputs = false;
+  std::vector<std::string> reported;
+  const auto r = core::Trainer(e, std::move(c), opt)
+                     .memory_report(/*rehearse=*/true, [&](std::string_view path, double seconds) {
+                       reported.emplace_back(path);
+                       EXPECT_GE(seconds, 0.0) << path;
+                     });
+  EXPECT_EQ(reported, r.rehearsed);
+  EXPECT_EQ(r.device_memory, caps.memory_bytes);
+  EXPECT_EQ(r.device_name, caps.device_name);
+  // Linux says both: the process's peak is at least what it held when the rehearsal began.
+  EXPECT_GT(r.host_memory_at_start, 0u);
+  EXPECT_GT(r.host_peak_rss, 0u);
+  EXPECT_NE(core::render_memory_report(r).find("the process's resident peak"), std::string::npos);
+}
+
+core::MemoryReport headroom(std::size_t peak, std::size_t device, std::size_t rss,
+                            std::size_t host) {
+  core::MemoryReport r;
+  r.backend = "cuda";
+  r.device_name = "a test device";
+  r.rehearsed = {"forward and backward"};
+  r.peak_bytes = peak;
+  r.device_memory = device;
+  r.host_peak_rss = rss;
+  r.host_memory_at_start = host;
+  return r;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST(MemoryHeadroom, WarnsOfTheHostFirstThenOfTheDeviceAndOnlyAboveTheirShares) {
+  constexpr std::size_t GiB = std::size_t{1} << 30;
+  // Under both shares (host 79 %, device 89 %): nothing.
+  EXPECT_TRUE(
+      core::memory_headroom_warnings(headroom(89 * GiB, 100 * GiB, 79 * GiB, 100 * GiB)).empty());
+  // The process near the host's memory: one warning with the figures and the fix.
+  const auto host =
+      core::memory_headroom_warnings(headroom(1 * GiB, 100 * GiB, 85 * GiB, 100 * GiB));
+  ASSERT_EQ(host.size(), 1u);
+  EXPECT_TRUE(contains(host[0], "host memory")) << host[0];
+  EXPECT_TRUE(contains(host[0], "85%")) << host[0];
+  EXPECT_TRUE(contains(host[0], "data.batch_size")) << host[0];
+  // The backend's peak near its device's memory.
+  const auto device =
+      core::memory_headroom_warnings(headroom(95 * GiB, 100 * GiB, 1 * GiB, 100 * GiB));
+  ASSERT_EQ(device.size(), 1u);
+  EXPECT_TRUE(contains(device[0], "95%")) << device[0];
+  EXPECT_TRUE(contains(device[0], "cuda backend")) << device[0];
+  EXPECT_TRUE(contains(device[0], "a test device")) << device[0];
+  // Both: the host's alone (on a CPU backend they are one memory, said once).
+  const auto both =
+      core::memory_headroom_warnings(headroom(95 * GiB, 100 * GiB, 90 * GiB, 100 * GiB));
+  ASSERT_EQ(both.size(), 1u);
+  EXPECT_TRUE(contains(both[0], "host memory")) << both[0];
+}
+
+TEST(MemoryHeadroom, SaysNothingWithoutARehearsalOrWhereTheFiguresAreUnknown) {
+  constexpr std::size_t GiB = std::size_t{1} << 30;
+  auto unrehearsed = headroom(99 * GiB, 100 * GiB, 99 * GiB, 100 * GiB);
+  unrehearsed.rehearsed.clear();
+  EXPECT_TRUE(core::memory_headroom_warnings(unrehearsed).empty());
+  // The kernel did not say (0): no share of nothing, and no line about it.
+  const auto unknown = headroom(1 * GiB, 0, 99 * GiB, 0);
+  EXPECT_TRUE(core::memory_headroom_warnings(unknown).empty());
+  EXPECT_FALSE(contains(core::render_memory_report(unknown), "resident peak"));
+  EXPECT_FALSE(contains(core::render_memory_report(unknown), "of the backend's"));
 }
 
 }  // namespace

@@ -16,19 +16,6 @@ std::string dtype_text(sdk::DType t) {
   return std::string(sdk::dtype_name(t));
 }
 
-// 1234567 -> "1.23M": FLOPs and parameter counts span many orders of magnitude.
-std::string count_text(double v) {
-  const char* units[] = {"", "K", "M", "G", "T", "P"};
-  int u = 0;
-  while (v >= 1000.0 && u < 5) {
-    v /= 1000.0;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f%s" : "%.2f%s", v, units[u]);
-  return buf;
-}
-
 std::string bytes_text(std::size_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(bytes);
@@ -70,6 +57,18 @@ std::string inputs_text(const NodeSummary& n) {
 }
 
 }  // namespace
+
+std::string count_text(double v) {
+  const char* units[] = {"", "K", "M", "G", "T", "P"};
+  int u = 0;
+  while (v >= 1000.0 && u < 5) {
+    v /= 1000.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f%s" : "%.2f%s", v, units[u]);
+  return buf;
+}
 
 ModelSummary summarize_model(const Model& model, std::int64_t batch_rows,
                              std::int64_t micro_batches) {

@@ -1,6 +1,7 @@
 // Trainer::memory_report: the memory report of train/memory_report.h, the step's part measured by
 // running each step path once (train/step.h) and one evaluation batch; see trainer.h.
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <span>
 #include <tuple>
@@ -8,6 +9,7 @@
 
 #include "graph/allocation_error.h"
 #include "mixtrain/sdk/backend_scratch.h"
+#include "train/process_memory.h"
 #include "train/step.h"
 #include "train/trainer_state.h"
 
@@ -16,6 +18,7 @@ namespace mixtrain::core {
 namespace {
 
 using sdk::DType;
+using Clock = std::chrono::steady_clock;
 
 // The format a node computes in: its GEMM operands' when it has GEMMs, else its activations'.
 DType compute_format(const Layer& l) {
@@ -213,13 +216,15 @@ std::vector<MemoryItem> held_items(Trainer::State& s) {
 
 }  // namespace
 
-MemoryReport Trainer::memory_report(bool rehearse) {
+MemoryReport Trainer::memory_report(bool rehearse, const RehearsalProgress& progress) {
   auto& s = *s_;
   auto& b = *s.c.backend;
   const sdk::ScratchFacet* scratch = sdk::facet<sdk::ScratchFacet>(b);
   MemoryReport r;
   const sdk::BackendCapabilities caps = b.capabilities();
   r.backend = caps.kind;
+  r.device_memory = caps.memory_bytes;
+  r.device_name = caps.device_name;
   for (const auto& d : caps.gemm_inputs)
     if (!d.native) r.emulated.push_back(d);
 
@@ -244,7 +249,18 @@ MemoryReport Trainer::memory_report(bool rehearse) {
     return r;
   }
 
+  // What the process could grow to from here: a CPU backend's tensors are in its resident set.
+  if (const std::size_t available = host_available_bytes(); available > 0)
+    r.host_memory_at_start = process_rss_bytes() + available;
   GrowthWatch watch(b, scratch, r);
+  auto started = Clock::now();
+  const auto path_done = [&](std::string_view path) {
+    r.rehearsed.emplace_back(path);
+    watch.after_path(path);
+    const auto now = Clock::now();
+    if (progress) progress(path, std::chrono::duration<double>(now - started).count());
+    started = now;
+  };
   {
     RehearsalScope scope(s, watch);
     const auto evaluation = [&] {
@@ -254,9 +270,7 @@ MemoryReport Trainer::memory_report(bool rehearse) {
         predict(batch, batch.rows, [](const PredictionBatch&) {});
       else
         predict(batch, batch.rows, nullptr);
-      const std::string eval = "evaluation batch";
-      r.rehearsed.push_back(eval);
-      watch.after_path(eval);
+      path_done("evaluation batch");
     };
     // What an evaluation grows (the backend's scratch, at its rows) is still held by the steps
     // after it: a run that evaluates before its last step peaks at a step on top of that.
@@ -264,10 +278,7 @@ MemoryReport Trainer::memory_report(bool rehearse) {
         s.e.run.eval_every > 0 && s.e.run.eval_every < s.e.run.steps;
     if (steps_follow_an_evaluation) evaluation();
     ++s.position.step;  // as run() numbers its first step (dropout keys its masks on it)
-    const NonfiniteSite site = run_each_step_path(s, [&](std::string_view path) {
-      r.rehearsed.emplace_back(path);
-      watch.after_path(path);
-    });
+    const NonfiniteSite site = run_each_step_path(s, path_done);
     if (!site.where.empty() && !site.where.starts_with("backward"))
       r.nonfinite_forward = site.where;
     if (!steps_follow_an_evaluation) evaluation();
@@ -280,6 +291,7 @@ MemoryReport Trainer::memory_report(bool rehearse) {
   r.step_bytes = allocated_after > r.held_bytes ? allocated_after - r.held_bytes : 0;
   r.peak_bytes = after.peak_bytes;
   r.transient_bytes = after.peak_bytes - after.current_bytes;
+  if (r.host_memory_at_start > 0) r.host_peak_rss = process_peak_rss_bytes();
   return r;
 }
 

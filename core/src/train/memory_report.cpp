@@ -55,6 +55,13 @@ std::string emulation_lines(const MemoryReport& r) {
   return out;
 }
 
+// "77%"
+std::string share_text(std::size_t part, std::size_t whole) {
+  return std::to_string(static_cast<int>(
+             100.0 * static_cast<double>(part) / static_cast<double>(whole) + 0.5)) +
+         "%";
+}
+
 }  // namespace
 
 std::string render_memory_report(const MemoryReport& r) {
@@ -80,9 +87,47 @@ std::string render_memory_report(const MemoryReport& r) {
   if (r.transient_bytes > 0) out += item_line("freed again within the step", r.transient_bytes, "");
   std::string paths;
   for (const auto& p : r.rehearsed) paths += (paths.empty() ? "" : ", ") + p;
-  out += item_line("predicted peak", r.peak_bytes,
-                   "(" + std::to_string(r.peak_bytes) + " bytes), rehearsed: " + paths);
+  out +=
+      item_line("predicted peak", r.peak_bytes,
+                "(" + std::to_string(r.peak_bytes) + " bytes), rehearsed: " + paths +
+                    (r.device_memory > 0 ? "; " + share_text(r.peak_bytes, r.device_memory) +
+                                               " of the backend's " + memory_text(r.device_memory)
+                                         : std::string()));
+  if (r.host_peak_rss > 0 && r.host_memory_at_start > 0)
+    out += item_line("the process's resident peak", r.host_peak_rss,
+                     share_text(r.host_peak_rss, r.host_memory_at_start) + " of the " +
+                         memory_text(r.host_memory_at_start) +
+                         " it could hold when the rehearsal began (its own and the host's "
+                         "available memory)");
   return out + emulation_lines(r);
+}
+
+std::vector<std::string> memory_headroom_warnings(const MemoryReport& r) {
+  std::vector<std::string> out;
+  if (r.rehearsed.empty()) return out;
+  const std::string fix =
+      "lower data.batch_size (keeping the effective batch with run.accumulate = N micro-batches), "
+      "the model's size or its inputs' (an image folder's data.image_folder.size)";
+  if (r.host_memory_at_start > 0 &&
+      static_cast<double>(r.host_peak_rss) >
+          kHostMemoryWarnShare * static_cast<double>(r.host_memory_at_start)) {
+    out.push_back("host memory: this process peaked at " + memory_text(r.host_peak_rss) +
+                  " resident in the rehearsed step, " +
+                  share_text(r.host_peak_rss, r.host_memory_at_start) + " of the " +
+                  memory_text(r.host_memory_at_start) +
+                  " it could hold (its own and the host's available memory): training is likely "
+                  "to be killed for memory, losing the steps since its last checkpoint; " +
+                  fix + ", or free host memory");
+    return out;
+  }
+  if (r.device_memory > 0 && static_cast<double>(r.peak_bytes) >
+                                 kDeviceMemoryWarnShare * static_cast<double>(r.device_memory))
+    out.push_back("the predicted peak " + memory_text(r.peak_bytes) + " is " +
+                  share_text(r.peak_bytes, r.device_memory) + " of the " + r.backend +
+                  " backend's " + memory_text(r.device_memory) +
+                  (r.device_name.empty() ? std::string() : " (" + r.device_name + ")") +
+                  ": an allocation is likely to fail mid-run; " + fix);
+  return out;
 }
 
 }  // namespace mixtrain::core

@@ -1,7 +1,5 @@
 #include "mixtrain/core/train/trainer.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -28,6 +26,7 @@
 #include "mixtrain/sdk/support/atomic_file_writer.h"
 #include "train/peft_import.h"
 #include "train/planned_model.h"
+#include "train/process_memory.h"
 #include "train/step.h"
 #include "train/trainer_state.h"
 
@@ -38,12 +37,6 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-std::size_t peak_rss_bytes() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<std::size_t>(u.ru_maxrss) * 1024;  // Linux reports KiB
-}
 
 // summary.json's "precision": the policy that applied (`auto` resolved) and, per GEMM input dtype
 // the plan uses, whether the backend runs it natively; `compare` labels runs and throughput by it.
@@ -496,7 +489,7 @@ void log_step(Trainer::State& s, const StepOutcome& step, double sps, ProgressRe
   const auto memory = s.c.backend->memory_stats();
   rec["device_memory_bytes"] = memory.current_bytes;
   rec["device_peak_memory_bytes"] = memory.peak_bytes;
-  rec["host_peak_rss_bytes"] = peak_rss_bytes();
+  rec["host_peak_rss_bytes"] = process_peak_rss_bytes();
   if (!decision.apply_step) rec["nonfinite"] = step.blame.tensor;
   s.reducer->report_step(rec);
   s.metrics.records.write(rec);
@@ -587,7 +580,7 @@ void summarize_run(Trainer::State& s, TrainSummary& sum, const RunEnd& end,
   sum.final_loss_scale = s.c.scaler->scale();
   sum.peak_memory_bytes = b.memory_stats().peak_bytes;
   sum.peak_rss_bytes = measured.training_peak_rss;
-  sum.peak_rss_bytes_with_checkpoint = peak_rss_bytes();
+  sum.peak_rss_bytes_with_checkpoint = process_peak_rss_bytes();
   sum.samples_per_s = measured.step_seconds > 0
                           ? static_cast<double>(measured.trained_rows) / measured.step_seconds
                           : 0.0;
@@ -1000,7 +993,7 @@ TrainSummary Trainer::run() {
   if (!end.interrupted && !limited && !end.weights_not_finite &&
       !(sum.evaluated && sum.eval_step == s.position.step))
     evaluate_and_log(*this, s, sum, end);
-  measured.training_peak_rss = peak_rss_bytes();
+  measured.training_peak_rss = process_peak_rss_bytes();
   fs::path last_checkpoint;
   // A run that stops at a step the loop has just checkpointed (Ctrl-C during that write or, with
   // checkpoint.final = false, during the step) has its checkpoint already: nothing changed since.

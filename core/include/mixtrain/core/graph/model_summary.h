@@ -75,5 +75,8 @@ std::string render_model_summary(const ModelSummary& summary);
 // A node's inputs and output per sample as render_model_summary() prints them: "[64, 56, 56] ->
 // [256, 56, 56]" (inputs separated by spaces).
 std::string node_shapes_text(const NodeSummary& node);
+// 1234567 -> "1.23M", as the summary prints FLOPs and parameter counts (they span many orders of
+// magnitude).
+std::string count_text(double v);
 
 }  // namespace mixtrain::core

@@ -19,6 +19,12 @@
 //   or backward, or a path), in the order they grew, with the node's compute format; the scratch
 //   is empty without the scratch facet (step_growth then holds it).
 // - emulated: the GEMM input formats the backend reports as emulated (capabilities()).
+// - device_memory, device_name: capabilities().memory_bytes and device_name (the host's memory on
+//   a CPU backend, whose tensors are in the process's resident set).
+// - host_memory_at_start, host_peak_rss: with a rehearsal, what the process could hold when it
+//   began (its resident set plus the host's available memory) and the process's resident
+//   high-water mark when it ended (the data, the libraries' scratch and, on a CPU backend, the
+//   backend's memory); 0 without a rehearsal or where the kernel does not say.
 #pragma once
 
 #include <cstddef>
@@ -58,11 +64,27 @@ struct MemoryReport {
   // The rehearsed step's first non-finite tensor when it lies in the forward (the input batch, a
   // node's output, the loss), which no loss scale fixes: "forward proj.output"; empty otherwise.
   std::string nonfinite_forward;
+  std::size_t device_memory = 0;
+  std::string device_name;
+  std::size_t host_memory_at_start = 0;
+  std::size_t host_peak_rss = 0;
 };
 
 // "# memory ..." comment lines for `mixtrain check`: the items, the step's buffers, the scratch
 // with where it grew and which emulated format it serves, and the predicted peak in MiB and bytes
 // (without a rehearsed step: the items and what they come to before the first step).
 std::string render_memory_report(const MemoryReport& report);
+
+// Above these shares a run is likely to fail for memory: a device allocator refuses what
+// fragmentation leaves unusable, and the host's other processes and page cache claim theirs (a
+// process killed for memory writes no checkpoint).
+inline constexpr double kDeviceMemoryWarnShare = 0.9;
+inline constexpr double kHostMemoryWarnShare = 0.8;
+
+// What `check` warns about a rehearsed peak: the process's resident peak above
+// kHostMemoryWarnShare of host_memory_at_start, else the backend's peak above
+// kDeviceMemoryWarnShare of device_memory; each names the figures and the fix. Empty when neither
+// holds or nothing was rehearsed.
+std::vector<std::string> memory_headroom_warnings(const MemoryReport& report);
 
 }  // namespace mixtrain::core

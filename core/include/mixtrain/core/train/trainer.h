@@ -197,7 +197,10 @@ class Trainer {
   // training batch and the first evaluation rows: quietly (no log lines, no records), but the
   // Trainer is then one step on — weights, optimizer state, data position — so that is for a
   // Trainer that will not train (`check`). Not covered: a model rebuilt by [precision.escalate].
-  MemoryReport memory_report(bool rehearse);
+  // `progress`, when set, is called after each rehearsed path (its name, as in
+  // MemoryReport::rehearsed) with the seconds it took: a step at a large input runs for minutes.
+  using RehearsalProgress = std::function<void(std::string_view path, double seconds)>;
+  MemoryReport memory_report(bool rehearse, const RehearsalProgress& progress = {});
 
   // Opaque outside the core (core/src/train/trainer_state.h), named here so the files that
   // implement the trainer (one per job) can share it.
