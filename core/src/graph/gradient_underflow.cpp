@@ -1,5 +1,11 @@
 // measure_gradient_underflow: an all-FP32 replay of the backward; see diagnostics.h.
 #include "mixtrain/core/graph/diagnostics.h"
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <map>
+
 #include "mixtrain/core/graph/memory_plan.h"
 #include "mixtrain/sdk/support/float_formats.h"
 
@@ -46,21 +52,37 @@ class PassScratch {
 
 }  // namespace
 
+float underflow_threshold(DType dt) {
+  // Positive floats order as their bit patterns, and rounding to a narrower format is monotone in
+  // the magnitude: bisect between 0 (stored as zero) and infinity (not).
+  std::uint32_t zero = 0, kept = 0x7f800000u;
+  while (kept - zero > 1) {
+    const std::uint32_t mid = zero + (kept - zero) / 2;
+    (flushes_to_zero(std::bit_cast<float>(mid), dt) ? zero : kept) = mid;
+  }
+  return std::bit_cast<float>(zero);
+}
+
 std::vector<UnderflowCount> measure_gradient_underflow(Model& model, std::int64_t rows,
                                                        float grad_scale) {
   std::vector<UnderflowCount> out;
   std::vector<float> host;
   sdk::DeviceBackend& backend = model.backend();
+  // A compare a value rather than an encode and a decode: the pass reads every activation
+  // gradient of the step, billions of values at a large input.
+  std::map<DType, float> thresholds;
   auto count = [&](const std::string& name, TensorView v, DType stored_as) {
-    UnderflowCount c{name, stored_as, 0, 0};
+    auto [at, added] = thresholds.try_emplace(stored_as, 0.0f);
+    if (added) at->second = underflow_threshold(stored_as);
+    const float threshold = at->second;
     host.resize(static_cast<std::size_t>(v.numel()));
     backend.copy_to_host(host.data(), v);
-    for (float g : host) {
-      if (g == 0.0f) continue;
-      ++c.nonzero;
-      if (flushes_to_zero(g, stored_as)) ++c.flushed;
+    std::int64_t nonzero = 0, flushed = 0;
+    for (const float g : host) {
+      nonzero += g != 0.0f;                                  // NaN counts, as a value kept
+      flushed += (g != 0.0f) & (std::fabs(g) <= threshold);  // NaN compares false
     }
-    out.push_back(c);
+    out.push_back({name, stored_as, nonzero, flushed});
   };
   Executor& exec = model.executor();
   const GraphPlan& plan = model.plan();

@@ -29,7 +29,11 @@
 //   arena it needs is the model's own when reserved (Model::allocate), else allocated per call.
 //   The casts of those FP32 gradients into each op's dtype are freed as that op's backward ends
 //   (Layer::set_pass_scratch): the pass holds one op's at a time, and keeps none. Under the
-//   chunked loss there is no whole FP32 logits gradient, and it is not counted.
+//   chunked loss there is no whole FP32 logits gradient, and it is not counted. A value counts as
+//   flushed when its magnitude is at most underflow_threshold(dtype).
+// - underflow_threshold: the largest float magnitude that storing in `dtype` (sdk/support's
+//   encoders, round to nearest even, FP8 saturating) rounds to zero; 0 for a dtype that keeps
+//   every non-zero float (fp32). Found by bisection with the encoder itself, so it is that rule.
 // - Neither fires the gradient-ready hook.
 #pragma once
 
@@ -55,5 +59,6 @@ struct UnderflowCount {
 };
 std::vector<UnderflowCount> measure_gradient_underflow(Model& model, std::int64_t rows,
                                                        float grad_scale);
+float underflow_threshold(sdk::DType dtype);
 
 }  // namespace mixtrain::core
