@@ -227,6 +227,17 @@ TEST(MemoryHeadroom, WarnsOfTheHostFirstThenOfTheDeviceAndOnlyAboveTheirShares) 
   EXPECT_TRUE(contains(both[0], "host memory")) << both[0];
 }
 
+// `train` says the same of its first step, with the place it measured.
+TEST(MemoryHeadroom, TheHostWarningNamesWhereItMeasured) {
+  constexpr std::size_t GiB = std::size_t{1} << 30;
+  EXPECT_FALSE(core::host_memory_warning(8 * GiB, 10 * GiB, "by the end of its first step"));
+  EXPECT_FALSE(core::host_memory_warning(9 * GiB, 0, "by the end of its first step"));
+  const auto w = core::host_memory_warning(9 * GiB, 10 * GiB, "by the end of its first step");
+  ASSERT_TRUE(w);
+  EXPECT_TRUE(contains(*w, "9.00 GiB resident by the end of its first step, 90% of the 10.00 GiB"))
+      << *w;
+}
+
 TEST(MemoryHeadroom, SaysNothingWithoutARehearsalOrWhereTheFiguresAreUnknown) {
   constexpr std::size_t GiB = std::size_t{1} << 30;
   auto unrehearsed = headroom(99 * GiB, 100 * GiB, 99 * GiB, 100 * GiB);

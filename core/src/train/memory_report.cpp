@@ -55,6 +55,10 @@ std::string emulation_lines(const MemoryReport& r) {
   return out;
 }
 
+constexpr const char* kMemoryFix =
+    "lower data.batch_size (keeping the effective batch with run.accumulate = N micro-batches), "
+    "the model's size or its inputs' (an image folder's data.image_folder.size)";
+
 // "77%"
 std::string share_text(std::size_t part, std::size_t whole) {
   return std::to_string(static_cast<int>(
@@ -102,22 +106,24 @@ std::string render_memory_report(const MemoryReport& r) {
   return out + emulation_lines(r);
 }
 
+std::optional<std::string> host_memory_warning(std::size_t peak_rss, std::size_t could_hold,
+                                               const std::string& during) {
+  if (could_hold == 0 ||
+      static_cast<double>(peak_rss) <= kHostMemoryWarnShare * static_cast<double>(could_hold))
+    return std::nullopt;
+  return "host memory: this process peaked at " + memory_text(peak_rss) + " resident " + during +
+         ", " + share_text(peak_rss, could_hold) + " of the " + memory_text(could_hold) +
+         " it could hold (its own and the host's available memory): training is likely to be "
+         "killed for memory, losing the steps since its last checkpoint; " +
+         kMemoryFix + ", or free host memory";
+}
+
 std::vector<std::string> memory_headroom_warnings(const MemoryReport& r) {
   std::vector<std::string> out;
   if (r.rehearsed.empty()) return out;
-  const std::string fix =
-      "lower data.batch_size (keeping the effective batch with run.accumulate = N micro-batches), "
-      "the model's size or its inputs' (an image folder's data.image_folder.size)";
-  if (r.host_memory_at_start > 0 &&
-      static_cast<double>(r.host_peak_rss) >
-          kHostMemoryWarnShare * static_cast<double>(r.host_memory_at_start)) {
-    out.push_back("host memory: this process peaked at " + memory_text(r.host_peak_rss) +
-                  " resident in the rehearsed step, " +
-                  share_text(r.host_peak_rss, r.host_memory_at_start) + " of the " +
-                  memory_text(r.host_memory_at_start) +
-                  " it could hold (its own and the host's available memory): training is likely "
-                  "to be killed for memory, losing the steps since its last checkpoint; " +
-                  fix + ", or free host memory");
+  if (auto host = host_memory_warning(r.host_peak_rss, r.host_memory_at_start,
+                                      "by the end of the rehearsal")) {
+    out.push_back(std::move(*host));
     return out;
   }
   if (r.device_memory > 0 && static_cast<double>(r.peak_bytes) >
@@ -126,7 +132,7 @@ std::vector<std::string> memory_headroom_warnings(const MemoryReport& r) {
                   share_text(r.peak_bytes, r.device_memory) + " of the " + r.backend +
                   " backend's " + memory_text(r.device_memory) +
                   (r.device_name.empty() ? std::string() : " (" + r.device_name + ")") +
-                  ": an allocation is likely to fail mid-run; " + fix);
+                  ": an allocation is likely to fail mid-run; " + kMemoryFix);
   return out;
 }
 

@@ -922,6 +922,10 @@ TrainSummary Trainer::run() {
                                ? ", early stopping and keep_best"
                                : "") +
                " read the training rows");
+  // What this process could grow to before the steps allocate theirs: a run near the host's
+  // memory is said after its first step (as `check` says it), not found by the OOM killer.
+  const std::size_t host_available = host_available_bytes();
+  const std::size_t could_hold = host_available > 0 ? process_rss_bytes() + host_available : 0;
   RunEnd end;
   const auto t_start = Clock::now();
   ThroughputWindow window{t_start};
@@ -941,6 +945,10 @@ TrainSummary Trainer::run() {
     StepOutcome step = run_training_step(s, plan.request);
     window.rows += bs;
     if (s.opt.after_step) s.opt.after_step(s.position.step);
+    if (s.position.step == first_step + 1)
+      if (auto w = host_memory_warning(process_peak_rss_bytes(), could_hold,
+                                       "by the end of its first step"))
+        s.log.warn(*w);
     // A stop asked for during this step makes it the last: plan_step saw only earlier requests,
     // and waiting for them would train one more step (and write its checkpoint) before stopping.
     // The last step's record and the summary report its loss, which the plan had not asked for.

@@ -87,4 +87,11 @@ inline constexpr double kHostMemoryWarnShare = 0.8;
 // holds or nothing was rehearsed.
 std::vector<std::string> memory_headroom_warnings(const MemoryReport& report);
 
+// The warning of a process whose resident peak `peak_rss` is above kHostMemoryWarnShare of the
+// `could_hold` bytes it had (its own resident set and the host's available memory) when it began
+// what `during` names ("by the end of the rehearsal"); nullopt below that share or when could_hold
+// is 0.
+std::optional<std::string> host_memory_warning(std::size_t peak_rss, std::size_t could_hold,
+                                               const std::string& during);
+
 }  // namespace mixtrain::core
