@@ -3,7 +3,8 @@
 // rounding, the fp32 clamp, relu / gelu and their gradients, the amax and argmax combines, the
 // attention softmax's steps, the cross-entropy's label smoothing, the residual join's (and its
 // backward's) / embedding / dropout element rules, batch norm's per-element steps (with the
-// residual add), the average pool's divide, and the fused optimizer steps.
+// residual add), the average pool's divide, the fused optimizer steps, and the underflow tally's
+// per-value rule.
 //
 // Contract
 // - One source for host and device, built only from integer operations and fp32 / fp64 operations
@@ -509,6 +510,15 @@ MIXTRAIN_HD float adamw_step(const Args& h, float p, float grad, float& m, float
   v = vi;
   const float denom = sqrt_rn(vi) / h.bc2_sqrt + h.eps;
   return p * h.decay - h.step_size * mi / denom;
+}
+
+// count_underflow's rule for one value (gradient_check 1.2, the CPU backend's too): bit 0 set
+// when v is not zero (a NaN is not), bit 1 also when its magnitude is at most threshold (a NaN
+// compares false; the magnitude by a compare, not a libm call).
+MIXTRAIN_HD int underflow_flags(float v, float threshold) {
+  if (v == 0.0f) return 0;
+  const float magnitude = v < 0.0f ? -v : v;
+  return magnitude <= threshold ? 3 : 1;
 }
 
 }  // namespace mixtrain::backend_cuda::element

@@ -1,6 +1,8 @@
 // The gradient-check facet's multi-tensor kernels: fused unscale + finite check, sum of squares,
 // first non-finite tensor. One block handles one chunk (cuda_device.cuh's for_chunk_packs), so
 // many small tensors and a few huge ones share one launch; the unscale at scale 1 only reads.
+#include <algorithm>
+
 #include "cuda_device.cuh"
 #include "cuda_gradient_check.h"
 
@@ -123,6 +125,40 @@ __global__ void __launch_bounds__(kThreads)
   if (__syncthreads_or(local) && threadIdx.x == 0) flags[c.tensor] = 1;
 }
 
+// x is [n]: a grid-stride walk, four values a 16-byte load where x allows it; each block adds
+// its two counts to the tally once.
+__global__ void __launch_bounds__(kThreads)
+    count_underflow_kernel(const float* x, std::int64_t n, float threshold,
+                           unsigned long long* tally) {
+  unsigned long long kept = 0, flushed = 0;
+  const auto count = [&](float v) {
+    const int f = element::underflow_flags(v, threshold);
+    kept += static_cast<unsigned long long>(f & 1);
+    flushed += static_cast<unsigned long long>(f >> 1);
+  };
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * kThreads;
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  std::int64_t tail = 0;
+  if (aligned16(x)) {
+    const std::int64_t packs = n / 4;
+    for (std::int64_t p = first; p < packs; p += stride) {
+      const Pack<float, 4> v = load_pack<4>(x + 4 * p);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) count(v.v[k]);
+    }
+    tail = packs * 4;
+  }
+  for (std::int64_t i = tail + first; i < n; i += stride) count(x[i]);
+  for (int o = 16; o > 0; o >>= 1) {
+    kept += __shfl_xor_sync(0xFFFFFFFFu, kept, o);
+    flushed += __shfl_xor_sync(0xFFFFFFFFu, flushed, o);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    atomicAdd(tally, kept);
+    atomicAdd(tally + 1, flushed);
+  }
+}
+
 __global__ void status_kernel(const int* found, const double* sum, const int* label_flag,
                               const int* id_flag, StatusRecord* status) {
   const int deferred =
@@ -160,6 +196,17 @@ cudaError_t find_nonfinite(const TensorRef* tensors, const Chunk* chunks, int nu
                            int* flags, cudaStream_t stream) {
   if (num_chunks == 0) return cudaSuccess;
   nonfinite_kernel<<<num_chunks, kThreads, 0, stream>>>(tensors, chunks, flags);
+  return cudaGetLastError();
+}
+
+cudaError_t count_underflow(const float* x, std::int64_t n, float threshold,
+                            unsigned long long* tally, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  // Enough blocks to fill any GPU several times over; the walk strides over the rest.
+  const std::int64_t wanted = (n / 4 + kThreads - 1) / kThreads;
+  const int blocks =
+      static_cast<int>(std::min<std::int64_t>(std::max<std::int64_t>(wanted, 1), 4096));
+  count_underflow_kernel<<<blocks, kThreads, 0, stream>>>(x, n, threshold, tally);
   return cudaGetLastError();
 }
 

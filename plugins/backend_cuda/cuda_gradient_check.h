@@ -43,4 +43,9 @@ cudaError_t write_status(const int* found, const double* sum, const int* label_f
 cudaError_t find_nonfinite(const TensorRef* tensors, const Chunk* chunks, int num_chunks,
                            int* flags, cudaStream_t stream);
 
+// tally[0] += the values that are not zero, tally[1] += those of them with |x| <= threshold
+// (element::underflow_flags); x is [n] fp32, tally two zeroed counters. Exact: integer sums.
+cudaError_t count_underflow(const float* x, std::int64_t n, float threshold,
+                            unsigned long long* tally, cudaStream_t stream);
+
 }  // namespace mixtrain::backend_cuda::kernels

@@ -201,6 +201,24 @@ int CudaGradientCheck::first_nonfinite(std::span<const TensorView> tensors) {
   return -1;
 }
 
+sdk::UnderflowTally CudaGradientCheck::count_underflow(TensorView values, float threshold) {
+  context_.activate();
+  constexpr const char* op = "count_underflow";
+  checks().count_underflow(values, threshold);
+  auto* tally = context_.flags.as<unsigned long long>(2, context_.stream, op);
+  context_.account_buffers();
+  check_cuda(cudaMemsetAsync(tally, 0, 2 * sizeof(unsigned long long), context_.stream), op,
+             "cudaMemsetAsync");
+  check_cuda(kernels::count_underflow(static_cast<const float*>(values.data), values.numel(),
+                                      threshold, tally, context_.stream),
+             op, "kernel launch");
+  unsigned long long host[2] = {0, 0};
+  check_cuda(cudaMemcpyAsync(host, tally, sizeof host, cudaMemcpyDeviceToHost, context_.stream), op,
+             "cudaMemcpyAsync");
+  context_.sync(op);
+  return {static_cast<std::int64_t>(host[0]), static_cast<std::int64_t>(host[1])};
+}
+
 // The backend makes one per CudaBackend over its context (sdk/support/facet_registry.h).
 const sdk::FacetRegistration<CudaContext, sdk::GradientCheckFacet, CudaGradientCheck> kCudaGradientCheckRegistration;
 

@@ -1,6 +1,6 @@
 // CudaGradientCheck: the CUDA backend's GradientCheckFacet (sdk/backend_gradient_check.h):
 // unscale and inf/NaN checks over a whole list of fp32 gradients in one multi-tensor launch, the
-// sum of squares in double, the first non-finite tensor.
+// sum of squares in double, the first non-finite tensor, the underflow tally.
 //
 // Contract (in addition to sdk/backend_gradient_check.h)
 // - Every 1.0 method synchronises (its answer is read back to the host) and so raises any
@@ -35,6 +35,7 @@ class CudaGradientCheck final : public sdk::GradientCheckFacet {
   void queue_unscale_check(std::span<const sdk::TensorView> grads, float inv_scale,
                            bool sum_squares, sdk::TensorView status) override;
   GradientCheck queued_check_result() override;
+  sdk::UnderflowTally count_underflow(sdk::TensorView values, float threshold) override;
   // Σ x² in double over any storage dtypes (synchronises); what unscale_check_and_sum_squares
   // reports.
   double sum_of_squares(std::span<const sdk::TensorView> tensors);

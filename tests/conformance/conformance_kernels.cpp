@@ -1,6 +1,9 @@
 // The element-wise, reduction, normalisation, loss and optimizer ops: capabilities, casts bit for
 // bit, add, the layer kernels and layer norm, softmax cross-entropy, reductions and non-finite
 // checks, the fused and gated optimizer updates.
+#include <cmath>
+#include <cstring>
+
 #include "conformance_fixture.h"
 
 namespace mixtrain::conformance {
@@ -412,6 +415,53 @@ TEST_P(Conformance, ReductionsAndNonFiniteChecks) {
   std::vector<TensorView> vt2{a.tested->view(), c.tested->view()};
   EXPECT_TRUE(tested_gradient_check->unscale_and_check_finite(vt2, 1.0f));
   EXPECT_EQ(tested_gradient_check->first_nonfinite(vt2), 1);
+}
+
+// gradient_check 1.2: the underflow diagnostic's tally, on the tested backend and the reference
+// alike: zeros of either sign are not counted, a NaN counts as kept and never as flushed, an
+// infinity is kept, and the threshold itself flushes. Large enough for every worker of a backend.
+TEST_P(Conformance, CountUnderflowTalliesWhatTheThresholdFlushes) {
+  MIXTRAIN_FACETS(gradient_check, GradientCheckFacet);
+  if (!sdk::facet_serves<sdk::GradientCheckFacet>(tested_gradient_check, 2))
+    GTEST_SKIP() << "backend '" << GetParam().name << "' has no count_underflow (1.2)";
+  const float t = std::ldexp(1.0f, -134);  // bf16's: half its smallest subnormal
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            t,
+                            -t,
+                            std::nextafter(t, 1.0f),
+                            std::nextafter(t, 0.0f),
+                            std::numeric_limits<float>::denorm_min(),
+                            1.0f};
+  auto values = random_values(100003, 21, -1.0f, 1.0f);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (i % 7 == 0) values[i] = specials[(i / 7) % std::size(specials)];
+    if (i % 11 == 0) values[i] *= std::ldexp(1.0f, -130);  // tiny: some flush, some not
+  }
+  std::int64_t nonzero = 0, flushed = 0;
+  for (const float v : values) {
+    nonzero += v != 0.0f;
+    flushed += v != 0.0f && std::fabs(v) <= t;
+  }
+  ASSERT_GT(flushed, 1000);
+  auto a = upload(values, Shape{static_cast<std::int64_t>(values.size())});
+  for (sdk::GradientCheckFacet* facet : {tested_gradient_check, ref_gradient_check}) {
+    const sdk::UnderflowTally tally = facet->count_underflow(
+        facet == tested_gradient_check ? a.tested->view() : a.ref->view(), t);
+    EXPECT_EQ(tally.nonzero, nonzero);
+    EXPECT_EQ(tally.flushed, flushed);
+  }
+  const auto after = tested_values(a);  // the tally only reads (NaN among them: compare bits)
+  ASSERT_EQ(after.size(), values.size());
+  EXPECT_EQ(std::memcmp(after.data(), values.data(), values.size() * sizeof(float)), 0);
+  // Bad input: a threshold that is negative or not finite.
+  for (const float bad :
+       {-1.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()})
+    EXPECT_THROW(tested_gradient_check->count_underflow(a.tested->view(), bad), sdk::BackendError)
+        << bad;
 }
 
 // The unscale updates every gradient at once: one listed twice, or two views that overlap, would

@@ -85,6 +85,10 @@ class WaitCountingBackend final : public test::ForwardingBackend, public sdk::Gr
     wait();
     return checks_->first_nonfinite(t);
   }
+  sdk::UnderflowTally count_underflow(TensorView values, float threshold) override {
+    wait();  // its counts come back to the host
+    return checks_->count_underflow(values, threshold);
+  }
 
  private:
   void wait() { ++waits.back(); }

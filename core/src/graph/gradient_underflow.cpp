@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <map>
 
+#include "mixtrain/core/graph/backend_needs.h"
 #include "mixtrain/core/graph/memory_plan.h"
+#include "mixtrain/sdk/backend_gradient_check.h"
 #include "mixtrain/sdk/support/float_formats.h"
 
 namespace mixtrain::core {
@@ -68,13 +70,22 @@ std::vector<UnderflowCount> measure_gradient_underflow(Model& model, std::int64_
   std::vector<UnderflowCount> out;
   std::vector<float> host;
   sdk::DeviceBackend& backend = model.backend();
-  // A compare a value rather than an encode and a decode: the pass reads every activation
-  // gradient of the step, billions of values at a large input.
+  // The pass reads every activation gradient of the step, billions of values at a large input:
+  // the backend tallies them where they are (gradient_check 1.2), else the host does, a compare
+  // a value rather than an encode and a decode.
+  auto* tally = unmet(backend, {sdk::GradientCheckOp::count_underflow, {DType::fp32}})
+                    ? nullptr
+                    : sdk::facet<sdk::GradientCheckFacet>(backend);
   std::map<DType, float> thresholds;
   auto count = [&](const std::string& name, TensorView v, DType stored_as) {
     auto [at, added] = thresholds.try_emplace(stored_as, 0.0f);
     if (added) at->second = underflow_threshold(stored_as);
     const float threshold = at->second;
+    if (tally != nullptr) {
+      const sdk::UnderflowTally t = tally->count_underflow(v, threshold);
+      out.push_back({name, stored_as, t.nonzero, t.flushed});
+      return;
+    }
     host.resize(static_cast<std::size_t>(v.numel()));
     backend.copy_to_host(host.data(), v);
     std::int64_t nonzero = 0, flushed = 0;

@@ -2,6 +2,7 @@
 // sum of squares (cpu_sum_of_squares.h) in one pass over the gradients, and the first non-finite
 // tensor. Each works on a flat list of pieces (cpu_pieces.h) so many small tensors and a few huge
 // ones share one parallel region.
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <optional>
@@ -33,6 +34,7 @@ class CpuGradientCheck final : public sdk::GradientCheckFacet {
   void queue_unscale_check(std::span<const sdk::TensorView> grads, float inv_scale,
                            bool sum_squares, sdk::TensorView status) override;
   GradientCheck queued_check_result() override;
+  sdk::UnderflowTally count_underflow(TensorView values, float threshold) override;
 
  private:
   CpuContext& context_;
@@ -143,6 +145,30 @@ int CpuGradientCheck::first_nonfinite(std::span<const TensorView> tensors) {
     if (found != 0) return static_cast<int>(t);
   }
   return -1;
+}
+
+sdk::UnderflowTally CpuGradientCheck::count_underflow(TensorView values, float threshold) {
+  checks().count_underflow(values, threshold);
+  context_.use_threads();
+  // values is [n] fp32, contiguous
+  const auto* x = static_cast<const float*>(values.data);
+  const std::int64_t total = values.numel();
+  std::int64_t nonzero = 0, flushed = 0;
+#pragma omp parallel for schedule(static) if (parallel_worth(total)) reduction(+ : nonzero, flushed)
+  for (std::int64_t c0 = 0; c0 < total; c0 += kChunk) {
+    const std::int64_t len = std::min(kChunk, total - c0);
+    std::int64_t kept = 0, zeroed = 0;
+#pragma omp simd reduction(+ : kept, zeroed)
+    for (std::int64_t i = 0; i < len; ++i) {
+      const float v = x[c0 + i];
+      const bool not_zero = v != 0.0f;  // a NaN is not zero, and compares false below
+      kept += not_zero;
+      zeroed += not_zero & (std::fabs(v) <= threshold);
+    }
+    nonzero += kept;
+    flushed += zeroed;
+  }
+  return {nonzero, flushed};
 }
 
 }  // namespace mixtrain::backend_cpu

@@ -17,6 +17,8 @@ std::string_view op_name(GradientCheckOp op) noexcept {
       return "first_nonfinite";
     case GradientCheckOp::queue_unscale_check:
       return "queue_unscale_check";
+    case GradientCheckOp::count_underflow:
+      return "count_underflow";
   }
   return "?";
 }
@@ -27,6 +29,8 @@ OpSignature op_signature(GradientCheckOp op) noexcept {
     case GradientCheckOp::unscale_check_and_sum_squares:
     case GradientCheckOp::queue_unscale_check:
       return {kF32};  // {grads}
+    case GradientCheckOp::count_underflow:
+      return {kF32};  // {values}
     case GradientCheckOp::first_nonfinite:
       return {kStore};  // {tensors}
   }

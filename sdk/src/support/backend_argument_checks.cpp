@@ -1,6 +1,7 @@
 #include "mixtrain/sdk/support/backend_argument_checks.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <tuple>
 #include <utility>
@@ -320,6 +321,14 @@ void BackendArgumentChecks::gradient_status(std::string_view op, const TensorVie
   if (reinterpret_cast<std::uintptr_t>(status.data) % alignof(double) != 0)
     fail(op, "status " + describe(status) + " is not 8-byte aligned",
          "allocate the status as a tensor of its own (sdk::GradientStatus), not a slice of one");
+}
+
+void BackendArgumentChecks::count_underflow(const TensorView& values, float threshold) const {
+  constexpr const char* op = "count_underflow";
+  require_fp32(op, "values", values);
+  if (!std::isfinite(threshold) || threshold < 0.0f)
+    fail(op, "threshold " + std::to_string(threshold) + " is negative or not finite",
+         "pass the largest magnitude the narrower dtype stores as zero (0 or more)");
 }
 
 BackendArgumentChecks::RowsCols BackendArgumentChecks::bias_grad_shape(

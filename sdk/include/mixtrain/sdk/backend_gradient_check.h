@@ -9,7 +9,9 @@
 //   drain: queue_unscale_check leaves its outcome on the device (GradientStatus) for a gated
 //   optimizer update (OptimizerFacet 1.1) to read, and queued_check_result waits for that
 //   outcome only, not for the update queued after it. A host asks for them only where its facet
-//   is 1.1 or later (introduced_in), and otherwise waits on unscale_and_check_finite.
+//   is 1.1 or later (introduced_in), and otherwise waits on unscale_and_check_finite. 1.2
+//   appended count_underflow, the tally of the underflow diagnostic, so that pass reads no
+//   gradient back to the host.
 // - name() and version() report kName and kVersion as the backend was compiled (facet.h: a
 //   minor step only appends methods).
 #pragma once
@@ -32,11 +34,15 @@ enum class GradientCheckOp {
   first_nonfinite,                // {tensors}
   // 1.1
   queue_unscale_check,  // {grads}
+  // 1.2
+  count_underflow,  // {values}
 };
 MIXTRAIN_SDK_API std::string_view op_name(GradientCheckOp op) noexcept;
 MIXTRAIN_SDK_API OpSignature op_signature(GradientCheckOp op) noexcept;
 constexpr std::uint16_t introduced_in(GradientCheckOp op) noexcept {
-  return op == GradientCheckOp::queue_unscale_check ? 1 : 0;
+  return op == GradientCheckOp::count_underflow       ? 2
+         : op == GradientCheckOp::queue_unscale_check ? 1
+                                                      : 0;
 }
 
 // What queue_unscale_check leaves on the device: a `status` tensor of int32 [kWords] holds these
@@ -52,10 +58,17 @@ struct GradientStatus {
 };
 static_assert(sizeof(GradientStatus) == 4 * GradientStatus::kWords);
 
+// What count_underflow reports of a tensor: its elements that are not zero (a NaN among them), and
+// those of them whose magnitude is at most the threshold.
+struct UnderflowTally {
+  std::int64_t nonzero = 0;
+  std::int64_t flushed = 0;
+};
+
 class MIXTRAIN_SDK_API GradientCheckFacet : public Facet {
  public:
   using Op = GradientCheckOp;
-  static constexpr FacetVersion kVersion{1, 1};
+  static constexpr FacetVersion kVersion{1, 2};
   static constexpr std::string_view kName = "gradient_check";
   std::string_view name() const final { return kName; }
   FacetVersion version() const final { return kVersion; }
@@ -92,6 +105,15 @@ class MIXTRAIN_SDK_API GradientCheckFacet : public Facet {
   // (sum_of_squares 0 when it was not asked for). Waits for that check's copy only, not for what
   // was queued after it. std::logic_error when no check is queued (each is read once).
   virtual GradientCheck queued_check_result() = 0;
+
+  // --- 1.2 --------------------------------------------------------------------------------
+  // Counts the fp32 `values`' elements that are not zero, and those of them with |x| <= threshold
+  // (the underflow diagnostic: the gradient values a narrower dtype would store as zero, the
+  // threshold being that dtype's largest such magnitude). Returns the counts, and so
+  // synchronises; exact whatever the order of the sums. Why: the diagnostic's pass counts every
+  // activation gradient of a step, which read back to the host would cross the bus.
+  // BackendError for values that are not fp32 or a threshold that is negative or not finite.
+  virtual UnderflowTally count_underflow(TensorView values, float threshold) = 0;
 
  protected:
   ~GradientCheckFacet() override;  // not owned through the facet: the backend is

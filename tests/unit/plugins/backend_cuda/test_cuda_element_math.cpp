@@ -1085,3 +1085,50 @@ TEST(CudaElementMath, BlockScaledDecodeIsTheSdkReference) {
 }
 
 }  // namespace
+
+namespace {
+
+// count_underflow's per-value rule (gradient_check 1.2): against the SDK's encoders, a value the
+// format stores as zero is flushed exactly when its magnitude is at most the format's threshold
+// (half its smallest subnormal), over random bit patterns of every class, NaN and zero included.
+TEST(CudaElementMath, UnderflowFlagsAreWhatTheFormatsStoreAsZero) {
+  struct Format {
+    const char* name;
+    float threshold;
+    bool (*zero)(float);
+  };
+  const Format formats[] = {
+      {"bf16", std::ldexp(1.0f, -134),
+       [](float v) { return sdk::decode_bf16(sdk::encode_bf16(v)) == 0.0f; }},
+      {"fp16", std::ldexp(1.0f, -25),
+       [](float v) { return sdk::decode_fp16(sdk::encode_fp16(v)) == 0.0f; }},
+      {"e4m3", std::ldexp(1.0f, -10),
+       [](float v) {
+         return sdk::decode_fp8_e4m3(sdk::encode_fp8_e4m3(v, sdk::Overflow::saturate)) == 0.0f;
+       }},
+      {"e5m2", std::ldexp(1.0f, -17), [](float v) {
+         return sdk::decode_fp8_e5m2(sdk::encode_fp8_e5m2(v, sdk::Overflow::saturate)) == 0.0f;
+       }}};
+  std::mt19937 gen(11);
+  std::uniform_int_distribution<u32> any;
+  for (const Format& f : formats) {
+    const u32 near = bits(f.threshold);
+    std::vector<float> values = {0.0f,
+                                 -0.0f,
+                                 std::numeric_limits<float>::quiet_NaN(),
+                                 std::numeric_limits<float>::infinity(),
+                                 f.threshold,
+                                 -f.threshold};
+    for (int i = 0; i < 20000; ++i) {
+      values.push_back(from_bits(any(gen)));
+      values.push_back(from_bits(near - 4096 + any(gen) % 8192) * (i % 2 ? -1.0f : 1.0f));
+    }
+    for (const float v : values) {
+      const bool kept = v != 0.0f;
+      const int want = kept ? (f.zero(v) ? 3 : 1) : 0;
+      ASSERT_EQ(el::underflow_flags(v, f.threshold), want) << f.name << " " << hex(bits(v));
+    }
+  }
+}
+
+}  // namespace

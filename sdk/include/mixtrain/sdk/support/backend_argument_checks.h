@@ -369,6 +369,9 @@ class BackendArgumentChecks {
   // The status a queued gradient check writes and a gated update reads: present, int32,
   // GradientStatus::kWords elements.
   void gradient_status(std::string_view op, const TensorView& status) const;
+  // count_underflow's (gradient_check 1.2): values present and fp32, the threshold finite and
+  // not negative.
+  void count_underflow(const TensorView& values, float threshold) const;
 
  private:
   std::string backend_;
