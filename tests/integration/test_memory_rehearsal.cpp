@@ -142,21 +142,27 @@ TEST(MemoryRehearsal, WithoutTheScratchFacetTheStepBuffersHoldTheScratch) {
   EXPECT_EQ(without.held_bytes + without.step_bytes + without.transient_bytes, without.peak_bytes);
 }
 
+// Where gradients are stored in a narrower range than fp32's (fp16), not where bf16 keeps fp32's
+// range: a bf16 plan takes no pass, and its peak holds no fp32 copy of the step's gradients.
 TEST(MemoryRehearsal, RehearsesTheUnderflowMeasurementWhereGradientsAreNarrow) {
   const auto fp32 = rehearse("fp32", false);
   const auto bf16 = rehearse("bf16-mixed", false);
-  for (const auto* r : {&fp32, &bf16})
+  const auto fp16 = rehearse("fp16-mixed", false);
+  for (const auto* r : {&fp32, &bf16, &fp16})
     for (const char* path : {"forward and backward", "gradient check", "skipped-step replay",
                              "update", "evaluation batch"})
       EXPECT_TRUE(rehearsed(*r, path)) << path;
   EXPECT_FALSE(rehearsed(fp32, "underflow measurement"));
-  EXPECT_TRUE(rehearsed(bf16, "underflow measurement"));
+  EXPECT_FALSE(rehearsed(bf16, "underflow measurement"));
+  EXPECT_TRUE(rehearsed(fp16, "underflow measurement"));
+  const auto fp16_unmeasured = rehearse("fp16-mixed", false, {"run.underflow_every=0"});
+  EXPECT_LT(fp16_unmeasured.peak_bytes, fp16.peak_bytes);
 }
 
 TEST(MemoryRehearsal, TheUnderflowMeasurementKeepsNoneOfItsCasts) {
-  // bf16-mixed: the pass hands each linear its gradient in fp32, which it casts to bf16; the
+  // fp16-mixed: the pass hands each linear its gradient in fp32, which it casts to fp16; the
   // casts live while that op's backward runs, and none is held after.
-  const auto r = rehearse("bf16-mixed", false);
+  const auto r = rehearse("fp16-mixed", false);
   ASSERT_TRUE(rehearsed(r, "underflow measurement"));
   for (const auto& g : r.step_growth) EXPECT_NE(g.where, "underflow measurement") << g.bytes;
   EXPECT_GT(r.transient_bytes, 0u);

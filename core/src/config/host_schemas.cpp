@@ -72,8 +72,8 @@ sdk::OptionSchema run_schema() {
                          "run folder when --run-dir is not given (relative to this file, or to the "
                          "current folder from --set); default runs/<name> in the current folder"),
       OptionSpec::integer("underflow_every", 100,
-                          "steps between per-layer gradient-underflow reports (16/8-bit "
-                          "gradient policies); 0 = never")
+                          "steps between per-layer gradient-underflow reports (fp16 and FP8 "
+                          "gradients; bf16 has fp32's range); 0 = never")
           .at_least(0),
       // Bounded so that steps x accumulate batches stay countable by the sampler.
       OptionSpec::integer("accumulate", 1,
