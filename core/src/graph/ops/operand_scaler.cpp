@@ -3,11 +3,17 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
+#include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "graph/ops/op_support.h"
+#include "mixtrain/core/graph/backend_needs.h"
+#include "mixtrain/core/graph/diagnostics.h"
+#include "mixtrain/sdk/backend_foreach.h"
 #include "mixtrain/sdk/backend_gemm.h"
+#include "mixtrain/sdk/backend_gradient_check.h"
 #include "mixtrain/sdk/error.h"
 
 namespace mixtrain::core {
@@ -265,15 +271,50 @@ ScaledLayouts OperandScaler::scale_layouts(const std::shared_ptr<sdk::DeviceBack
   return out;
 }
 
+std::optional<OperandScaler::Counts> OperandScaler::count_on_device(sdk::DeviceBackend& backend,
+                                                                    TensorView v,
+                                                                    const sdk::OperandScaling& s) {
+  // The backend's tally (gradient_check 1.2) over x = v * scale, computed as the cast computes it
+  // (the foreach facet's fp32 multiply): no operand crosses to the host. A code is 0 exactly when
+  // |x| is at most the format's underflow_threshold (round to nearest even, as the cast rounds),
+  // or when x itself is 0 though v is not (the product underflowed fp32).
+  using sdk::GradientCheckOp;
+  if (unmet(backend, {GradientCheckOp::count_underflow, {DType::fp32}}) ||
+      unmet(backend, {sdk::ForeachOp::foreach_mul_scalar, {DType::fp32}}))
+    return std::nullopt;
+  auto* tally = sdk::facet<sdk::GradientCheckFacet>(backend);
+  auto* foreach = sdk::facet<sdk::ForeachFacet>(backend);
+  const std::int64_t nonzero = tally->count_underflow(v, 0.0f).nonzero;
+  const TensorView x[] = {v};
+  foreach
+    ->foreach_mul_scalar(x, s.scale);
+  const sdk::UnderflowTally scaled = tally->count_underflow(v, underflow_threshold(s.dtype));
+  // Saturation is a magnitude past the largest finite value as rounding takes it (e4m3: above
+  // 464; e5m2: from 61440), counted below the finite limit: an infinity or a NaN among the x,
+  // which the tally cannot tell apart, leaves the count to the host.
+  const float finite_limit = std::numeric_limits<float>::max();
+  if (tally->count_underflow(v, finite_limit).flushed != scaled.nonzero) return std::nullopt;
+  const float kept_limit = s.dtype == DType::fp8_e5m2 ? std::nextafter(61440.0f, 0.0f) : 464.0f;
+  const std::int64_t kept = tally->count_underflow(v, kept_limit).flushed;
+  return Counts{nonzero, scaled.nonzero - kept, scaled.flushed + (nonzero - scaled.nonzero)};
+}
+
 void OperandScaler::collect_stats(const std::shared_ptr<sdk::DeviceBackend>& backend,
                                   const sdk::OperandSlot& operand, TensorView src, TensorView codes,
                                   bool codes_transposed, const sdk::OperandScaling& s, float amax,
                                   std::vector<Layer::ScaledOperandStats>& stats) const {
   // Diagnostics only: what saturated and what flushed to zero in this cast.
-  std::vector<float> in(static_cast<std::size_t>(src.numel())), back(in.size());
   Tensor tmp(backend, DType::fp32, src.shape);
   const TensorView as_fp32{tmp.view().data, DType::fp32, src.shape};
   backend->cast(src, as_fp32);
+  if (auto counted = count_on_device(*backend, as_fp32, s)) {
+    stats.push_back({operand.name(), s.dtype, amax, s.scale, src.numel(), counted->saturated,
+                     counted->underflowed, counted->nonzero});
+    return;
+  }
+  // On the host, from the codes the cast wrote (v again: the device's count may have scaled it).
+  backend->cast(src, as_fp32);
+  std::vector<float> in(static_cast<std::size_t>(src.numel())), back(in.size());
   backend->copy_to_host(in.data(), as_fp32);
   backend->cast(codes, TensorView{tmp.view().data, DType::fp32, codes.shape});
   backend->copy_to_host(back.data(), as_fp32);

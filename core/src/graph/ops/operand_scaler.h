@@ -156,6 +156,14 @@ class OperandScaler {
   static sdk::TensorView place(const std::shared_ptr<sdk::DeviceBackend>& backend, Keep keep,
                                Tensor& copy, sdk::DType dtype, sdk::Shape shape,
                                sdk::TensorView staging, std::size_t* staged);
+  // A cast's statistics counted by the backend where `v` (the source in fp32, overwritten with
+  // v * scale) lies; nullopt where the backend lacks the tally or the foreach multiply, or the
+  // scaled values hold an infinity or NaN: the host counts then.
+  struct Counts {
+    std::int64_t nonzero = 0, saturated = 0, underflowed = 0;
+  };
+  static std::optional<Counts> count_on_device(sdk::DeviceBackend& backend, sdk::TensorView v,
+                                               const sdk::OperandScaling& s);
   void collect_stats(const std::shared_ptr<sdk::DeviceBackend>& backend,
                      const sdk::OperandSlot& operand, sdk::TensorView src, sdk::TensorView codes,
                      bool codes_transposed, const sdk::OperandScaling& s, float amax,

@@ -17,6 +17,7 @@
 #include "graph/ops/operand_scaler.h"
 #include "mixtrain/core/graph/model.h"
 #include "mixtrain/core/precision/planning.h"
+#include "mixtrain/sdk/backend_gradient_check.h"
 #include "plugin_test_support.h"
 
 namespace mixtrain::core {
@@ -42,13 +43,14 @@ class Fp8Policy final : public sdk::PrecisionPolicy {
     ++asks[slot.name()];
     switch (slot.role()) {
       case OperandRole::input:
-        return {DType::fp8_e4m3, 64.0f, 1.0f / 64.0f};
+        return {DType::fp8_e4m3, 64.0f * boost, 1.0f / (64.0f * boost)};
       case OperandRole::weight:
-        return {DType::fp8_e4m3, 128.0f, 1.0f / 128.0f};
+        return {DType::fp8_e4m3, 128.0f * boost, 1.0f / (128.0f * boost)};
       default:
-        return {DType::fp8_e5m2, 4096.0f, 1.0f / 4096.0f};
+        return {DType::fp8_e5m2, 4096.0f * boost, 1.0f / (4096.0f * boost)};
     }
   }
+  float boost = 1.0f;  // every scale times this (a power of two): saturating or flushing casts
   void record_amax(const sdk::OperandSlot& slot, float amax) override {
     amaxes[slot.name()] = amax;
   }
@@ -103,8 +105,10 @@ class LayoutBackend final : public test_support::ForwardingBackend {
       : gemm(*sdk::facet<sdk::GemmFacet>(*in_), offer, offer_gradient) {}
   sdk::Facet* find_facet(std::string_view name) override {
     if (name == sdk::GemmFacet::kName) return &gemm;
+    if (name == sdk::GradientCheckFacet::kName && hide_tally) return nullptr;
     return in_->find_facet(name);
   }
+  bool hide_tally = false;  // no gradient_check facet: the casts' statistics counted on the host
   void fill(TensorView x, float value) override {
     if (x.dtype == DType::fp32 && value == 0.0f) ++zero_fills[x.numel()];
     ForwardingBackend::fill(x, value);
@@ -310,6 +314,51 @@ TEST(Fp8OperandLayouts, TheGradientCastFoldsNothingUnfusedOrWhileCollectingStati
   EXPECT_EQ(current->backend->gemm.gradient_casts, 0);
   EXPECT_GT(current->backend->gemm.cast_transpose_calls, 0);
   for (auto& l : current->model->layers()) EXPECT_FALSE(l->backward_reads_output()) << l->name();
+}
+
+// A statistics step counts each cast's saturated and flushed values with the backend's tally
+// (gradient_check 1.2) over the scaled source, or on the host from the codes the cast wrote: the
+// same counts, at scales where casts saturate and where they flush.
+TEST(Fp8OperandLayouts, TheBackendsTallyOfACastIsTheHostsCountOfItsCodes) {
+  for (const float boost : {8.0f, 1.0f / 65536.0f}) {
+    std::vector<Layer::ScaledOperandStats> counted[2];
+    for (const bool hide : {false, true}) {
+      Fp8Policy policy;
+      policy.boost = boost;
+      auto backend = std::make_shared<LayoutBackend>(true);
+      backend->hide_tally = hide;
+      auto m = model(backend, policy);
+      for (auto& l : m->layers()) l->collect_operand_stats(true);
+      std::vector<float> x(kRows * 12);
+      for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.41f * static_cast<float>(i)) * 3;
+      const std::vector<std::int32_t> y(kRows, 2);
+      backend->copy_from_host(m->input(kRows), x.data());
+      backend->copy_from_host(m->labels(kRows), y.data());
+      m->forward(kRows);
+      m->compute_loss(kRows, 1.0f, true);
+      m->backward(kRows);
+      for (auto& l : m->layers())
+        for (const auto& st : l->operand_stats()) counted[hide ? 1 : 0].push_back(st);
+    }
+    ASSERT_EQ(counted[0].size(), counted[1].size());
+    ASSERT_FALSE(counted[0].empty());
+    std::int64_t saturated = 0, underflowed = 0;
+    for (std::size_t i = 0; i < counted[0].size(); ++i) {
+      const auto &device = counted[0][i], &host = counted[1][i];
+      EXPECT_EQ(device.slot, host.slot);
+      EXPECT_EQ(device.count, host.count) << device.slot;
+      EXPECT_EQ(device.nonzero, host.nonzero) << device.slot;
+      EXPECT_EQ(device.saturated, host.saturated) << device.slot;
+      EXPECT_EQ(device.underflowed, host.underflowed) << device.slot;
+      saturated += device.saturated;
+      underflowed += device.underflowed;
+    }
+    if (boost > 1.0f) {
+      EXPECT_GT(saturated, 0);
+    } else {
+      EXPECT_GT(underflowed, 0);
+    }
+  }
 }
 
 // The staging is one buffer grown to the largest transient request: by fc's backward, its dy and
