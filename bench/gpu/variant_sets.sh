@@ -7,7 +7,7 @@
 # variant_sets P prints the `--set` arguments of variant P, one per line; policy_name BASE the
 # precision.policy a base stands for.
 KIT_RN_VARIANTS="bf16+jpeg bf16+bf16sums bf16+convscratch bf16+convtune bf16+wgrad32 bf16+nofuse bf16+convaxpy bf16+floatpixels bf16+pageable bf16+nographs bf16+waited bf16+nondetconv bf16+tune"
-KIT_GPT_VARIANTS="bf16+nopad fp8+headfp8 fp8+nogradcast fp8+mlpfp8 bf16+chunk2048 bf16+recompute bf16+recomputeblocks fp8+plaincast bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+nographs bf16+waited bf16+tune bf16+lora bf16+qlora"
+KIT_GPT_VARIANTS="bf16+nopad fp8+headfp8 fp8+nogradcast fp8+mlpfp8 bf16+chunk2048 bf16+recompute bf16+recomputeblocks fp8+plaincast bf16+realign bf16+unfused bf16+nondet bf16+whole bf16+nofuse bf16+ln2pass bf16+nographs bf16+waited bf16+tune bf16+lora bf16+qlora fp8+stats"
 
 policy_name() {
   case $1 in bf16) echo bf16-mixed ;; fp16) echo fp16-mixed ;; fp8) echo fp8-delayed ;; *) echo "$1" ;; esac
@@ -66,7 +66,11 @@ policy_name() {
 # ["layernorm", "linear", "attention", "gelu"], Hugging Face's gradient checkpointing);
 # +lora: LoRA fine-tuning, rank 8 (alpha 16) on every linear of each block, the base frozen (PEFT's
 # usual setup: what a fine-tune step costs against training every weight); +qlora: the same on an
-# NF4 base decoded on the device before each GEMM (train.frozen_format = "nf4", QLoRA).
+# NF4 base decoded on the device before each GEMM (train.frozen_format = "nf4", QLoRA);
+# +stats: a statistics step every 10 steps (run.underflow_every = 10, where the kit's base sets
+# 0): FP8's per-operand saturation and underflow counts, and fp16's underflow pass, tallied on the
+# device since session 86 (gradient_check 1.2) where they were read back to the host; what the
+# default of 100 costs, ten times over.
 variant_sets() {
   local p=$1 variant=()
   [[ $p == *+nographs* ]] && variant+=(--set run.step_graphs=false)
@@ -113,6 +117,7 @@ variant_sets() {
     variant+=(--set model.lora.r=8 --set model.lora.alpha=16
       --set 'model.lora.targets=["h.*.attn.c_attn", "h.*.attn.c_proj", "h.*.mlp.c_fc", "h.*.mlp.c_proj"]')
   [[ $p == *+qlora* ]] && variant+=(--set train.frozen_format=nf4)
+  [[ $p == *+stats* ]] && variant+=(--set run.underflow_every=10)
   ((${#variant[@]})) && printf '%s\n' "${variant[@]}"
   return 0
 }
