@@ -237,7 +237,8 @@ void DataParallel::broadcast_buffers(Model& model) {
   for (auto* b : model.buffers()) comm_->broadcast(b->value.view(), 0);
 }
 
-std::vector<sdk::HostTensor> DataParallel::gather_optimizer_state(const sdk::Optimizer& optimizer) {
+std::vector<sdk::HostTensor> DataParallel::gather_optimizer_state(const sdk::Optimizer& optimizer,
+                                                                  bool keep) {
   if (!sharded())
     throw std::logic_error("gather_optimizer_state: unsharded, every rank holds the whole state");
   const auto state = optimizer.state_tensors();
@@ -261,8 +262,8 @@ std::vector<sdk::HostTensor> DataParallel::gather_optimizer_state(const sdk::Opt
   std::vector<sdk::HostTensor> out;
   std::vector<float> host;
   for (const auto& slot : slot_names) {
-    std::vector<sdk::HostTensor> whole(params_.size());
-    for (std::size_t i = 0; i < params_.size(); ++i) {
+    std::vector<sdk::HostTensor> whole(keep ? params_.size() : 0);
+    for (std::size_t i = 0; i < whole.size(); ++i) {
       whole[i].name = params_[i]->name + "." + slot;
       whole[i].dtype = sdk::DType::fp32;
       whole[i].shape = params_[i]->master.view().shape.to_vector();
@@ -279,6 +280,7 @@ std::vector<sdk::HostTensor> DataParallel::gather_optimizer_state(const sdk::Opt
     }
     for (auto& b : buckets_) {
       comm_->all_gather(b.shard.view(), b.flat.view());
+      if (!keep) continue;
       host.resize(static_cast<std::size_t>(b.plan.padded));
       backend_->copy_to_host(host.data(), b.flat.view());
       for (std::size_t j = 0; j < b.plan.params.size(); ++j) {

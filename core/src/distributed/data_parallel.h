@@ -126,7 +126,10 @@ class DataParallel {
   // Rank 0's buffers (batch-norm running statistics) into every rank's model.
   void broadcast_buffers(Model& model);
 
-  std::vector<sdk::HostTensor> gather_optimizer_state(const sdk::Optimizer& optimizer);
+  // The whole slots, gathered from every rank's shard (collective). Without `keep`, this rank's
+  // part of the gather only: nothing is copied to the host, and the list is empty.
+  std::vector<sdk::HostTensor> gather_optimizer_state(const sdk::Optimizer& optimizer,
+                                                      bool keep = true);
   // `find(name)`: the whole slot tensor named as a one-rank run names it, or nullptr.
   void load_optimizer_state(const sdk::Optimizer& optimizer,
                             const std::function<const sdk::HostTensor*(const std::string&)>& find,

@@ -89,6 +89,10 @@ std::vector<StagedTensor> DataParallelReducer::optimizer_state(const sdk::Optimi
   return out;
 }
 
+void DataParallelReducer::take_part_in_optimizer_state(const sdk::Optimizer& optimizer) {
+  if (dp_.sharded()) dp_.gather_optimizer_state(optimizer, /*keep=*/false);
+}
+
 void DataParallelReducer::load_optimizer_state(const sdk::Optimizer& optimizer,
                                                const WholeTensorFinder& find,
                                                const WholeTensorLoader& load,

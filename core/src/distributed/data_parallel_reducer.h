@@ -39,6 +39,7 @@ class DataParallelReducer final : public Reducer {
   void agree_on_evaluation(EvalResult& result) override;
 
   std::vector<StagedTensor> optimizer_state(const sdk::Optimizer& optimizer) override;
+  void take_part_in_optimizer_state(const sdk::Optimizer& optimizer) override;
   void load_optimizer_state(const sdk::Optimizer& optimizer, const WholeTensorFinder& find,
                             const WholeTensorLoader& load, const std::string& where) override;
 

@@ -41,6 +41,7 @@ class LocalReducer final : public Reducer {
   void agree_on_evaluation(EvalResult&) override {}
 
   std::vector<StagedTensor> optimizer_state(const sdk::Optimizer& optimizer) override;
+  void take_part_in_optimizer_state(const sdk::Optimizer&) override {}  // alone: nothing to join
   void load_optimizer_state(const sdk::Optimizer& optimizer, const WholeTensorFinder& find,
                             const WholeTensorLoader& load, const std::string& where) override;
 

@@ -33,6 +33,9 @@
 //   run names them (unprefixed), staged (checkpoint/staged_state.h): read from the optimizer's own
 //   slots as a format asks where this replica holds them whole (one process, or unsharded), and
 //   gathered from every rank's shard by the call itself where they are sharded;
+//   take_part_in_optimizer_state() is a replica's part of that call where another one writes
+//   the checkpoint: the same collectives, keeping nothing (a sharded gather's host copies would
+//   hold the whole state on every rank, for rank 0 alone to write);
 //   load_optimizer_state() takes them back: `find(name)` gives the
 //   whole tensor or nullptr (sdk::CheckpointError naming `where` and the slot), `load(tensor,
 //   slot)` copies a whole tensor into a whole slot, checking it. Both are collective.
@@ -99,6 +102,7 @@ class Reducer {
   virtual void agree_on_evaluation(EvalResult& result) = 0;
 
   virtual std::vector<StagedTensor> optimizer_state(const sdk::Optimizer& optimizer) = 0;
+  virtual void take_part_in_optimizer_state(const sdk::Optimizer& optimizer) = 0;
   virtual void load_optimizer_state(const sdk::Optimizer& optimizer, const WholeTensorFinder& find,
                                     const WholeTensorLoader& load, const std::string& where) = 0;
 

@@ -45,7 +45,7 @@ std::optional<std::int64_t> file_step(Trainer::State& s, const fs::path& file,
 void save_best_checkpoint(Trainer::State& s) {
   const fs::path path = best_file(s);
   if (!s.writes) {  // a data-parallel rank other than 0: its part of the gather only
-    stage_state(s, /*weights_only=*/false);
+    s.reducer->take_part_in_optimizer_state(*s.c.optimizer);
     return;
   }
   for (const auto& stale : sdk::remove_stale_temp_files(path.parent_path()))

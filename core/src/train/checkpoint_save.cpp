@@ -172,8 +172,11 @@ std::optional<fs::path> newest_checkpoint_before(const Trainer::State& s, std::i
 
 fs::path Trainer::save_checkpoint() {
   auto& s = *s_;
+  if (!s.writes) {  // a data-parallel rank other than 0: its part of the gather only
+    s.reducer->take_part_in_optimizer_state(*s.c.optimizer);
+    return {};
+  }
   StagedState st = stage_state(s, /*weights_only=*/false);
-  if (!s.writes) return {};  // a data-parallel rank other than 0 took part in the gather only
 
   char name[64];
   std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(s.position.step));

@@ -51,6 +51,7 @@ class RecordingReducer final : public Reducer {
   void before_evaluation(Model&) override { calls.push_back("before_evaluation"); }
   void agree_on_evaluation(EvalResult&) override { calls.push_back("agree_on_evaluation"); }
   std::vector<StagedTensor> optimizer_state(const sdk::Optimizer&) override { return {}; }
+  void take_part_in_optimizer_state(const sdk::Optimizer&) override {}
   void load_optimizer_state(const sdk::Optimizer&, const WholeTensorFinder&,
                             const WholeTensorLoader&, const std::string&) override {}
   void announce(sdk::Logger&, std::int64_t) override {}
