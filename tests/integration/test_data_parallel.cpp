@@ -457,6 +457,43 @@ TEST_F(DataParallelTest, CheckpointsResumeOnTwoRanksBitExactAndOnOneRank) {
   }
 }
 
+// A sharded save gathers the slots as rank 0's format reads them while rank 1 serves the gathers
+// (distributed/served_slots.h): safetensors reads no slot, keep_best writes through the same
+// reads, and a native checkpoint of many buckets still resumes in one process as the two-rank run
+// goes on.
+TEST_F(DataParallelTest, ShardedSavesGatherAsTheFormatReadsOnEveryFormat) {
+  const auto st =
+      mlp_config("served-st.toml",
+                 "[distributed]\ntype = \"mpi\"\nshard_optimizer = true\n"
+                 "bucket_mb = 0.002\n[checkpoint]\nevery = 5\nformat = \"safetensors\"\n"
+                 "keep_best = \"eval_loss\"\n");
+  const auto run_st = dir_ / "served-st";
+  auto r =
+      run_ranks(2, "train " + st.string() +
+                       " --set run.steps=10 --set run.eval_every=5 --run-dir " + run_st.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(run_st / "checkpoints" / "step-00000010.safetensors"));
+  EXPECT_TRUE(fs::exists(run_st / "checkpoints" / "best.safetensors")) << r.err;
+
+  const auto native = mlp_config("served-native.toml",
+                                 "[distributed]\ntype = \"mpi\"\nshard_optimizer = true\n"
+                                 "bucket_mb = 0.002\n[checkpoint]\nevery = 5\nkeep = 3\n"
+                                 "keep_best = \"eval_loss\"\n");
+  const auto run_native = dir_ / "served-native";
+  r = run_ranks(2, "train " + native.string() +
+                       " --set run.steps=10 --set run.eval_every=5 --run-dir " +
+                       run_native.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(run_native / "checkpoints" / "best.mxt")) << r.err;
+  const auto single = mlp_config("served-single.toml", "[checkpoint]\nevery = 5\n");
+  const auto one = dir_ / "served-one";
+  r = run("train " + single.string() + " --set run.steps=10 --resume " +
+          (run_native / "checkpoints" / "step-00000005.mxt").string() + " --run-dir " +
+          one.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_same_losses(run_native, one, 1e-5, 6);
+}
+
 // Delayed FP8 scaling: the amaxes are MAX-reduced, so both ranks hold the same scales.
 TEST_F(DataParallelTest, Fp8ScalesAreIdenticalOnEveryRank) {
   const auto cfg = mlp_config(

@@ -237,31 +237,52 @@ void DataParallel::broadcast_buffers(Model& model) {
   for (auto* b : model.buffers()) comm_->broadcast(b->value.view(), 0);
 }
 
-std::vector<sdk::HostTensor> DataParallel::gather_optimizer_state(const sdk::Optimizer& optimizer,
-                                                                  bool keep) {
+std::vector<std::string> DataParallel::optimizer_slots(const sdk::Optimizer& optimizer) {
   if (!sharded())
-    throw std::logic_error("gather_optimizer_state: unsharded, every rank holds the whole state");
-  const auto state = optimizer.state_tensors();
+    throw std::logic_error("optimizer_slots: unsharded, every rank holds the whole state");
   // The slot names: "<param>.<slot>" for each bound piece; rank 0 holds a piece of every bucket,
   // so its list of slots is everyone's.
-  std::unordered_map<std::string, sdk::TensorView> by_name;
-  for (const auto& t : state) by_name[t.name] = t.view;
   std::string slots;
   if (rank_ == 0 && !pieces_.empty()) {
     const std::string prefix = params_[pieces_.front().where.param]->name + ".";
-    for (const auto& t : state)
+    for (const auto& t : optimizer.state_tensors())
       if (t.name.rfind(prefix, 0) == 0) slots += t.name.substr(prefix.size()) + "\n";
   }
   slots = lowest_rank_text(*comm_, slots).text;
-  std::vector<std::string> slot_names;
+  std::vector<std::string> names;
   for (std::size_t at = 0; at < slots.size();) {
     const auto end = slots.find('\n', at);
-    slot_names.push_back(slots.substr(at, end - at));
+    names.push_back(slots.substr(at, end - at));
     at = end + 1;
   }
+  return names;
+}
+
+void DataParallel::gather_slot_bucket(const sdk::Optimizer& optimizer, const std::string& slot,
+                                      std::size_t bucket, std::vector<float>* host) {
+  Bucket& b = buckets_.at(bucket);
+  backend_->fill(b.shard.view(), 0.0f);
+  std::unordered_map<std::string, sdk::TensorView> by_name;
+  for (const auto& t : optimizer.state_tensors()) by_name[t.name] = t.view;
+  for (const Piece& p : pieces_) {
+    if (p.bucket != bucket) continue;
+    const auto it = by_name.find(params_[p.where.param]->name + "." + slot);
+    if (it == by_name.end() || it->second.dtype != sdk::DType::fp32)
+      throw std::logic_error("gather_optimizer_state: no fp32 slot " + slot + " for " +
+                             params_[p.where.param]->name);
+    backend_->copy(slice(b.shard.view(), p.where.shard_offset, p.where.count), it->second);
+  }
+  comm_->all_gather(b.shard.view(), b.flat.view());
+  if (host == nullptr) return;
+  host->resize(static_cast<std::size_t>(b.plan.padded));
+  backend_->copy_to_host(host->data(), b.flat.view());
+}
+
+std::vector<sdk::HostTensor> DataParallel::gather_optimizer_state(const sdk::Optimizer& optimizer,
+                                                                  bool keep) {
   std::vector<sdk::HostTensor> out;
   std::vector<float> host;
-  for (const auto& slot : slot_names) {
+  for (const auto& slot : optimizer_slots(optimizer)) {
     std::vector<sdk::HostTensor> whole(keep ? params_.size() : 0);
     for (std::size_t i = 0; i < whole.size(); ++i) {
       whole[i].name = params_[i]->name + "." + slot;
@@ -269,20 +290,10 @@ std::vector<sdk::HostTensor> DataParallel::gather_optimizer_state(const sdk::Opt
       whole[i].shape = params_[i]->master.view().shape.to_vector();
       whole[i].bytes.resize(params_[i]->master.view().bytes());
     }
-    for (auto& b : buckets_) backend_->fill(b.shard.view(), 0.0f);
-    for (const Piece& p : pieces_) {
-      const auto it = by_name.find(params_[p.where.param]->name + "." + slot);
-      if (it == by_name.end() || it->second.dtype != sdk::DType::fp32)
-        throw std::logic_error("gather_optimizer_state: no fp32 slot " + slot + " for " +
-                               params_[p.where.param]->name);
-      backend_->copy(slice(buckets_[p.bucket].shard.view(), p.where.shard_offset, p.where.count),
-                     it->second);
-    }
-    for (auto& b : buckets_) {
-      comm_->all_gather(b.shard.view(), b.flat.view());
+    for (std::size_t bucket = 0; bucket < buckets_.size(); ++bucket) {
+      gather_slot_bucket(optimizer, slot, bucket, keep ? &host : nullptr);
       if (!keep) continue;
-      host.resize(static_cast<std::size_t>(b.plan.padded));
-      backend_->copy_to_host(host.data(), b.flat.view());
+      const Bucket& b = buckets_[bucket];
       for (std::size_t j = 0; j < b.plan.params.size(); ++j) {
         auto& h = whole[b.plan.params[j]];
         std::memcpy(h.bytes.data(), host.data() + b.plan.offsets[j], h.bytes.size());

@@ -130,6 +130,19 @@ class DataParallel {
   // part of the gather only: nothing is copied to the host, and the list is empty.
   std::vector<sdk::HostTensor> gather_optimizer_state(const sdk::Optimizer& optimizer,
                                                       bool keep = true);
+  // The pieces the gathers above are made of, for a save that gathers as its format reads
+  // (distributed/served_slots.h). optimizer_slots(): the slot names ("exp_avg", ...), rank 0's,
+  // which are every rank's (collective). gather_slot_bucket(): one bucket of one slot from every
+  // rank's shard into the bucket's flat buffer (collective), then, with `host`, onto the host
+  // (fp32 [padded]). The parameters by model.parameters() index: their names, shapes, buckets
+  // and offsets in them.
+  std::vector<std::string> optimizer_slots(const sdk::Optimizer& optimizer);
+  void gather_slot_bucket(const sdk::Optimizer& optimizer, const std::string& slot,
+                          std::size_t bucket, std::vector<float>* host);
+  std::size_t parameter_count() const { return params_.size(); }
+  const ModelParameter& parameter(std::size_t i) const { return *params_[i]; }
+  std::size_t bucket_of(std::size_t param) const { return bucket_of_[param]; }
+  std::int64_t offset_of(std::size_t param) const { return offset_of_[param]; }
   // `find(name)`: the whole slot tensor named as a one-rank run names it, or nullptr.
   void load_optimizer_state(const sdk::Optimizer& optimizer,
                             const std::function<const sdk::HostTensor*(const std::string&)>& find,

@@ -89,8 +89,27 @@ std::vector<StagedTensor> DataParallelReducer::optimizer_state(const sdk::Optimi
   return out;
 }
 
-void DataParallelReducer::take_part_in_optimizer_state(const sdk::Optimizer& optimizer) {
-  if (dp_.sharded()) dp_.gather_optimizer_state(optimizer, /*keep=*/false);
+std::vector<StagedTensor> DataParallelReducer::optimizer_state_for_save(
+    const sdk::Optimizer& optimizer) {
+  if (!dp_.sharded()) return staged_optimizer_state(backend_, optimizer);
+  served_ = std::make_shared<ServedSlots>(dp_, optimizer);
+  return served_->staged();
+}
+
+void DataParallelReducer::serve_save_reads(const sdk::Optimizer& optimizer) {
+  if (!dp_.sharded()) return;
+  const auto served = std::make_shared<ServedSlots>(dp_, optimizer);
+  if (dp_.rank() == 0)
+    served->end();  // rank 0 without outputs: nothing is read
+  else
+    served->serve();
+}
+
+void DataParallelReducer::end_save_reads() {
+  if (!served_) return;
+  const auto served = std::move(served_);
+  served_.reset();
+  served->end();
 }
 
 void DataParallelReducer::load_optimizer_state(const sdk::Optimizer& optimizer,

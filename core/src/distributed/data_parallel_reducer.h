@@ -14,6 +14,7 @@
 
 #include "distributed/data_parallel.h"
 #include "distributed/reducer.h"
+#include "distributed/served_slots.h"
 
 namespace mixtrain::core {
 
@@ -39,7 +40,9 @@ class DataParallelReducer final : public Reducer {
   void agree_on_evaluation(EvalResult& result) override;
 
   std::vector<StagedTensor> optimizer_state(const sdk::Optimizer& optimizer) override;
-  void take_part_in_optimizer_state(const sdk::Optimizer& optimizer) override;
+  std::vector<StagedTensor> optimizer_state_for_save(const sdk::Optimizer& optimizer) override;
+  void serve_save_reads(const sdk::Optimizer& optimizer) override;
+  void end_save_reads() override;
   void load_optimizer_state(const sdk::Optimizer& optimizer, const WholeTensorFinder& find,
                             const WholeTensorLoader& load, const std::string& where) override;
 
@@ -63,6 +66,7 @@ class DataParallelReducer final : public Reducer {
   DataParallel dp_;
   CommunicationTiming run_timing_;  // summed over the logged windows
   std::optional<DataParallel::LocalOnly> local_;  // open inside the Reducer's local_only()
+  std::shared_ptr<ServedSlots> served_;  // rank 0, between optimizer_state_for_save and the end
 };
 
 }  // namespace mixtrain::core

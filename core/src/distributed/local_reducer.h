@@ -41,7 +41,12 @@ class LocalReducer final : public Reducer {
   void agree_on_evaluation(EvalResult&) override {}
 
   std::vector<StagedTensor> optimizer_state(const sdk::Optimizer& optimizer) override;
-  void take_part_in_optimizer_state(const sdk::Optimizer&) override {}  // alone: nothing to join
+  // Alone: the save reads the slots where they are, and nobody serves.
+  std::vector<StagedTensor> optimizer_state_for_save(const sdk::Optimizer& optimizer) override {
+    return optimizer_state(optimizer);
+  }
+  void serve_save_reads(const sdk::Optimizer&) override {}
+  void end_save_reads() override {}
   void load_optimizer_state(const sdk::Optimizer& optimizer, const WholeTensorFinder& find,
                             const WholeTensorLoader& load, const std::string& where) override;
 

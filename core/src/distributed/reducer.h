@@ -33,9 +33,12 @@
 //   run names them (unprefixed), staged (checkpoint/staged_state.h): read from the optimizer's own
 //   slots as a format asks where this replica holds them whole (one process, or unsharded), and
 //   gathered from every rank's shard by the call itself where they are sharded;
-//   take_part_in_optimizer_state() is a replica's part of that call where another one writes
-//   the checkpoint: the same collectives, keeping nothing (a sharded gather's host copies would
-//   hold the whole state on every rank, for rank 0 alone to write);
+//   optimizer_state_for_save() is the same staging for the replica that writes a save (rank 0),
+//   whose sharded slots are gathered as the format reads them (distributed/served_slots.h: one
+//   bucket of one slot on the host at a time), while every other replica is in
+//   serve_save_reads(), taking part in those gathers and keeping nothing, until the writer's
+//   end_save_reads() (also after a failed write; a no-op where nothing was served). A writer
+//   that does not write (no outputs) serves too, and ends at once;
 //   load_optimizer_state() takes them back: `find(name)` gives the
 //   whole tensor or nullptr (sdk::CheckpointError naming `where` and the slot), `load(tensor,
 //   slot)` copies a whole tensor into a whole slot, checking it. Both are collective.
@@ -102,7 +105,9 @@ class Reducer {
   virtual void agree_on_evaluation(EvalResult& result) = 0;
 
   virtual std::vector<StagedTensor> optimizer_state(const sdk::Optimizer& optimizer) = 0;
-  virtual void take_part_in_optimizer_state(const sdk::Optimizer& optimizer) = 0;
+  virtual std::vector<StagedTensor> optimizer_state_for_save(const sdk::Optimizer& optimizer) = 0;
+  virtual void serve_save_reads(const sdk::Optimizer& optimizer) = 0;
+  virtual void end_save_reads() = 0;
   virtual void load_optimizer_state(const sdk::Optimizer& optimizer, const WholeTensorFinder& find,
                                     const WholeTensorLoader& load, const std::string& where) = 0;
 

@@ -44,13 +44,17 @@ std::optional<std::int64_t> file_step(Trainer::State& s, const fs::path& file,
 
 void save_best_checkpoint(Trainer::State& s) {
   const fs::path path = best_file(s);
-  if (!s.writes) {  // a data-parallel rank other than 0: its part of the gather only
-    s.reducer->take_part_in_optimizer_state(*s.c.optimizer);
+  if (!s.writes) {  // a data-parallel rank other than 0: its part of the gathers only
+    s.reducer->serve_save_reads(*s.c.optimizer);
     return;
   }
-  for (const auto& stale : sdk::remove_stale_temp_files(path.parent_path()))
-    s.log.info("removed " + stale.string() + ", left by an interrupted checkpoint write");
-  write_staged(*s.c.checkpoint_format, path, stage_state(s, /*weights_only=*/false));
+  const StagedState st = stage_state(s, /*weights_only=*/false, /*for_save=*/true);
+  {
+    const SaveReadsEnd reads_end{*s.reducer};
+    for (const auto& stale : sdk::remove_stale_temp_files(path.parent_path()))
+      s.log.info("removed " + stale.string() + ", left by an interrupted checkpoint write");
+    write_staged(*s.c.checkpoint_format, path, st);
+  }
   s.metrics.best_path = path;
   char line[128];
   std::snprintf(line, sizeof line, "best %s so far: %.6g at step %lld, written to ",

@@ -68,7 +68,7 @@ ComponentHistory current_history(const Trainer::State& s) {
   return h;
 }
 
-StagedState stage_state(Trainer::State& s, bool weights_only) {
+StagedState stage_state(Trainer::State& s, bool weights_only, bool for_save) {
   const auto& b = s.c.backend;
   StagedState st;
   // Frozen parameters leave as FP32 too (their one copy widened, a quantized weight decoded): a
@@ -79,10 +79,11 @@ StagedState stage_state(Trainer::State& s, bool weights_only) {
   for (auto* buf : s.model->buffers())
     st.tensors.push_back(staged_view(b, "buffer/" + buf->name, buf->value.view()));
   if (!weights_only) {
-    // Whole slots (gathered from every rank's shard when sharded, which is collective and happens
-    // here): the file is a one-rank run's, so it resumes on any number of ranks
-    // (docs/architecture.md, "Data parallel").
-    for (auto& t : s.reducer->optimizer_state(*s.c.optimizer)) {
+    // Whole slots (gathered from every rank's shard when sharded, which is collective: here, or
+    // for a save as the format reads them): the file is a one-rank run's, so it resumes on any
+    // number of ranks (docs/architecture.md, "Data parallel").
+    for (auto& t : for_save ? s.reducer->optimizer_state_for_save(*s.c.optimizer)
+                            : s.reducer->optimizer_state(*s.c.optimizer)) {
       t.info.name = "optimizer/" + t.info.name;
       st.tensors.push_back(std::move(t));
     }
@@ -162,6 +163,16 @@ std::size_t Trainer::optimizer_state_bytes() const {
 }
 
 // trainer_state.h
+SaveReadsEnd::~SaveReadsEnd() {
+  try {
+    reducer.end_save_reads();
+  } catch (const std::exception&) {
+    // The save's own error, if any, is the one to report; a replica that cannot hear the end
+    // fails on its next collective.
+  }
+}
+
+// trainer_state.h
 std::optional<fs::path> newest_checkpoint_before(const Trainer::State& s, std::int64_t step) {
   const auto extension = s.c.checkpoint_format->file_extension();
   std::optional<fs::path> last;
@@ -172,11 +183,12 @@ std::optional<fs::path> newest_checkpoint_before(const Trainer::State& s, std::i
 
 fs::path Trainer::save_checkpoint() {
   auto& s = *s_;
-  if (!s.writes) {  // a data-parallel rank other than 0: its part of the gather only
-    s.reducer->take_part_in_optimizer_state(*s.c.optimizer);
+  if (!s.writes) {  // a data-parallel rank other than 0: its part of the gathers only
+    s.reducer->serve_save_reads(*s.c.optimizer);
     return {};
   }
-  StagedState st = stage_state(s, /*weights_only=*/false);
+  StagedState st = stage_state(s, /*weights_only=*/false, /*for_save=*/true);
+  const SaveReadsEnd reads_end{*s.reducer};
 
   char name[64];
   std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(s.position.step));

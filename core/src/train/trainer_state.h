@@ -126,8 +126,15 @@ void feed_batch(Trainer::State& s, const Dataset& d, std::span<const std::int64_
 sdk::TrainingState capture_state(Trainer::State& s, bool weights_only);
 // The same state staged (checkpoint/staged_state.h): the metadata, and the tensors read only when
 // a format asks (the gathered optimizer slots of a sharded run excepted, read here). Collective as
-// capture_state is.
-StagedState stage_state(Trainer::State& s, bool weights_only);
+// capture_state is. `for_save`: for the replica that writes the save while the others serve its
+// reads (Reducer::optimizer_state_for_save): it then ends them (end_save_reads) once the format is
+// done, also when it failed.
+StagedState stage_state(Trainer::State& s, bool weights_only, bool for_save = false);
+// Ends the served reads of a save when it leaves scope, however the write went.
+struct SaveReadsEnd {
+  Reducer& reducer;
+  ~SaveReadsEnd();
+};
 // The run's components by range of steps, this process's included (checkpoint_save.cpp).
 ComponentHistory current_history(const Trainer::State& s);
 // The newest step checkpoint this run's folder holds from before `step`, if any: what a run that

@@ -51,7 +51,9 @@ class RecordingReducer final : public Reducer {
   void before_evaluation(Model&) override { calls.push_back("before_evaluation"); }
   void agree_on_evaluation(EvalResult&) override { calls.push_back("agree_on_evaluation"); }
   std::vector<StagedTensor> optimizer_state(const sdk::Optimizer&) override { return {}; }
-  void take_part_in_optimizer_state(const sdk::Optimizer&) override {}
+  std::vector<StagedTensor> optimizer_state_for_save(const sdk::Optimizer&) override { return {}; }
+  void serve_save_reads(const sdk::Optimizer&) override {}
+  void end_save_reads() override {}
   void load_optimizer_state(const sdk::Optimizer&, const WholeTensorFinder&,
                             const WholeTensorLoader&, const std::string&) override {}
   void announce(sdk::Logger&, std::int64_t) override {}
