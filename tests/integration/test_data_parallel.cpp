@@ -492,6 +492,22 @@ TEST_F(DataParallelTest, ShardedSavesGatherAsTheFormatReadsOnEveryFormat) {
           one.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   expect_same_losses(run_native, one, 1e-5, 6);
+
+  // A format that fails on rank 0 after reading every slot (the test plugin's full disk, at the
+  // second save): rank 1 is let out of its gathers, and the run ends with the save's error, not
+  // a hang (mpirun's timeout would end it with 124).
+  const auto faulty = mlp_config("served-faulty.toml",
+                                 "[distributed]\ntype = \"mpi\"\nshard_optimizer = true\n"
+                                 "bucket_mb = 0.002\n[checkpoint]\nevery = 5\nformat = \"faulty\"\n"
+                                 "[plugins]\npaths = [\"" +
+                                     std::string(MIXTRAIN_TEST_PLUGIN_DIR) + "/format_faults\"]\n");
+  r = run_ranks(2, "train " + faulty.string() +
+                       " --set run.steps=10 --set run.eval_every=0"
+                       " --set checkpoint.faulty.mode=refuse_second_write --run-dir " +
+                       (dir_ / "served-faulty").string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("the step-10 checkpoint was not written"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("faulty: simulated full disk"), std::string::npos) << r.err;
 }
 
 // Delayed FP8 scaling: the amaxes are MAX-reduced, so both ranks hold the same scales.
