@@ -30,8 +30,9 @@
 //   whole masters on every rank.
 // - Checkpoints hold what one rank would. Sharded (unsharded, every rank holds the whole state
 //   already): gather_optimizer_state() returns the optimizer's slots as whole tensors named as a
-//   one-rank run names them; load_optimizer_state() takes this rank's pieces from such tensors.
-//   Both are collective (every rank calls them).
+//   one-rank run names them; a save gathers them bucket by bucket as its format reads
+//   (optimizer_slots, gather_slot_bucket; distributed/served_slots.h); load_optimizer_state()
+//   takes this rank's pieces from such tensors. All are collective (every rank calls them).
 // - Every method that communicates is collective: all ranks call it in the same order.
 //   Errors: sdk::CommunicationError from the communicator; sdk::CheckpointError for state that
 //   does not fit.
