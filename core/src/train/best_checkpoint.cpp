@@ -48,9 +48,10 @@ void save_best_checkpoint(Trainer::State& s) {
     s.reducer->serve_save_reads(*s.c.optimizer);
     return;
   }
-  const StagedState st = stage_state(s, /*weights_only=*/false, /*for_save=*/true);
   {
+    // Before the staging: however the save ends, the other ranks are let out of their gathers.
     const SaveReadsEnd reads_end{*s.reducer};
+    const StagedState st = stage_state(s, /*weights_only=*/false, /*for_save=*/true);
     for (const auto& stale : sdk::remove_stale_temp_files(path.parent_path()))
       s.log.info("removed " + stale.string() + ", left by an interrupted checkpoint write");
     write_staged(*s.c.checkpoint_format, path, st);

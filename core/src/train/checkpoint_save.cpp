@@ -187,8 +187,9 @@ fs::path Trainer::save_checkpoint() {
     s.reducer->serve_save_reads(*s.c.optimizer);
     return {};
   }
-  StagedState st = stage_state(s, /*weights_only=*/false, /*for_save=*/true);
+  // Before the staging: however the save ends, the other ranks are let out of their gathers.
   const SaveReadsEnd reads_end{*s.reducer};
+  StagedState st = stage_state(s, /*weights_only=*/false, /*for_save=*/true);
 
   char name[64];
   std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(s.position.step));

@@ -283,11 +283,10 @@ std::optional<OperandScaler::Counts> OperandScaler::count_on_device(sdk::DeviceB
       unmet(backend, {sdk::ForeachOp::foreach_mul_scalar, {DType::fp32}}))
     return std::nullopt;
   auto* tally = sdk::facet<sdk::GradientCheckFacet>(backend);
-  auto* foreach = sdk::facet<sdk::ForeachFacet>(backend);
+  auto* multiply = sdk::facet<sdk::ForeachFacet>(backend);
   const std::int64_t nonzero = tally->count_underflow(v, 0.0f).nonzero;
   const TensorView x[] = {v};
-  foreach
-    ->foreach_mul_scalar(x, s.scale);
+  multiply->foreach_mul_scalar(x, s.scale);
   const sdk::UnderflowTally scaled = tally->count_underflow(v, underflow_threshold(s.dtype));
   // Saturation is a magnitude past the largest finite value as rounding takes it (e4m3: above
   // 464; e5m2: from 61440), counted below the finite limit: an infinity or a NaN among the x,
