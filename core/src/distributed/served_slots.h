@@ -12,9 +12,9 @@
 //   reads in order (the native one, twice: checksums, then bytes) gathers each bucket of each slot
 //   once a pass; one that reads no slot (safetensors) gathers nothing. The bytes a read returns
 //   are held (StagedTensor::held) and valid until the next read.
-// - end() is idempotent and noexcept-safe to call from a destructor's guard (it swallows nothing:
-//   callers catch). A rank other than 0 that calls end() or staged(), or rank 0 that calls
-//   serve(), is a logic_error.
+// - end() is idempotent. It communicates, so it may throw the communicator's error: a
+//   destructor's guard catches (train/trainer_state.h, SaveReadsEnd). A rank other than 0 that
+//   calls end() or staged(), or rank 0 that calls serve(), is a logic_error.
 // - Errors: sdk::CommunicationError from the communicator; what a gather throws on rank 0 comes
 //   out of the read, and the format then leaves no file.
 #pragma once
