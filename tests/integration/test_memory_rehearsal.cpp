@@ -254,6 +254,10 @@ TEST(MemoryHeadroom, SaysNothingWithoutARehearsalOrWhereTheFiguresAreUnknown) {
   EXPECT_TRUE(core::memory_headroom_warnings(unknown).empty());
   EXPECT_FALSE(contains(core::render_memory_report(unknown), "resident peak"));
   EXPECT_FALSE(contains(core::render_memory_report(unknown), "of the backend's"));
+  // A small model on a large host: a share below half a percent is "<1%", not "0%".
+  const auto small = core::render_memory_report(headroom(GiB / 1000, 100 * GiB, GiB, 100 * GiB));
+  EXPECT_TRUE(contains(small, "<1% of the backend's")) << small;
+  EXPECT_TRUE(contains(small, "1% of the 100.00 GiB")) << small;
 }
 
 }  // namespace

@@ -59,11 +59,11 @@ constexpr const char* kMemoryFix =
     "lower data.batch_size (keeping the effective batch with run.accumulate = N micro-batches), "
     "the model's size or its inputs' (an image folder's data.image_folder.size)";
 
-// "77%"
+// "77%"; "<1%" for a share that would print as 0% (a small model on a large host).
 std::string share_text(std::size_t part, std::size_t whole) {
-  return std::to_string(static_cast<int>(
-             100.0 * static_cast<double>(part) / static_cast<double>(whole) + 0.5)) +
-         "%";
+  const double percent = 100.0 * static_cast<double>(part) / static_cast<double>(whole);
+  if (part > 0 && percent < 0.5) return "<1%";
+  return std::to_string(static_cast<int>(percent + 0.5)) + "%";
 }
 
 }  // namespace
