@@ -182,6 +182,7 @@ TEST(MemoryRehearsal, ReportsEachPathAsItEndsAndReadsTheHostsMemory) {
                        EXPECT_GE(seconds, 0.0) << path;
                      });
   EXPECT_EQ(reported, r.rehearsed);
+  EXPECT_EQ(r.rehearsed_seconds.size(), r.rehearsed.size());
   EXPECT_EQ(r.device_memory, caps.memory_bytes);
   EXPECT_EQ(r.device_name, caps.device_name);
   // Linux says both: the process's peak is at least what it held when the rehearsal began.
@@ -231,6 +232,20 @@ TEST(MemoryHeadroom, WarnsOfTheHostFirstThenOfTheDeviceAndOnlyAboveTheirShares) 
       core::memory_headroom_warnings(headroom(95 * GiB, 100 * GiB, 90 * GiB, 100 * GiB));
   ASSERT_EQ(both.size(), 1u);
   EXPECT_TRUE(contains(both[0], "host memory")) << both[0];
+}
+
+// The time line adds up a plain step's paths only (not the evaluation, the underflow pass or the
+// replay) and says nothing under a second, where one-time setup would be most of it.
+TEST(MemoryHeadroom, TheStepTimeIsThePlainStepsPathsAndSaysNothingUnderASecond) {
+  core::MemoryReport r;
+  r.rehearsed = {"evaluation batch", "forward and backward", "underflow measurement",
+                 "gradient check",   "skipped-step replay",  "update"};
+  r.rehearsed_seconds = {30.0, 32.0, 60.0, 0.5, 30.0, 0.5};
+  const std::string line = core::step_time_line(r, 1000);
+  EXPECT_TRUE(contains(line, "took 33.0 s; 1000 steps at that rate: about 9.2 h")) << line;
+  EXPECT_TRUE(contains(core::step_time_line(r, 3), "about 99 s")) << core::step_time_line(r, 3);
+  r.rehearsed_seconds = {30.0, 0.6, 60.0, 0.1, 30.0, 0.2};
+  EXPECT_EQ(core::step_time_line(r, 1000), "");
 }
 
 // `train` says the same of its first step, with the place it measured.

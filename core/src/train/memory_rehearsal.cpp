@@ -258,7 +258,9 @@ MemoryReport Trainer::memory_report(bool rehearse, const RehearsalProgress& prog
     r.rehearsed.emplace_back(path);
     watch.after_path(path);
     const auto now = Clock::now();
-    if (progress) progress(path, std::chrono::duration<double>(now - started).count());
+    const double seconds = std::chrono::duration<double>(now - started).count();
+    r.rehearsed_seconds.push_back(seconds);
+    if (progress) progress(path, seconds);
     started = now;
   };
   {

@@ -118,6 +118,29 @@ std::optional<std::string> host_memory_warning(std::size_t peak_rss, std::size_t
          kMemoryFix + ", or free host memory";
 }
 
+std::string step_time_line(const MemoryReport& r, std::int64_t steps) {
+  double step = 0.0;
+  for (std::size_t i = 0; i < r.rehearsed.size() && i < r.rehearsed_seconds.size(); ++i)
+    if (r.rehearsed[i] == "forward and backward" || r.rehearsed[i] == "gradient check" ||
+        r.rehearsed[i] == "update")
+      step += r.rehearsed_seconds[i];
+  if (step < 1.0) return {};
+  const double total = step * static_cast<double>(std::max<std::int64_t>(steps, 0));
+  char run[48];
+  if (total < 120.0)
+    std::snprintf(run, sizeof run, "%.0f s", total);
+  else if (total < 7200.0)
+    std::snprintf(run, sizeof run, "%.0f min", total / 60.0);
+  else
+    std::snprintf(run, sizeof run, "%.1f h", total / 3600.0);
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "# time: the rehearsed step (forward and backward, gradient check, update) took "
+                "%.1f s; %lld steps at that rate: about %s, evaluations and checkpoints aside\n",
+                step, static_cast<long long>(steps), run);
+  return line;
+}
+
 std::vector<std::string> memory_headroom_warnings(const MemoryReport& r) {
   std::vector<std::string> out;
   if (r.rehearsed.empty()) return out;

@@ -7,7 +7,8 @@
 //   bytes of the tensors themselves; the items sum to held_bytes, the backend's count before the
 //   first step less its scratch (the last item, "op buffers and the rest", is that remainder:
 //   workspaces, saved statistics, data-parallel buckets).
-// - rehearsed: the paths run, in order; empty when no step was rehearsed, and then step_bytes,
+// - rehearsed: the paths run, in order, and rehearsed_seconds the wall time of each (the same
+//   length); empty when no step was rehearsed, and then step_bytes,
 //   the scratch and transient_bytes are 0, the growth lists empty, and peak_bytes the count so
 //   far (a lower bound of the run's).
 // - step_bytes: allocated during the rehearsed step paths and still held (casts, layout
@@ -60,6 +61,7 @@ struct MemoryReport {
   std::size_t transient_bytes = 0;
   std::size_t peak_bytes = 0;
   std::vector<std::string> rehearsed;
+  std::vector<double> rehearsed_seconds;
   std::vector<sdk::DTypeSupport> emulated;
   // The rehearsed step's first non-finite tensor when it lies in the forward (the input batch, a
   // node's output, the loss), which no loss scale fixes: "forward proj.output"; empty otherwise.
@@ -93,5 +95,10 @@ std::vector<std::string> memory_headroom_warnings(const MemoryReport& report);
 // is 0.
 std::optional<std::string> host_memory_warning(std::size_t peak_rss, std::size_t could_hold,
                                                const std::string& during);
+
+// "# time: ..." for `check`: what the rehearsed paths of a plain step took (forward and backward,
+// gradient check, update) and `steps` of them at that rate; empty when they took under a second,
+// where the first step's one-time setup (the kernels' plans) would be most of the figure.
+std::string step_time_line(const MemoryReport& report, std::int64_t steps);
 
 }  // namespace mixtrain::core
