@@ -427,7 +427,7 @@ int run_check(const ConfigArgs& cfg, bool rehearse) {
   const core::MemoryReport memory = trainer.memory_report(rehearse, progress);
   std::cout << core::render_memory_report(memory);
   if (!rehearse) std::cout << "# (check without --skip-rehearsal predicts the peak)\n";
-  std::cout << core::step_time_line(memory, experiment.run.steps);
+  std::cout << core::step_time_line(memory, experiment.run.steps, experiment.run.accumulate);
   // check runs in one process (under mpirun it is refused): the figures are that process's.
   if (experiment.distributed.enabled())
     std::cout << "# memory under [distributed]: the figures above are of one process training "

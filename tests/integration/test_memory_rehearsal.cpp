@@ -244,6 +244,9 @@ TEST(MemoryHeadroom, TheStepTimeIsThePlainStepsPathsAndSaysNothingUnderASecond) 
   const std::string line = core::step_time_line(r, 1000);
   EXPECT_TRUE(contains(line, "took 33.0 s; 1000 steps at that rate: about 9.2 h")) << line;
   EXPECT_TRUE(contains(core::step_time_line(r, 3), "about 99 s")) << core::step_time_line(r, 3);
+  // run.accumulate = 4: four micro-batches' forward and backward, one check and update.
+  EXPECT_TRUE(contains(core::step_time_line(r, 10, 4), "took 129.0 s; 10 steps"))
+      << core::step_time_line(r, 10, 4);
   r.rehearsed_seconds = {30.0, 0.6, 60.0, 0.1, 30.0, 0.2};
   EXPECT_EQ(core::step_time_line(r, 1000), "");
 }

@@ -118,11 +118,13 @@ std::optional<std::string> host_memory_warning(std::size_t peak_rss, std::size_t
          kMemoryFix + ", or free host memory";
 }
 
-std::string step_time_line(const MemoryReport& r, std::int64_t steps) {
+std::string step_time_line(const MemoryReport& r, std::int64_t steps, std::int64_t accumulate) {
+  // The rehearsal runs one micro-batch: the others take the same path over the same buffers.
   double step = 0.0;
   for (std::size_t i = 0; i < r.rehearsed.size() && i < r.rehearsed_seconds.size(); ++i)
-    if (r.rehearsed[i] == "forward and backward" || r.rehearsed[i] == "gradient check" ||
-        r.rehearsed[i] == "update")
+    if (r.rehearsed[i] == "forward and backward")
+      step += r.rehearsed_seconds[i] * static_cast<double>(std::max<std::int64_t>(accumulate, 1));
+    else if (r.rehearsed[i] == "gradient check" || r.rehearsed[i] == "update")
       step += r.rehearsed_seconds[i];
   if (step < 1.0) return {};
   const double total = step * static_cast<double>(std::max<std::int64_t>(steps, 0));

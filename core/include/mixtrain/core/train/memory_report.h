@@ -97,8 +97,10 @@ std::optional<std::string> host_memory_warning(std::size_t peak_rss, std::size_t
                                                const std::string& during);
 
 // "# time: ..." for `check`: what the rehearsed paths of a plain step took (forward and backward,
-// gradient check, update) and `steps` of them at that rate; empty when they took under a second,
-// where the first step's one-time setup (the kernels' plans) would be most of the figure.
-std::string step_time_line(const MemoryReport& report, std::int64_t steps);
+// once per micro-batch of `accumulate`, gradient check, update) and `steps` of them at that rate;
+// empty when they took under a second, where the first step's one-time setup (the kernels' plans)
+// would be most of the figure.
+std::string step_time_line(const MemoryReport& report, std::int64_t steps,
+                           std::int64_t accumulate = 1);
 
 }  // namespace mixtrain::core
