@@ -278,21 +278,25 @@ void DataParallel::gather_slot_bucket(const sdk::Optimizer& optimizer, const std
   backend_->copy_to_host(host->data(), b.flat.view());
 }
 
-std::vector<sdk::HostTensor> DataParallel::gather_optimizer_state(const sdk::Optimizer& optimizer,
-                                                                  bool keep) {
+sdk::StreamedTensor DataParallel::whole_slot(std::size_t param, const std::string& slot) const {
+  const ModelParameter& p = *params_.at(param);
+  return {p.name + "." + slot, sdk::DType::fp32, p.master.view().shape.to_vector()};
+}
+
+std::vector<sdk::HostTensor> DataParallel::gather_optimizer_state(const sdk::Optimizer& optimizer) {
   std::vector<sdk::HostTensor> out;
   std::vector<float> host;
   for (const auto& slot : optimizer_slots(optimizer)) {
-    std::vector<sdk::HostTensor> whole(keep ? params_.size() : 0);
+    std::vector<sdk::HostTensor> whole(params_.size());
     for (std::size_t i = 0; i < whole.size(); ++i) {
-      whole[i].name = params_[i]->name + "." + slot;
-      whole[i].dtype = sdk::DType::fp32;
-      whole[i].shape = params_[i]->master.view().shape.to_vector();
+      auto info = whole_slot(i, slot);
+      whole[i].name = std::move(info.name);
+      whole[i].dtype = info.dtype;
+      whole[i].shape = std::move(info.shape);
       whole[i].bytes.resize(params_[i]->master.view().bytes());
     }
     for (std::size_t bucket = 0; bucket < buckets_.size(); ++bucket) {
-      gather_slot_bucket(optimizer, slot, bucket, keep ? &host : nullptr);
-      if (!keep) continue;
+      gather_slot_bucket(optimizer, slot, bucket, &host);
       const Bucket& b = buckets_[bucket];
       for (std::size_t j = 0; j < b.plan.params.size(); ++j) {
         auto& h = whole[b.plan.params[j]];

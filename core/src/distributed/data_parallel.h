@@ -50,6 +50,7 @@
 #include "mixtrain/core/graph/model.h"
 #include "mixtrain/core/graph/tensor.h"
 #include "mixtrain/sdk/communicator.h"
+#include "mixtrain/sdk/format_streamed_write.h"
 #include "mixtrain/sdk/logging.h"
 #include "mixtrain/sdk/optimizer.h"
 
@@ -127,19 +128,18 @@ class DataParallel {
   // Rank 0's buffers (batch-norm running statistics) into every rank's model.
   void broadcast_buffers(Model& model);
 
-  // The whole slots, gathered from every rank's shard (collective). Without `keep`, this rank's
-  // part of the gather only: nothing is copied to the host, and the list is empty.
-  std::vector<sdk::HostTensor> gather_optimizer_state(const sdk::Optimizer& optimizer,
-                                                      bool keep = true);
+  // The whole slots, gathered from every rank's shard (collective).
+  std::vector<sdk::HostTensor> gather_optimizer_state(const sdk::Optimizer& optimizer);
   // The pieces the gathers above are made of, for a save that gathers as its format reads
   // (distributed/served_slots.h). optimizer_slots(): the slot names ("exp_avg", ...), rank 0's,
   // which are every rank's (collective). gather_slot_bucket(): one bucket of one slot from every
   // rank's shard into the bucket's flat buffer (collective), then, with `host`, onto the host
-  // (fp32 [padded]). The parameters by model.parameters() index: their names, shapes, buckets
-  // and offsets in them.
+  // (fp32 [padded]). whole_slot(): parameter `param`'s slot as both name, type and shape it in
+  // the file. The parameters by model.parameters() index: themselves, their buckets and offsets.
   std::vector<std::string> optimizer_slots(const sdk::Optimizer& optimizer);
   void gather_slot_bucket(const sdk::Optimizer& optimizer, const std::string& slot,
                           std::size_t bucket, std::vector<float>* host);
+  sdk::StreamedTensor whole_slot(std::size_t param, const std::string& slot) const;
   std::size_t parameter_count() const { return params_.size(); }
   const ModelParameter& parameter(std::size_t i) const { return *params_[i]; }
   std::size_t bucket_of(std::size_t param) const { return bucket_of_[param]; }

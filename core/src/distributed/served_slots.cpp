@@ -21,9 +21,8 @@ std::vector<StagedTensor> ServedSlots::staged() {
   // the one a whole gather writes.
   for (std::size_t s = 0; s < slots_.size(); ++s)
     for (std::size_t i = 0; i < params_; ++i) {
-      const auto& p = dp_.parameter(i);
       StagedTensor t;
-      t.info = {p.name + "." + slots_[s], sdk::DType::fp32, p.master.view().shape.to_vector()};
+      t.info = dp_.whole_slot(i, slots_[s]);
       t.read = [self = shared_from_this(), k = s * params_ + i](std::span<std::byte>) {
         return self->read(k);
       };
