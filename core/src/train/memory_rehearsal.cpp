@@ -272,7 +272,7 @@ MemoryReport Trainer::memory_report(bool rehearse, const RehearsalProgress& prog
         predict(batch, batch.rows, [](const PredictionBatch&) {});
       else
         predict(batch, batch.rows, nullptr);
-      path_done("evaluation batch");
+      path_done(rehearsed_path::kEvaluation);
     };
     // What an evaluation grows (the backend's scratch, at its rows) is still held by the steps
     // after it: a run that evaluates before its last step peaks at a step on top of that.

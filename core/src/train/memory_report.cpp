@@ -122,9 +122,10 @@ std::string step_time_line(const MemoryReport& r, std::int64_t steps, std::int64
   // The rehearsal runs one micro-batch: the others take the same path over the same buffers.
   double step = 0.0;
   for (std::size_t i = 0; i < r.rehearsed.size() && i < r.rehearsed_seconds.size(); ++i)
-    if (r.rehearsed[i] == "forward and backward")
+    if (r.rehearsed[i] == rehearsed_path::kForwardBackward)
       step += r.rehearsed_seconds[i] * static_cast<double>(std::max<std::int64_t>(accumulate, 1));
-    else if (r.rehearsed[i] == "gradient check" || r.rehearsed[i] == "update")
+    else if (r.rehearsed[i] == rehearsed_path::kGradientCheck ||
+             r.rehearsed[i] == rehearsed_path::kUpdate)
       step += r.rehearsed_seconds[i];
   if (step < 1.0) return {};
   const double total = step * static_cast<double>(std::max<std::int64_t>(steps, 0));

@@ -504,18 +504,18 @@ NonfiniteSite run_each_step_path(Trainer::State& s,
   // The other micro-batches of run.accumulate take the same path over the same buffers.
   feed_micro_batch(s, 0);
   forward_backward(s, request, 0, seed);
-  after("forward and backward");
+  after(rehearsed_path::kForwardBackward);
   if (statistics && s.precision.underflow_watch) {
     // The backward wrote gradients over activations it had read for the last time: the pass
     // reads a forward of its own, as a statistics step's comes before its backward.
     model.forward(s.rank_batch);
     measure_gradient_underflow(model, s.rank_batch, seed);
-    after("underflow measurement");
+    after(rehearsed_path::kUnderflow);
   }
   s.reducer->finish_gradients();
   const StepTotals totals = check_gradients(s, request, s.c.scaler->scale());
   if (s.c.policy->uses_scaled_operands()) s.reducer->flush_operand_amaxes(model);
-  after("gradient check");
+  after(rehearsed_path::kGradientCheck);
   // The replay a skipped step runs instead of the update, on this step's weights: before the
   // update moves them (on weights an update had made non-finite, it blamed the forward).
   NonfiniteSite site;
@@ -523,14 +523,14 @@ NonfiniteSite run_each_step_path(Trainer::State& s,
     const auto alone = s.reducer->local_only();
     site = locate_first_nonfinite(model, s.rank_batch, seed);
   }
-  after("skipped-step replay");
+  after(rehearsed_path::kReplay);
   // An optimizer steps only on finite gradients (sdk/optimizer.h): gradients that are not (a
   // loss scale too large for the first step) take the update's path as zeros.
   if (totals.found_inf)
     for (const sdk::TensorView& g : s.grads) s.c.backend->fill(g, 0.0f);
   apply_update(s, request, totals.found_inf ? 0.0 : totals.sum_squares,
                s.schedule.lr_at(s.position.applied));
-  after("update");
+  after(rehearsed_path::kUpdate);
   return site;
 }
 

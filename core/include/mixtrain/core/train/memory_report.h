@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "mixtrain/sdk/device_backend.h"
@@ -43,6 +44,17 @@ struct MemoryItem {
   std::size_t bytes = 0;
   std::string note;  // "" or a short qualification: "128 rows", "62.07 MiB in fp32"
 };
+
+// The names of the rehearsed paths (MemoryReport::rehearsed), as the step reports them
+// (train/step.h, run_each_step_path) and `check` reads them back.
+namespace rehearsed_path {
+inline constexpr std::string_view kEvaluation = "evaluation batch";
+inline constexpr std::string_view kForwardBackward = "forward and backward";
+inline constexpr std::string_view kUnderflow = "underflow measurement";
+inline constexpr std::string_view kGradientCheck = "gradient check";
+inline constexpr std::string_view kReplay = "skipped-step replay";
+inline constexpr std::string_view kUpdate = "update";
+}  // namespace rehearsed_path
 
 struct MemoryGrowth {
   std::string where;                 // "bn1 backward", "evaluation batch"
