@@ -250,8 +250,7 @@ MemoryReport Trainer::memory_report(bool rehearse, const RehearsalProgress& prog
   }
 
   // What the process could grow to from here: a CPU backend's tensors are in its resident set.
-  if (const std::size_t available = host_available_bytes(); available > 0)
-    r.host_memory_at_start = process_rss_bytes() + available;
+  r.host_memory_at_start = process_memory_limit();
   GrowthWatch watch(b, scratch, r);
   auto started = Clock::now();
   const auto path_done = [&](std::string_view path) {

@@ -32,4 +32,9 @@ std::size_t host_available_bytes() {
   return 0;
 }
 
+std::size_t process_memory_limit() {
+  const std::size_t available = host_available_bytes();
+  return available > 0 ? process_rss_bytes() + available : 0;
+}
+
 }  // namespace mixtrain::core

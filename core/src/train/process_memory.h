@@ -18,4 +18,8 @@ std::size_t process_rss_bytes();
 // What the host can still give without swapping (/proc/meminfo's MemAvailable).
 std::size_t host_available_bytes();
 
+// What this process could grow to from now: its resident set plus the host's available memory
+// (0 when the kernel does not say what is available).
+std::size_t process_memory_limit();
+
 }  // namespace mixtrain::core

@@ -924,8 +924,7 @@ TrainSummary Trainer::run() {
                " read the training rows");
   // What this process could grow to before the steps allocate theirs: a run near the host's
   // memory is said after its first step (as `check` says it), not found by the OOM killer.
-  const std::size_t host_available = host_available_bytes();
-  const std::size_t could_hold = host_available > 0 ? process_rss_bytes() + host_available : 0;
+  const std::size_t could_hold = process_memory_limit();
   RunEnd end;
   const auto t_start = Clock::now();
   ThroughputWindow window{t_start};
