@@ -365,6 +365,18 @@ void keep_trained_normalization(Trainer::State& s, const CheckpointFile& file, b
              "run that wrote it did (its normalization.json)");
 }
 
+// The file's 'data_shape' record, or nullopt where it has none or one that cannot be read (a
+// damaged record is said where the shape is read for the model, take_recorded_shape).
+std::optional<DataShape> recorded_data_shape(const CheckpointFile& file) {
+  const auto entry = file.st.metadata.find("data_shape");
+  if (entry == file.st.metadata.end()) return std::nullopt;
+  try {
+    return parse_data_shape(entry->second, file.path.string());
+  } catch (const sdk::CheckpointError&) {
+    return std::nullopt;
+  }
+}
+
 // An image folder numbers its classes by their folders' names (data/data_shape.h records them): a
 // class folder added, removed or renamed since the checkpoint renumbers the labels, and a resumed
 // run or an evaluation would then score the model against classes it never learned, without an
@@ -373,14 +385,9 @@ void keep_trained_normalization(Trainer::State& s, const CheckpointFile& file, b
 void refuse_renumbered_classes(const Trainer::State& s, const CheckpointFile& file,
                                bool weights_only) {
   if (weights_only && s.opt.write_outputs) return;
-  const auto entry = file.st.metadata.find("data_shape");
-  if (entry == file.st.metadata.end()) return;
-  std::vector<std::string> trained;
-  try {
-    trained = parse_data_shape(entry->second, file.path.string()).class_names;
-  } catch (const sdk::CheckpointError&) {
-    return;  // a damaged record is said where the shape is read
-  }
+  const auto recorded = recorded_data_shape(file);
+  if (!recorded) return;
+  const std::vector<std::string>& trained = recorded->class_names;
   const auto& now = !s.train.class_names.empty() ? s.train.class_names : s.eval.class_names;
   if (trained.empty() || now.empty() || trained == now) return;
   const auto missing_from = [](const std::vector<std::string>& a,
@@ -414,14 +421,9 @@ void refuse_renumbered_classes(const Trainer::State& s, const CheckpointFile& fi
 // from these weights (checkpoint.init_from) may change the size: nothing is said there.
 void refuse_resized_inputs(const Trainer::State& s, const CheckpointFile& file, bool weights_only) {
   if (!weights_only || s.opt.write_outputs || s.loading_initial_weights || !s.evaluates) return;
-  const auto entry = file.st.metadata.find("data_shape");
-  if (entry == file.st.metadata.end()) return;
-  std::vector<std::int64_t> trained;
-  try {
-    trained = parse_data_shape(entry->second, file.path.string()).sample_shape;
-  } catch (const sdk::CheckpointError&) {
-    return;  // a damaged record is said where the shape is read
-  }
+  const auto recorded = recorded_data_shape(file);
+  if (!recorded) return;
+  const std::vector<std::int64_t>& trained = recorded->sample_shape;
   const Dataset& now = s.eval.rows > 0 ? s.eval : s.train;
   if (trained.empty() || now.sample_shape.empty() || trained == now.sample_shape) return;
   const bool folder = s.e.data.source == DataSource::image_folder;
