@@ -35,7 +35,7 @@ packages=(
   # TensorBoard event files: the records are protobuf messages (core/proto/).
   libprotobuf-dev protobuf-compiler
   # Image folders (core/src/data/image_folder/): JPEG through libjpeg-turbo, PNG through libpng.
-  libturbojpeg0-dev libpng-dev
+  libjpeg62-turbo-dev libpng-dev
   # Debian's dnnl-config.cmake calls find_package(OpenCL) unconditionally, while libdnnl-dev only
   # recommends the OpenCL headers, which --no-install-recommends skips.
   ocl-icd-opencl-dev

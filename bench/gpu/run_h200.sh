@@ -387,7 +387,8 @@ PY
   for f in usr/include/toml++/toml.h usr/include/boost/dll.hpp usr/include/spdlog/spdlog.h \
            usr/include/gtest/gtest.h usr/include/CLI/CLI.hpp usr/include/nlohmann/json.hpp \
            usr/lib/x86_64-linux-gnu/libdnnl.so usr/lib/x86_64-linux-gnu/cmake/dnnl \
-           usr/bin/protoc usr/include/google/protobuf/message.h usr/lib/x86_64-linux-gnu/libprotobuf.so; do
+           usr/bin/protoc usr/include/google/protobuf/message.h usr/lib/x86_64-linux-gnu/libprotobuf.so \
+           usr/include/jpeglib.h usr/include/x86_64-linux-gnu/jconfig.h usr/lib/x86_64-linux-gnu/libjpeg.so; do
     [[ -e $DEBROOT/$f ]] || { echo "missing after unpacking: $DEBROOT/$f"; exit 1; }
   done
   echo "unpacked ${#debs[@]} packages into $DEBROOT ($(du -sh "$DEBROOT" | cut -f1))"

@@ -1,5 +1,5 @@
-// Fuzzes the image decoders (data/image_folder/image_file.h: JPEG through TurboJPEG with the
-// frame header read by hand, PNG through libpng's setjmp error path) and what is done with what
+// Fuzzes the image decoders (data/image_folder/image_file.h: JPEG through libjpeg's setjmp error
+// path with the frame header read by hand, PNG through libpng's) and what is done with what
 // they accept: the header read from a file of the same bytes, torchvision's Resize + CenterCrop
 // and a RandomResizedCrop drawn from the input. Input: the file's bytes; its last byte, when
 // present, also seeds the crop's generator. sdk::DataError is an expected rejection; an image

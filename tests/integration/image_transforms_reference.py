@@ -16,7 +16,11 @@ and OUT_DIR/manifest.txt, one line each:
   crop <file> <k> <top> <left> <h> <w> <oh> <ow> <mirror>
   center <file> <k> <s> <oh> <ow> <mirror>
   refused <file>                               (PIL cannot open or decode it)
-Files already in OUT_DIR named cpp_* are decoded and transformed too.
+  decoded <file> <height> <width>              (a damage sweep's file PIL opens: its
+                                                .decoded only, no transforms)
+Files already in OUT_DIR named cpp_* are decoded and transformed too. The damage sweep
+(damage_sweep) cuts two small JPEGs, a baseline and a progressive one, at every third byte and
+flips one bit of them at seeded places: PIL's verdict on each is the one the loader must give.
 Exit status 77 when PIL, numpy or torchvision cannot be imported (the test skips).
 """
 import os
@@ -170,7 +174,7 @@ def make_images(d):
             lambda b: b[: b.index(b"\xff\xda") + 40] + b"\xff\xd3" + b[b.index(b"\xff\xda") + 40 : -3000])
     damaged("xjpeg_flip_then_cut.jpg", "j420.jpg",
             lambda b: flip(b, b.index(b"\xff\xda") + 60)[:-3000])
-    # Sampling factors outside TurboJPEG's named subsamplings (Cb 2x1 beside Y 2x2): libjpeg
+    # Sampling factors outside the named subsamplings (Cb 2x1 beside Y 2x2): libjpeg
     # decodes them (the data then read as other blocks: libjpeg warns, PIL opens it).
     def odd_sampling(b):
         sof = b.index(b"\xff\xc0")
@@ -192,6 +196,32 @@ def chw(img):
     return np.ascontiguousarray(np.asarray(img).transpose(2, 0, 1)).tobytes()
 
 
+def damage_sweep(d):
+    """Damaged copies of two small JPEGs; PIL decides which open (the loader must agree)."""
+    names = []
+    rnd = random.Random(99)
+    for stem, kw in (("sweep420", dict(quality=80, subsampling=2)),
+                     ("sweepprog", dict(quality=75, progressive=True))):
+        arr = content(30, 41, 3, len(stem))
+        path = os.path.join(d, stem + ".jpg")
+        Image.fromarray(arr, "RGB").save(path, "JPEG", **kw)
+        with open(path, "rb") as f:
+            data = f.read()
+        os.remove(path)
+        edits = [(f"{stem}_cut{n}.jpg", data[:n])
+                 for n in sorted(set(range(4, len(data), 3)) | {len(data) - 3, len(data) - 2, len(data) - 1})]
+        for k in range(40):
+            at = rnd.randrange(2, len(data))
+            flipped = bytearray(data)
+            flipped[at] ^= 1 << rnd.randrange(8)
+            edits.append((f"{stem}_flip{k}_{at}.jpg", bytes(flipped)))
+        for name, body in edits:
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(body)
+            names.append(name)
+    return names
+
+
 def crop_cases(h, w, rnd):
     cases = [(0, 0, h, w, 224, 224), (0, 0, h, w, h, w), (0, 0, 1, 1, 5, 7), (0, 0, h, w, 1, 1),
              (h - 1, w - 1, 1, 1, 3, 2), (0, 0, h, w, min(2 * h + 1, 257), min(3 * w, 301))]
@@ -208,7 +238,7 @@ def main():
     os.makedirs(d, exist_ok=True)
     rnd = random.Random(1234)
     lines = []
-    # Files the C++ test wrote first (cpp_*: e.g. TurboJPEG's YCCK, which PIL cannot write).
+    # Files the C++ test wrote first (cpp_*: e.g. libjpeg's YCCK, which PIL cannot write).
     given = sorted(n for n in os.listdir(d) if n.startswith("cpp_"))
     warnings.simplefilter("ignore")  # PIL's advice on palette transparency
     for name in make_images(d) + given:
@@ -238,6 +268,15 @@ def main():
             with open(os.path.join(d, f"{name}.center{k}"), "wb") as f:
                 f.write(chw(out))
             lines.append(f"center {name} {k} {s} {oh} {ow} {mirror}")
+    for name in damage_sweep(d):
+        try:
+            img = Image.open(os.path.join(d, name)).convert("RGB")
+        except (OSError, SyntaxError, ValueError):
+            lines.append(f"refused {name}")
+            continue
+        with open(os.path.join(d, name + ".decoded"), "wb") as f:
+            f.write(np.asarray(img).tobytes())
+        lines.append(f"decoded {name} {img.size[1]} {img.size[0]}")
     with open(os.path.join(d, "manifest.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
 

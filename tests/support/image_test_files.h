@@ -1,10 +1,9 @@
-// Image files for the image-folder tests, written with the encoders (TurboJPEG, libpng) rather
+// Image files for the image-folder tests, written with the encoders (libjpeg's, libpng) rather
 // than the decoders under test: a JPEG or PNG of a given size whose pixels follow a fixed pattern
 // of (x, y, seed), so that two images differ and a crop's position shows in its pixels.
 #pragma once
 
 #include <png.h>
-#include <turbojpeg.h>
 
 #include <gtest/gtest.h>
 
@@ -13,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <vector>
+
+#include "jpeg_test_writer.h"
 
 namespace mixtrain::test {
 
@@ -32,17 +33,10 @@ inline std::vector<unsigned char> pattern_rgb(int width, int height, int seed) {
 // A baseline JPEG (4:4:4, quality 95) of pattern_rgb(width, height, seed).
 inline void write_jpeg(const std::filesystem::path& path, int width, int height, int seed) {
   const auto rgb = pattern_rgb(width, height, seed);
-  tjhandle handle = tjInitCompress();
-  ASSERT_NE(handle, nullptr);
-  unsigned char* jpeg = nullptr;
-  unsigned long size = 0;
-  const int rc = tjCompress2(handle, rgb.data(), width, 0, height, TJPF_RGB, &jpeg, &size,
-                             TJSAMP_444, 95, TJFLAG_ACCURATEDCT);
-  tjDestroy(handle);
-  ASSERT_EQ(rc, 0) << tjGetErrorStr();
+  const auto jpeg = jpeg_bytes(rgb.data(), width, height, JpegPixels::rgb, JpegSampling::s444, 95);
+  ASSERT_FALSE(jpeg.empty());
   std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(jpeg), static_cast<std::streamsize>(size));
-  tjFree(jpeg);
+  out.write(reinterpret_cast<const char*>(jpeg.data()), static_cast<std::streamsize>(jpeg.size()));
   ASSERT_TRUE(out.good()) << path;
 }
 

@@ -1,4 +1,4 @@
-// Image files read into 8-bit RGB: JPEG through libjpeg-turbo's TurboJPEG API, PNG through
+// Image files read into 8-bit RGB: JPEG through libjpeg-turbo's libjpeg API, PNG through
 // libpng. The pixels are what torchvision's ImageFolder loader gives
 // (PIL.Image.open(f).convert("RGB")), so a crop of them can match torchvision's transforms bit for
 // bit (data/image_folder/image_resample.h).
@@ -16,8 +16,9 @@
 //   kMaxImageSide pixels on a side or kMaxImagePixels in all (no file may make the loader
 //   allocate gigabytes; the size is checked from the header, before the pixels are allocated),
 //   or a file over 1 GiB. The hint says what to do (convert the file, or remove it).
-// - Damage is judged as PIL judges it where the two can differ: a JPEG whose data end before the
-//   image does is refused (PIL: "image file is truncated"), while libjpeg's other warnings
+// - Damage is judged as PIL judges it where the two can differ: a JPEG whose data end before
+//   libjpeg has decoded its last row is refused (PIL: "image file is truncated"), and so is one
+//   on which libjpeg stops with an error, whatever it warned of before; libjpeg's other warnings
 //   (extraneous bytes, corrupt data it can resynchronise from) leave the image accepted as PIL
 //   accepts it; a PNG cut after its image data (no IEND) opens. Stricter than PIL: a PNG chunk
 //   with a bad CRC is refused, IDAT's included (PIL does not check IDAT's CRC).

@@ -1,6 +1,7 @@
 // JPEG files for data/image_folder/image_file.h (internal): the frame header read by hand (sizes
-// and components, for headers and for the decode's buffers) and the decode through TurboJPEG with
-// PIL's settings. image_file.h states what is accepted and what is refused.
+// and components, for headers and for the decode's buffers, checked before libjpeg allocates)
+// and the decode through libjpeg's API with PIL's settings and PIL's verdicts on damage.
+// image_file.h states what is accepted and what is refused.
 #pragma once
 
 #include <cstdint>

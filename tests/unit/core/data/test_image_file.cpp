@@ -1,8 +1,7 @@
-// Decoding of image files (data/image_folder/image_file.h): JPEG round trips through TurboJPEG's
+// Decoding of image files (data/image_folder/image_file.h): JPEG round trips through libjpeg's
 // encoder, PNG round trips through a PNG writer of the test's own (every color type, bit depth,
 // tRNS, Adam7 interlacing), and every damaged or foreign file is a DataError naming it.
 // Bit-for-bit agreement with PIL is test_image_transforms_parity.cpp's.
-#include <turbojpeg.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -12,6 +11,7 @@
 
 #include "data/image_folder/image_file.h"
 #include "data_test_util.h"
+#include "jpeg_test_writer.h"
 
 namespace mixtrain::test {
 namespace {
@@ -32,18 +32,10 @@ std::vector<std::uint8_t> pattern(int height, int width, int channels) {
   return out;
 }
 
-Bytes jpeg_bytes(const std::vector<std::uint8_t>& pixels, int height, int width, int format,
-                 int subsampling, int quality = 100) {
-  tjhandle tj = tjInitCompress();
-  unsigned char* buf = nullptr;
-  unsigned long size = 0;
-  const int rc = tjCompress2(tj, pixels.data(), width, 0, height, format, &buf, &size, subsampling,
-                             quality, TJFLAG_ACCURATEDCT);
-  EXPECT_EQ(rc, 0) << tjGetErrorStr2(tj);
-  Bytes out(buf, buf + size);
-  tjFree(buf);
-  tjDestroy(tj);
-  return out;
+Bytes jpeg_bytes(const std::vector<std::uint8_t>& pixels, int height, int width, JpegPixels in,
+                 JpegSampling sampling, int quality = 100) {
+  const auto bytes = test::jpeg_bytes(pixels.data(), width, height, in, sampling, quality);
+  return Bytes(bytes.begin(), bytes.end());
 }
 
 void append_be32(Bytes& out, std::uint32_t v) {
@@ -218,14 +210,14 @@ int max_difference(const std::vector<std::uint8_t>& a, const std::vector<std::ui
 TEST(ImageFile, JpegRoundTripsAtQuality100) {
   ScratchDir dir;
   const auto rgb = pattern(37, 23, 3);
-  write_file(dir / "c.jpg", jpeg_bytes(rgb, 37, 23, TJPF_RGB, TJSAMP_444));
+  write_file(dir / "c.jpg", jpeg_bytes(rgb, 37, 23, JpegPixels::rgb, JpegSampling::s444));
   const RgbImage image = decode_image(dir / "c.jpg");
   EXPECT_EQ(image.height, 37);
   EXPECT_EQ(image.width, 23);
   EXPECT_LE(max_difference(image.pixels, rgb), 3);
 
   const auto gray = pattern(9, 30, 1);
-  write_file(dir / "g.jpg", jpeg_bytes(gray, 9, 30, TJPF_GRAY, TJSAMP_GRAY));
+  write_file(dir / "g.jpg", jpeg_bytes(gray, 9, 30, JpegPixels::gray, JpegSampling::gray));
   const RgbImage g = decode_image(dir / "g.jpg");
   std::vector<std::uint8_t> gray_rgb;
   for (auto v : gray) gray_rgb.insert(gray_rgb.end(), 3, v);
@@ -236,12 +228,12 @@ TEST(ImageFile, JpegRoundTripsAtQuality100) {
   EXPECT_EQ(header.height, 9);
 }
 
-// TurboJPEG writes CMYK as YCCK with an Adobe marker; PIL reads the samples as Adobe's inverted
+// The writer writes CMYK as YCCK with an Adobe marker; PIL reads the samples as Adobe's inverted
 // ink and converts them to RGB as (255 − K)·(1 − C/255).
 TEST(ImageFile, CmykJpegConvertsAsPilDoes) {
   ScratchDir dir;
   const auto cmyk = pattern(16, 24, 4);
-  write_file(dir / "k.jpg", jpeg_bytes(cmyk, 16, 24, TJPF_CMYK, TJSAMP_444));
+  write_file(dir / "k.jpg", jpeg_bytes(cmyk, 16, 24, JpegPixels::cmyk, JpegSampling::s444));
   std::vector<std::uint8_t> expected;
   for (std::size_t i = 0; i < cmyk.size(); i += 4) {
     const double not_k = cmyk[i + 3];
@@ -255,7 +247,7 @@ TEST(ImageFile, CmykJpegConvertsAsPilDoes) {
 // The frame header may follow large application segments (EXIF thumbnails, ICC profiles).
 TEST(ImageFile, JpegHeaderAfterLargeSegments) {
   ScratchDir dir;
-  Bytes jpeg = jpeg_bytes(pattern(8, 8, 3), 8, 8, TJPF_RGB, TJSAMP_420);
+  Bytes jpeg = jpeg_bytes(pattern(8, 8, 3), 8, 8, JpegPixels::rgb, JpegSampling::s420);
   Bytes app;
   for (int i = 0; i < 3; ++i) {
     app.insert(app.end(), {0xff, 0xe2, 0xff, 0xff});
@@ -302,7 +294,8 @@ TEST(ImageFile, BadFilesAreDataErrorsNamingThem) {
   write_file(dir / "fake.jpg", fake);
   expect_refused(dir / "fake.jpg");
 
-  const Bytes jpeg = jpeg_bytes(pattern(64, 64, 3), 64, 64, TJPF_RGB, TJSAMP_420, 90);
+  const Bytes jpeg =
+      jpeg_bytes(pattern(64, 64, 3), 64, 64, JpegPixels::rgb, JpegSampling::s420, 90);
   write_file(dir / "cut.jpg",
              Bytes(jpeg.begin(), jpeg.begin() + static_cast<long>(jpeg.size() / 2)));
   expect_refused(dir / "cut.jpg", {"truncated"});
@@ -331,6 +324,63 @@ TEST(ImageFile, BadFilesAreDataErrorsNamingThem) {
   expect_data_error([&] { (void)decode_image(dir / "folder.png"); }, "folder.png");
 }
 
+// The offset just past a JPEG marker's segment (its two marker bytes and its length field's).
+std::size_t segment_end(const Bytes& jpeg, unsigned char marker) {
+  for (std::size_t i = 2; i + 3 < jpeg.size(); ++i)
+    if (jpeg[i] == 0xff && jpeg[i + 1] == marker)
+      return i + 2 + ((std::size_t{jpeg[i + 2]} << 8) | jpeg[i + 3]);
+  ADD_FAILURE() << "no marker 0xff" << std::hex << int{marker};
+  return 0;
+}
+
+// Data that end between the frame header and the image data are the case TurboJPEG reported as
+// a warning (the source's "Premature end" came first, the fatal "missing SOS" after): it gave
+// zero pixels, and the image trained as black. Every cut from the frame header to the last byte
+// of the image data is refused as truncated, as PIL refuses them ("image file is truncated": its
+// decoder waits for the data). Where the data end only after libjpeg has read the last row (the
+// end marker alone missing, or junk that ends the scan early before the cut), PIL opens the file
+// and so does the loader: the parity test's xjpeg_no_eoi and xjpeg_junk_then_cut decide that.
+TEST(ImageFile, JpegCutBeforeTheEndOfItsImageDataIsRefused) {
+  ScratchDir dir;
+  for (const auto sampling : {JpegSampling::s444, JpegSampling::s420}) {
+    const Bytes jpeg = jpeg_bytes(pattern(24, 40, 3), 24, 40, JpegPixels::rgb, sampling, 90);
+    write_file(dir / "whole.jpg", jpeg);
+    EXPECT_EQ(decode_image(dir / "whole.jpg").pixels.size(), std::size_t{24 * 40 * 3});
+    const std::size_t frame = segment_end(jpeg, 0xc0), scan = segment_end(jpeg, 0xda);
+    ASSERT_LT(frame, scan);
+    // Every byte between the frame header and the scan's start, then every 7th of the image data,
+    // and its last byte (the end marker's two follow it).
+    std::vector<std::size_t> cuts;
+    for (std::size_t cut = frame; cut + 3 < jpeg.size(); cut += cut < scan ? 1 : 7)
+      cuts.push_back(cut);
+    cuts.push_back(jpeg.size() - 3);
+    for (const std::size_t cut : cuts) {
+      const std::string name = "cut" + std::to_string(cut) + ".jpg";
+      write_file(dir / name, Bytes(jpeg.begin(), jpeg.begin() + static_cast<long>(cut)));
+      expect_refused(dir / name, {"truncated"});
+    }
+    EXPECT_GT(cuts.size(), std::size_t{40});
+  }
+}
+
+// A fatal error after a warning is an error. The JFIF segment's length, 32 bytes too long,
+// swallows the start of the first quantization table: libjpeg warns of the rest of it
+// ("extraneous bytes before marker"), then stops where table 0 is used ("Quantization table 0x00
+// was not defined"). TurboJPEG called that a warning, and the loader took zero pixels for an
+// image; PIL refuses the file ("broken data stream"), and so does the loader, with libjpeg's
+// message.
+TEST(ImageFile, JpegFatalErrorAfterAWarningIsRefused) {
+  ScratchDir dir;
+  Bytes jpeg = jpeg_bytes(pattern(24, 40, 3), 24, 40, JpegPixels::rgb, JpegSampling::s444, 90);
+  ASSERT_EQ(jpeg[3], 0xe0);  // SOI, then APP0 (JFIF) and its length
+  const unsigned length = (unsigned{jpeg[4]} << 8) | jpeg[5];
+  ASSERT_EQ(jpeg[4 + length + 1], 0xdb);  // the first DQT follows
+  jpeg[4] = static_cast<unsigned char>((length + 32) >> 8);
+  jpeg[5] = static_cast<unsigned char>((length + 32) & 0xff);
+  write_file(dir / "swallowed.jpg", jpeg);
+  expect_refused(dir / "swallowed.jpg", {"not a readable JPEG", "Quantization table"});
+}
+
 // A header claiming a huge image is refused from the header alone: nothing of its size is
 // allocated (the PNG's IDAT holds a few bytes; reading rows of 100000 pixels would fail later).
 TEST(ImageFile, HugeSizesAreRefusedFromTheHeader) {
@@ -349,7 +399,7 @@ TEST(ImageFile, HugeSizesAreRefusedFromTheHeader) {
   expect_data_error([&] { (void)read_image_header(dir / "huge.png"); }, "huge.png",
                     {"100000x100000"});
 
-  Bytes jpeg = jpeg_bytes(pattern(8, 8, 3), 8, 8, TJPF_RGB, TJSAMP_444);
+  Bytes jpeg = jpeg_bytes(pattern(8, 8, 3), 8, 8, JpegPixels::rgb, JpegSampling::s444);
   // SOF0's height and width: 60000 × 60000 is 3.6 Gpixel, beyond kMaxImagePixels and the side.
   for (std::size_t i = 2; i + 8 < jpeg.size(); ++i)
     if (jpeg[i] == 0xff && jpeg[i + 1] == 0xc0) {

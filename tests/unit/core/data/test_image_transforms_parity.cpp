@@ -4,7 +4,6 @@
 // F.resized_crop and Resize + CenterCrop give for many boxes; decode_image, resized_crop and
 // resize_then_center_crop must give the same bytes. Skipped where that Python cannot import
 // torchvision. Damaged files PIL refuses must be refused too; those it opens must decode alike.
-#include <turbojpeg.h>
 
 #include <sys/wait.h>
 
@@ -17,6 +16,7 @@
 #include "data/image_folder/image_file.h"
 #include "data/image_folder/image_resample.h"
 #include "data_test_util.h"
+#include "jpeg_test_writer.h"
 
 namespace mixtrain::test {
 namespace {
@@ -33,20 +33,17 @@ std::string first_difference(const std::vector<std::uint8_t>& got, const Bytes& 
          std::to_string(got[first]) + " vs torchvision's " + std::to_string(want[first]);
 }
 
-// TurboJPEG writes 4-component JPEGs as YCCK, which PIL cannot write: the script decodes it.
+// libjpeg writes 4-component JPEGs as YCCK here (jpeg_test_writer.h), which PIL cannot write:
+// the script decodes it.
 void write_ycck(const fs::path& file) {
   const int width = 45, height = 30;
   std::vector<std::uint8_t> cmyk(static_cast<std::size_t>(width * height * 4));
   for (std::size_t i = 0; i < cmyk.size(); ++i)
     cmyk[i] = static_cast<std::uint8_t>((i * 37 + (i / 180) * 11) % 256);
-  tjhandle tj = tjInitCompress();
-  unsigned char* buf = nullptr;
-  unsigned long size = 0;
-  ASSERT_EQ(
-      tjCompress2(tj, cmyk.data(), width, 0, height, TJPF_CMYK, &buf, &size, TJSAMP_420, 90, 0), 0);
-  write_file(file, Bytes(buf, buf + size));
-  tjFree(buf);
-  tjDestroy(tj);
+  const auto jpeg =
+      jpeg_bytes(cmyk.data(), width, height, JpegPixels::cmyk, JpegSampling::s420, 90);
+  ASSERT_FALSE(jpeg.empty());
+  write_file(file, Bytes(jpeg.begin(), jpeg.end()));
 }
 
 TEST(ImageTransformsParity, DecodeAndTransformsMatchTorchvisionBitForBit) {
@@ -69,7 +66,7 @@ TEST(ImageTransformsParity, DecodeAndTransformsMatchTorchvisionBitForBit) {
 
   std::ifstream manifest(dir / "manifest.txt");
   std::string line;
-  int images = 0, crops = 0, centers = 0, refused = 0;
+  int images = 0, crops = 0, centers = 0, refused = 0, swept = 0, swept_refused = 0;
   core::RgbImage image;
   std::string current;
   while (std::getline(manifest, line)) {
@@ -79,6 +76,22 @@ TEST(ImageTransformsParity, DecodeAndTransformsMatchTorchvisionBitForBit) {
     if (kind == "refused") {
       expect_data_error([&] { (void)core::decode_image(dir / name); }, name);
       ++refused;
+      if (name.starts_with("sweep")) ++swept_refused;
+      continue;
+    }
+    if (kind == "decoded") {  // the damage sweep's files PIL opens: the same pixels
+      std::int64_t h = 0, w = 0;
+      in >> h >> w;
+      try {
+        const core::RgbImage swept_image = core::decode_image(dir / name);
+        EXPECT_EQ(swept_image.height, h) << name;
+        EXPECT_EQ(swept_image.width, w) << name;
+        EXPECT_EQ(first_difference(swept_image.pixels, read_file(dir / (name + ".decoded"))), "")
+            << "decoding " << name;
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << name << ": PIL opens it, the loader refused it: " << e.what();
+      }
+      ++swept;
       continue;
     }
     if (kind == "image") {
@@ -118,6 +131,9 @@ TEST(ImageTransformsParity, DecodeAndTransformsMatchTorchvisionBitForBit) {
   }
   EXPECT_GE(images, 25);
   EXPECT_GE(refused, 3);
+  // The sweep holds both verdicts: the cuts PIL refuses, the flips and the last cuts it opens.
+  EXPECT_GE(swept_refused, 100);
+  EXPECT_GE(swept, 20);
   EXPECT_GE(crops, 25 * 12);
   EXPECT_GE(centers, 25 * 4);
 }
