@@ -15,6 +15,7 @@
 #include <memory>
 #include <set>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -555,6 +556,40 @@ TEST_F(TrainingState, AStopAskedForDuringAStepEndsTheRunAfterThatStep) {
 }
 
 // Counts what a StepObserver is shown; reads every tensor it is handed, as calibration does.
+// An error after a step's update (here an embedding program's hook) writes that step's state
+// before it ends the run: its checkpoint resumes to the uninterrupted run bit for bit, EMA and
+// SGD's momentum included. With an escalation on, the step's end waits for its escalation: an
+// error before it writes nothing (train/settled_state.h). The CLI's case, a damaged image drawn
+// between two steps, is CliImageFolders.AnErrorBetweenStepsSavesTheLastStep.
+TEST_F(TrainingState, AnErrorAfterAStepsUpdateSavesThatStep) {
+  const std::vector<std::string> sets = {"run.steps=6", "checkpoint.every=0", "ema.decay=0.75",
+                                         "optimizer.sgd.momentum=0.9"};
+  train("whole", sets);
+  const auto stopped_at = [&](const std::string& name, std::vector<std::string> with) {
+    auto e = experiment(with);
+    core::TrainOptions opt;
+    opt.run_dir = dir_ / name;
+    opt.after_step = [](std::int64_t step) {
+      if (step == 3) throw std::runtime_error("the embedding program's hook failed");
+    };
+    core::Trainer trainer(e, core::create_components(e, registry()), opt);
+    EXPECT_THROW(trainer.run(), std::runtime_error);
+  };
+  stopped_at("stopped", sets);
+  const fs::path saved = dir_ / "stopped" / "checkpoints" / "step-00000003.mxt";
+  ASSERT_TRUE(fs::exists(saved));
+  EXPECT_EQ(std::distance(fs::directory_iterator(saved.parent_path()), fs::directory_iterator()),
+            1);
+  train("resumed", sets, saved.string());
+  EXPECT_EQ(tensors("resumed", 6), tensors("whole", 6));
+
+  auto escalating = sets;
+  escalating.push_back("precision.policy=bf16-mixed");
+  escalating.push_back("precision.escalate.after=3");
+  stopped_at("escalating", escalating);
+  EXPECT_FALSE(fs::exists(dir_ / "escalating" / "checkpoints" / "step-00000003.mxt"));
+}
+
 class CountingObserver final : public core::StepObserver {
  public:
   void after_forward(core::Model& model, std::size_t node, core::Extent e) override {

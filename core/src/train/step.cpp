@@ -548,6 +548,7 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
   s.data.micro_batch_numbers.resize(static_cast<std::size_t>(micro));
   for (std::int64_t k = 0; k < micro; ++k) {
     feed_micro_batch(s, k);
+    s.step_in_flight = true;
     forward_backward(s, request, k, seed);
   }
   s.reducer->finish_gradients();
@@ -578,6 +579,7 @@ StepOutcome run_training_step(Trainer::State& s, const StepRequest& request) {
     out.grad_norm = apply_update(s, request, totals.sum_squares, out.lr);
   else
     out.blame = skip_update(s, out.decision, out.nonfinite_weights);
+  s.step_in_flight = false;
   // The diagnostics of a skipped step measured an overflowed pass: tagged, not mixed in.
   auto write_diagnostic = [&](nlohmann::json record) {
     if (!out.decision.apply_step) record["skipped"] = true;

@@ -22,6 +22,9 @@
 //
 // The step writes its statistics records (gradient underflow, FP8 operands) to s.metrics when
 // the request asks; the step's own record is the caller's (it knows the window's throughput).
+// s.step_in_flight is true from the first forward until the update or the skip is made: an error
+// before it (the first batch's files) leaves the previous step's state whole, one during it does
+// not (train/settled_state.h).
 #pragma once
 
 #include <functional>

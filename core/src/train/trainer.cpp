@@ -27,6 +27,7 @@
 #include "train/peft_import.h"
 #include "train/planned_model.h"
 #include "train/process_memory.h"
+#include "train/settled_state.h"
 #include "train/step.h"
 #include "train/trainer_state.h"
 
@@ -877,6 +878,21 @@ const ChannelStats& Trainer::normalization() const {
   return s_->normalization;
 }
 
+namespace {
+
+// A checkpoint written by `save`, noted in `settled` (its step saved; an error inside it is the
+// save's own, which says what the run has to go on from).
+template <class Save>
+fs::path saved_by(SettledState& settled, Save&& save) {
+  settled.saving = true;
+  fs::path path = save();
+  settled.saving = false;
+  settled.saved = settled.step;
+  return path;
+}
+
+}  // namespace
+
 TrainSummary Trainer::run() {
   auto& s = *s_;
   if (s.ran)
@@ -925,92 +941,106 @@ TrainSummary Trainer::run() {
   // What this process could grow to before the steps allocate theirs: a run near the host's
   // memory is said after its first step (as `check` says it), not found by the OOM killer.
   const std::size_t could_hold = process_memory_limit();
-  RunEnd end;
-  const auto t_start = Clock::now();
-  ThroughputWindow window{t_start};
-  Clock::duration outside_steps{};  // evaluations and checkpoints inside the loop
-  const std::int64_t first_step = s.position.step;
-  const std::int64_t end_step =
-      s.opt.step_limit > 0 ? std::min(e.run.steps, first_step + s.opt.step_limit) : e.run.steps;
-  ProgressReport progress(first_step, end_step, bs, s.opt.progress_line, s.log);
-  fs::path periodic_checkpoint;  // the last one the loop wrote, and its step
-  std::int64_t periodic_checkpoint_step = -1;
-  // --profile's figures are per training step: an evaluation or checkpoint inside its window
-  // pauses it, and the loop's end closes it (an early stop, a divergence, Ctrl-C included).
-  auto* const profiler = dynamic_cast<ProfilingBackend*>(s.c.backend.get());
-  while (s.position.step < end_step) {
-    ++s.position.step;
-    const StepPlan plan = plan_step(s, progress, end_step, end);
-    StepOutcome step = run_training_step(s, plan.request);
-    window.rows += bs;
-    if (s.opt.after_step) s.opt.after_step(s.position.step);
-    if (s.position.step == first_step + 1)
-      if (auto w = host_memory_warning(process_peak_rss_bytes(), could_hold,
-                                       "by the end of its first step"))
-        s.log.warn(*w);
-    // A stop asked for during this step makes it the last: plan_step saw only earlier requests,
-    // and waiting for them would train one more step (and write its checkpoint) before stopping.
-    // The last step's record and the summary report its loss, which the plan had not asked for.
-    const bool stopped_in_step = stop_asked_after_step(s, end_step, end);
-    if (stopped_in_step) read_loss_after_step(s, step);
-    note_divergence(s, step, end);
-    const bool logged = plan.log || stopped_in_step || !step.decision.apply_step;
-    if (logged) log_step(s, step, window.take(), progress);
-    // After the step's record, so the promotion shows after the skip that caused it.
-    escalate_after_step(s, s.position.step, step);
-    if (plan.live_refresh || (stopped_in_step && progress.live()))
-      progress.show_live(s.position.step, step.loss.loss, s.c.scaler->scale());
-    const bool evaluate = plan.evaluate && !stopped_in_step;
-    const auto aside_from = Clock::now();
-    const bool paused =
-        profiler != nullptr && (evaluate || plan.checkpoint) && profiler->recording();
-    if (paused) profiler->set_recording(false);
-    if (evaluate) evaluate_and_log(*this, s, sum, end);
-    // The last step's checkpoint is the final one, unless checkpoint.final = false asks for none:
-    // then a step stopped by Ctrl-C keeps its own.
-    const bool checkpointed = plan.checkpoint &&
-                              (!end.stopping() || (stopped_in_step && !e.checkpoint.write_final)) &&
-                              (s.position.step != e.run.steps || !e.checkpoint.write_final);
-    if (checkpointed) {
-      periodic_checkpoint = save_checkpoint();
-      periodic_checkpoint_step = s.position.step;
+  // An error from here on writes the last settled step's checkpoint before it ends the run
+  // (train/settled_state.h): the steps since the last periodic checkpoint are not lost.
+  SettledState settled = settled_at_start(s);
+  try {
+    RunEnd end;
+    const auto t_start = Clock::now();
+    ThroughputWindow window{t_start};
+    Clock::duration outside_steps{};  // evaluations and checkpoints inside the loop
+    const std::int64_t first_step = s.position.step;
+    const std::int64_t end_step =
+        s.opt.step_limit > 0 ? std::min(e.run.steps, first_step + s.opt.step_limit) : e.run.steps;
+    ProgressReport progress(first_step, end_step, bs, s.opt.progress_line, s.log);
+    fs::path periodic_checkpoint;  // the last one the loop wrote, and its step
+    std::int64_t periodic_checkpoint_step = -1;
+    // --profile's figures are per training step: an evaluation or checkpoint inside its window
+    // pauses it, and the loop's end closes it (an early stop, a divergence, Ctrl-C included).
+    auto* const profiler = dynamic_cast<ProfilingBackend*>(s.c.backend.get());
+    while (s.position.step < end_step) {
+      settled.cursor = s.data.sampler->cursor();
+      ++s.position.step;
+      const StepPlan plan = plan_step(s, progress, end_step, end);
+      StepOutcome step = run_training_step(s, plan.request);
+      // The step's end includes its precision escalation, when one is on (below).
+      settled.step =
+          s.precision.escalation.settings().enabled ? SettledState::kUnsettled : s.position.step;
+      window.rows += bs;
+      if (s.opt.after_step) s.opt.after_step(s.position.step);
+      if (s.position.step == first_step + 1)
+        if (auto w = host_memory_warning(process_peak_rss_bytes(), could_hold,
+                                         "by the end of its first step"))
+          s.log.warn(*w);
+      // A stop asked for during this step makes it the last: plan_step saw only earlier requests,
+      // and waiting for them would train one more step (and write its checkpoint) before stopping.
+      // The last step's record and the summary report its loss, which the plan had not asked for.
+      const bool stopped_in_step = stop_asked_after_step(s, end_step, end);
+      if (stopped_in_step) read_loss_after_step(s, step);
+      note_divergence(s, step, end);
+      const bool logged = plan.log || stopped_in_step || !step.decision.apply_step;
+      if (logged) log_step(s, step, window.take(), progress);
+      // After the step's record, so the promotion shows after the skip that caused it.
+      escalate_after_step(s, s.position.step, step);
+      settled.step = s.position.step;
+      if (plan.live_refresh || (stopped_in_step && progress.live()))
+        progress.show_live(s.position.step, step.loss.loss, s.c.scaler->scale());
+      const bool evaluate = plan.evaluate && !stopped_in_step;
+      const auto aside_from = Clock::now();
+      const bool paused =
+          profiler != nullptr && (evaluate || plan.checkpoint) && profiler->recording();
+      if (paused) profiler->set_recording(false);
+      if (evaluate) evaluate_and_log(*this, s, sum, end);
+      // The last step's checkpoint is the final one, unless checkpoint.final = false asks for none:
+      // then a step stopped by Ctrl-C keeps its own.
+      const bool checkpointed =
+          plan.checkpoint && (!end.stopping() || (stopped_in_step && !e.checkpoint.write_final)) &&
+          (s.position.step != e.run.steps || !e.checkpoint.write_final);
+      if (checkpointed) {
+        periodic_checkpoint = saved_by(settled, [&] { return save_checkpoint(); });
+        periodic_checkpoint_step = s.position.step;
+      }
+      // A stop asked for during this step's evaluation or checkpoint (seconds, where a step may be
+      // milliseconds): stop here rather than after one more step, with this step's record (its
+      // loss was read for the evaluation or checkpoint).
+      if (!end.stopping() && (evaluate || checkpointed) &&
+          stop_asked_after_step(s, end_step, end) && !logged)
+        log_step(s, step, window.take(), progress);
+      if (paused) profiler->set_recording(true);
+      const auto aside = Clock::now() - aside_from;
+      window.aside += aside;
+      outside_steps += aside;
+      if (end.stopping()) break;
     }
-    // A stop asked for during this step's evaluation or checkpoint (seconds, where a step may be
-    // milliseconds): stop here rather than after one more step, with this step's record (its
-    // loss was read for the evaluation or checkpoint).
-    if (!end.stopping() && (evaluate || checkpointed) && stop_asked_after_step(s, end_step, end) &&
-        !logged)
-      log_step(s, step, window.take(), progress);
-    if (paused) profiler->set_recording(true);
-    const auto aside = Clock::now() - aside_from;
-    window.aside += aside;
-    outside_steps += aside;
-    if (end.stopping()) break;
+    progress.finish();
+    if (profiler != nullptr) profiler->set_recording(false);
+    LoopMeasures measured;
+    const auto loop = Clock::now() - t_start;
+    measured.wall_seconds = std::chrono::duration<double>(loop).count();
+    measured.step_seconds = std::chrono::duration<double>(loop - outside_steps).count();
+    measured.trained_rows = (s.position.step - first_step) * bs;
+    // An interrupted run goes straight to its checkpoint; the evaluation would make the user wait.
+    // A step_limit run (calibration's) never evaluates, even when the limit reaches run.steps.
+    const bool limited = s.opt.step_limit > 0;
+    if (!end.interrupted && !limited && !end.weights_not_finite &&
+        !(sum.evaluated && sum.eval_step == s.position.step))
+      evaluate_and_log(*this, s, sum, end);
+    measured.training_peak_rss = process_peak_rss_bytes();
+    fs::path last_checkpoint;
+    // A run that stops at a step the loop has just checkpointed (Ctrl-C during that write or, with
+    // checkpoint.final = false, during the step) has its checkpoint already: nothing changed since.
+    if (s.opt.write_outputs && e.checkpoint.write_final && !end.weights_not_finite)
+      last_checkpoint = periodic_checkpoint_step == s.position.step
+                            ? periodic_checkpoint
+                            : saved_by(settled, [&] { return save_checkpoint(); });
+    summarize_run(s, sum, end, measured);
+    if (s.writes) write_run_summary(s.run_dir / "summary.json", sum);
+    report_end(s, end, last_checkpoint);
+    return sum;
+  } catch (...) {
+    keep_settled_state(*this, s, settled);
+    throw;
   }
-  progress.finish();
-  if (profiler != nullptr) profiler->set_recording(false);
-  LoopMeasures measured;
-  const auto loop = Clock::now() - t_start;
-  measured.wall_seconds = std::chrono::duration<double>(loop).count();
-  measured.step_seconds = std::chrono::duration<double>(loop - outside_steps).count();
-  measured.trained_rows = (s.position.step - first_step) * bs;
-  // An interrupted run goes straight to its checkpoint; the evaluation would make the user wait.
-  // A step_limit run (calibration's) never evaluates, even when the limit reaches run.steps.
-  const bool limited = s.opt.step_limit > 0;
-  if (!end.interrupted && !limited && !end.weights_not_finite &&
-      !(sum.evaluated && sum.eval_step == s.position.step))
-    evaluate_and_log(*this, s, sum, end);
-  measured.training_peak_rss = process_peak_rss_bytes();
-  fs::path last_checkpoint;
-  // A run that stops at a step the loop has just checkpointed (Ctrl-C during that write or, with
-  // checkpoint.final = false, during the step) has its checkpoint already: nothing changed since.
-  if (s.opt.write_outputs && e.checkpoint.write_final && !end.weights_not_finite)
-    last_checkpoint =
-        periodic_checkpoint_step == s.position.step ? periodic_checkpoint : save_checkpoint();
-  summarize_run(s, sum, end, measured);
-  if (s.writes) write_run_summary(s.run_dir / "summary.json", sum);
-  report_end(s, end, last_checkpoint);
-  return sum;
 }
 
 }  // namespace mixtrain::core

@@ -70,6 +70,9 @@ struct Trainer::State {
   // file again.
   std::optional<std::pair<std::filesystem::path, sdk::TrainingState>> shape_checkpoint;
   RunPosition position;
+  // From a training step's first forward until its update is made (run_training_step): an error
+  // then leaves a half-made state that no checkpoint may hold (train/settled_state.h).
+  bool step_in_flight = false;
   // The components of the steps before this process's first (a resumed run's, from its
   // checkpoint); this process's own segment starts at history_first_step (current_history()).
   ComponentHistory history;
