@@ -275,8 +275,8 @@ TEST_F(CliImageFolders, AFileThatIsNoImageExits2NamingIt) {
   EXPECT_NE(r.err.find("data.image_folder.eval"), std::string::npos) << r.err;
 }
 
-// A JPEG whose data end between its frame header and its image data (a download cut short) has a
-// whole header, so check_files passes it, and fails only when its batch is drawn: the training
+// A JPEG whose data end halfway through its image data (a download cut short) has a whole
+// header, so check_files passes it, and fails only when its batch is drawn: the training
 // batch of the step after the last settled one (the loader thread draws it during that step),
 // or an evaluation's. Either way the run saves the last step's state before it exits 2, and once
 // the file is replaced, --resume goes on to the uninterrupted run's losses bit for bit
@@ -322,9 +322,11 @@ TEST_F(CliImageFolders, AnErrorBetweenStepsSavesTheLastStep) {
        {Case{"train/bee/i1.jpg", "broken", 1, 7}, Case{"val/cat/i0.jpg", "evalbroken", 4, 4}}) {
     const fs::path victim = dir_ / c.file;
     const std::string good = read_bytes(victim);
+    // Cut halfway through the image data: the header check (check_files) reads up to the scan,
+    // which is whole.
     const auto scan = good.find("\xff\xda");
     ASSERT_NE(scan, std::string::npos);
-    write_bytes(victim, good.substr(0, scan));
+    write_bytes(victim, good.substr(0, scan + (good.size() - scan) / 2));
     r = run("train " + cfg.string() + settings + " --run-dir " + c.run, dir_);
     EXPECT_EQ(r.exit_code, 2) << r.err;
     EXPECT_NE(r.err.find(std::string(c.file).substr(std::string(c.file).find('/') + 1)),

@@ -59,7 +59,10 @@ ImageHeader read_image_header(const fs::path& file) {
   const std::size_t n = in.read_some(magic, sizeof magic);
   if (is_png(magic, n) || is_jpeg(magic, n)) {
     in.rewind();
-    return is_png(magic, n) ? read_png_header(in) : read_jpeg_frame(in).header;
+    if (is_png(magic, n)) return read_png_header(in);
+    const JpegFrame frame = read_jpeg_frame(in);
+    read_to_jpeg_scan(in);
+    return frame.header;
   }
   fail_unknown_format(in.name(), magic, n);
 }

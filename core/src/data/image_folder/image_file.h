@@ -50,8 +50,11 @@ struct RgbImage {
   std::vector<std::uint8_t> pixels;  // [height, width, 3]
 };
 
-// The format and size from the file's header alone (a few kilobytes read), with the same checks
-// of magic, size limits and header validity as decoding makes; the image data are not checked.
+// The format and size from the file's header (a few kilobytes read, larger segments skipped),
+// with the same checks of magic, size limits and header validity as decoding makes, and the
+// segments up to the image data walked by their lengths (a JPEG's to its first scan, a PNG's to
+// its first IDAT): a file that ends before its image data is refused here, as PIL refuses to open
+// it. The image data are not checked. Whatever decode_image accepts, this accepts.
 ImageHeader read_image_header(const std::filesystem::path& file);
 
 RgbImage decode_image(const std::filesystem::path& file);

@@ -5,7 +5,7 @@
 // warns "Premature end of JPEG file", then the decoder stops: no image) came back as a warning
 // with zero pixels and trained as a black image. Here libjpeg's callbacks tell the two apart, as
 // PIL's own decoder does: a fatal error refuses the file; a warning leaves the image decoded,
-// unless the data ended before the image did (image_file.h's contract).
+// unless the data ended before its last row (image_file.h's contract).
 #include <cstddef>
 #include <cstdio>  // jpeglib.h names FILE and size_t without including their headers
 // clang-format off

@@ -193,6 +193,21 @@ ImageHeader read_png_header(ImageFileStream& in) {
              std::to_string(color) + " or its methods are invalid",
          kRewriteHint);
   check_size(in.name(), width, height);
+  // The chunks up to the image data (palette, transparency, profiles, text), skipped by their
+  // lengths: a file that ends before its image data, or holds none, is refused by a header
+  // check, as PIL refuses to open it, rather than when its batch is drawn.
+  for (;;) {
+    std::uint8_t chunk[8];
+    in.read_exact(chunk, sizeof chunk, "PNG chunks before the image data");
+    const std::uint32_t length = be32(chunk);
+    if (length > 0x7fffffffu)
+      fail(in.name(), "is not a valid PNG: a chunk of " + std::to_string(length) + " bytes",
+           kRewriteHint);
+    if (std::memcmp(chunk + 4, "IDAT", 4) == 0) break;
+    if (std::memcmp(chunk + 4, "IEND", 4) == 0)
+      fail(in.name(), "is not a valid PNG: it ends before any image data", kRewriteHint);
+    in.skip(std::uint64_t{length} + 4, "PNG chunks before the image data");  // data and CRC
+  }
   return {ImageFormat::png, width, height};
 }
 

@@ -358,6 +358,13 @@ TEST(ImageFile, JpegCutBeforeTheEndOfItsImageDataIsRefused) {
       const std::string name = "cut" + std::to_string(cut) + ".jpg";
       write_file(dir / name, Bytes(jpeg.begin(), jpeg.begin() + static_cast<long>(cut)));
       expect_refused(dir / name, {"truncated"});
+      // The header check walks to the scan: a cut before it is refused there too, before any
+      // batch draws the file; one inside the image data shows only when the file is decoded.
+      if (cut < scan)
+        expect_data_error([&] { (void)read_image_header(dir / name); }, name,
+                          {"before the image data"});
+      else
+        EXPECT_EQ(read_image_header(dir / name).width, 40) << name;
     }
     EXPECT_GT(cuts.size(), std::size_t{40});
   }
@@ -379,6 +386,38 @@ TEST(ImageFile, JpegFatalErrorAfterAWarningIsRefused) {
   jpeg[5] = static_cast<unsigned char>((length + 32) & 0xff);
   write_file(dir / "swallowed.jpg", jpeg);
   expect_refused(dir / "swallowed.jpg", {"not a readable JPEG", "Quantization table"});
+}
+
+// The PNG header check walks the chunks to the first IDAT: a file cut before its image data
+// (here inside a text chunk between IHDR and IDAT) is refused there, one cut inside it only when
+// decoded; a file whose IEND comes before any IDAT holds no image.
+TEST(ImageFile, PngHeaderCheckReachesTheImageData) {
+  ScratchDir dir;
+  const Bytes png = png_bytes(png_spec(12, 10, 2, 8, false, 6));
+  Bytes text;
+  append_chunk(text, "tEXt", Bytes(300, 'x'));
+  Bytes with_text(png.begin(), png.begin() + 33);  // the signature and IHDR
+  with_text.insert(with_text.end(), text.begin(), text.end());
+  const std::size_t idat = with_text.size();
+  with_text.insert(with_text.end(), png.begin() + 33, png.end());
+  write_file(dir / "whole.png", with_text);
+  EXPECT_EQ(read_image_header(dir / "whole.png").width, 10);
+  EXPECT_EQ(decode_image(dir / "whole.png").width, 10);
+
+  write_file(dir / "cut_text.png", Bytes(with_text.begin(), with_text.begin() + 200));
+  expect_data_error([&] { (void)read_image_header(dir / "cut_text.png"); }, "cut_text.png",
+                    {"before the image data"});
+  write_file(dir / "cut_idat.png",
+             Bytes(with_text.begin(), with_text.begin() + static_cast<long>(idat + 20)));
+  EXPECT_EQ(read_image_header(dir / "cut_idat.png").height, 12);
+  expect_refused(dir / "cut_idat.png", {"truncated"});
+
+  Bytes no_image(png.begin(), png.begin() + 33);
+  append_chunk(no_image, "IEND", {});
+  write_file(dir / "no_image.png", no_image);
+  expect_data_error([&] { (void)read_image_header(dir / "no_image.png"); }, "no_image.png",
+                    {"before any image data"});
+  expect_refused(dir / "no_image.png");
 }
 
 // A header claiming a huge image is refused from the header alone: nothing of its size is
