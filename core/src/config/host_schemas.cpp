@@ -335,10 +335,11 @@ sdk::OptionSchema image_folder_source_schema() {
           .at_least(0)
           .at_most(1024),
       OptionSpec::boolean("check_files", true,
-                          "read every image's header when loading, so a file that is no image, "
-                          "or whose header is damaged, stops the run before its first step "
-                          "rather than mid-epoch (damage past the header shows when the file's "
-                          "batch is drawn)"),
+                          "read every image's header, up to its image data, when loading, so "
+                          "a file that is no image, whose header is damaged or that ends before "
+                          "its image data stops the run before its first step rather than "
+                          "mid-epoch (damage inside the image data shows when the file's batch "
+                          "is drawn)"),
   };
 }
 
