@@ -87,6 +87,13 @@ for i in 0 1; do
   mkdir -p "$root/src"
   tar -xf "$snapshot" -C "$root/src"
   cp /etc/resolv.conf "$root/etc/resolv.conf"
+  # A machine on this network trusts what this one trusts beyond Debian's bundle (a proxy's CA in
+  # /usr/local/share/ca-certificates): the ca-certificates package, once setup installs it, adds
+  # them, and pip reaches PyPI through the proxy.
+  if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+    mkdir -p "$root/usr/local/share/ca-certificates"
+    cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+  fi
   for m in proc sys dev dev/pts; do
     mount --bind "/$m" "$root/$m"
     mounted+=("$root/$m")
