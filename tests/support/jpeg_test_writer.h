@@ -4,8 +4,9 @@
 // the accurate integer DCT).
 //
 // Contract: pixels are row-major [height, width, channels] with 3 (RGB), 1 (gray) or 4 (CMYK,
-// written as YCCK, as PIL cannot write it) channels; quality 1..100. An encoder error fails the
-// calling test (ADD_FAILURE with libjpeg's message) and returns no bytes.
+// written as YCCK, as PIL cannot write it) channels; quality 1..100; `scans`, when given, is the
+// scan script (a progressive file's, whose component indices are the file's). An encoder error
+// fails the calling test (ADD_FAILURE with libjpeg's message) and returns no bytes.
 #pragma once
 
 #include <cstdio>  // jpeglib.h names FILE and size_t without including their headers
@@ -42,7 +43,8 @@ struct Job {
 // Holds only trivially destructible locals across setjmp; the caller owns the buffers.
 inline bool compress(jpeg_compress_struct* cinfo, Job* job, const unsigned char* pixels, int width,
                      int height, JpegPixels in, JpegSampling sampling, int quality,
-                     unsigned char** out, unsigned long* size) {
+                     const std::vector<jpeg_scan_info>* scans, unsigned char** out,
+                     unsigned long* size) {
   if (setjmp(job->jump)) return false;
   cinfo->client_data = job;
   jpeg_create_compress(cinfo);
@@ -66,6 +68,10 @@ inline bool compress(jpeg_compress_struct* cinfo, Job* job, const unsigned char*
     cinfo->comp_info[c].h_samp_factor = full_rate ? factor : 1;
     cinfo->comp_info[c].v_samp_factor = full_rate ? factor : 1;
   }
+  if (scans != nullptr) {
+    cinfo->scan_info = scans->data();
+    cinfo->num_scans = static_cast<int>(scans->size());
+  }
   jpeg_start_compress(cinfo, TRUE);
   const auto stride = static_cast<std::size_t>(width) * static_cast<std::size_t>(channels);
   while (cinfo->next_scanline < cinfo->image_height) {
@@ -79,8 +85,8 @@ inline bool compress(jpeg_compress_struct* cinfo, Job* job, const unsigned char*
 }  // namespace jpeg_test_writer
 
 inline std::vector<unsigned char> jpeg_bytes(const unsigned char* pixels, int width, int height,
-                                             JpegPixels in, JpegSampling sampling,
-                                             int quality = 95) {
+                                             JpegPixels in, JpegSampling sampling, int quality = 95,
+                                             const std::vector<jpeg_scan_info>* scans = nullptr) {
   jpeg_compress_struct cinfo{};
   jpeg_error_mgr errors{};
   cinfo.err = jpeg_std_error(&errors);
@@ -89,7 +95,7 @@ inline std::vector<unsigned char> jpeg_bytes(const unsigned char* pixels, int wi
   unsigned char* out = nullptr;
   unsigned long size = 0;
   const bool ok = jpeg_test_writer::compress(&cinfo, &job, pixels, width, height, in, sampling,
-                                             quality, &out, &size);
+                                             quality, scans, &out, &size);
   jpeg_destroy_compress(&cinfo);
   std::vector<unsigned char> bytes;
   if (ok) bytes.assign(out, out + size);

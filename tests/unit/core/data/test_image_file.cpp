@@ -33,8 +33,9 @@ std::vector<std::uint8_t> pattern(int height, int width, int channels) {
 }
 
 Bytes jpeg_bytes(const std::vector<std::uint8_t>& pixels, int height, int width, JpegPixels in,
-                 JpegSampling sampling, int quality = 100) {
-  const auto bytes = test::jpeg_bytes(pixels.data(), width, height, in, sampling, quality);
+                 JpegSampling sampling, int quality = 100,
+                 const std::vector<jpeg_scan_info>* scans = nullptr) {
+  const auto bytes = test::jpeg_bytes(pixels.data(), width, height, in, sampling, quality, scans);
   return Bytes(bytes.begin(), bytes.end());
 }
 
@@ -386,6 +387,30 @@ TEST(ImageFile, JpegFatalErrorAfterAWarningIsRefused) {
   jpeg[5] = static_cast<unsigned char>((length + 32) & 0xff);
   write_file(dir / "swallowed.jpg", jpeg);
   expect_refused(dir / "swallowed.jpg", {"not a readable JPEG", "Quantization table"});
+}
+
+// A progressive file may hold any number of scans, each of which re-reads the whole coefficient
+// image: more than 500 (as TurboJPEG's TJFLAG_LIMITSCANS, which only a hostile file needs) are
+// refused rather than decoded for minutes. A gray image in 568 valid scans: DC, then each AC
+// coefficient alone, first at a point transform of 8, then refined bit by bit.
+TEST(ImageFile, ProgressiveJpegOfMoreThan500ScansIsRefused) {
+  ScratchDir dir;
+  std::vector<jpeg_scan_info> scans;
+  scans.push_back({1, {0, 0, 0, 0}, 0, 0, 0, 0});
+  for (int k = 1; k < 64; ++k) {
+    scans.push_back({1, {0, 0, 0, 0}, k, k, 0, 8});
+    for (int a = 8; a > 0; --a) scans.push_back({1, {0, 0, 0, 0}, k, k, a, a - 1});
+  }
+  ASSERT_GT(scans.size(), std::size_t{500});
+  const auto gray = pattern(16, 16, 1);
+  write_file(dir / "many.jpg",
+             jpeg_bytes(gray, 16, 16, JpegPixels::gray, JpegSampling::gray, 90, &scans));
+  expect_refused(dir / "many.jpg", {"500 scans"});
+  // The same script cut to 500 scans decodes.
+  scans.resize(500);
+  write_file(dir / "fewer.jpg",
+             jpeg_bytes(gray, 16, 16, JpegPixels::gray, JpegSampling::gray, 90, &scans));
+  EXPECT_EQ(decode_image(dir / "fewer.jpg").width, 16);
 }
 
 // The PNG header check walks the chunks to the first IDAT: a file cut before its image data
