@@ -2,8 +2,6 @@
 // RandomResizedCrop, resumed bit for bit, with and without the loader thread; a file that is no
 // image exits 2 naming it, before the first step or when its batch is drawn, and the steps
 // trained before are kept.
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <regex>
 
@@ -294,13 +292,6 @@ TEST_F(CliImageFolders, AnErrorBetweenStepsSavesTheLastStep) {
   const auto full = losses_by_step(records(dir_ / "full" / "metrics.jsonl"));
   ASSERT_EQ(full.size(), 8u);
 
-  const auto read_bytes = [](const fs::path& file) {
-    std::ifstream in(file, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
-  const auto write_bytes = [](const fs::path& file, const std::string& bytes) {
-    std::ofstream(file, std::ios::binary) << bytes;
-  };
   // The step whose checkpoint the warning names (the path as the run folder was given, here
   // relative to dir_), or -1.
   const auto saved_step = [&](const std::string& log) {
@@ -320,13 +311,12 @@ TEST_F(CliImageFolders, AnErrorBetweenStepsSavesTheLastStep) {
   // the seed alone); the held-out one, by the evaluation at step 4.
   for (const Case c :
        {Case{"train/bee/i1.jpg", "broken", 1, 7}, Case{"val/cat/i0.jpg", "evalbroken", 4, 4}}) {
-    const fs::path victim = dir_ / c.file;
-    const std::string good = read_bytes(victim);
+    const std::string good = slurp(dir_ / c.file);
     // Cut halfway through the image data: the header check (check_files) reads up to the scan,
     // which is whole.
     const auto scan = good.find("\xff\xda");
     ASSERT_NE(scan, std::string::npos);
-    write_bytes(victim, good.substr(0, scan + (good.size() - scan) / 2));
+    write_file(c.file, good.substr(0, scan + (good.size() - scan) / 2));
     r = run("train " + cfg.string() + settings + " --run-dir " + c.run, dir_);
     EXPECT_EQ(r.exit_code, 2) << r.err;
     EXPECT_NE(r.err.find(std::string(c.file).substr(std::string(c.file).find('/') + 1)),
@@ -338,7 +328,7 @@ TEST_F(CliImageFolders, AnErrorBetweenStepsSavesTheLastStep) {
     EXPECT_LE(step, c.latest) << r.err;
     EXPECT_NE(r.err.find("continue with --resume "), std::string::npos) << r.err;
 
-    write_bytes(victim, good);
+    write_file(c.file, good);
     r = run("train " + cfg.string() + settings + " --resume " + (dir_ / c.run).string(), dir_);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(losses_by_step(records(dir_ / c.run / "metrics.jsonl")), full) << c.run;

@@ -953,8 +953,7 @@ TrainSummary Trainer::run() {
     const std::int64_t end_step =
         s.opt.step_limit > 0 ? std::min(e.run.steps, first_step + s.opt.step_limit) : e.run.steps;
     ProgressReport progress(first_step, end_step, bs, s.opt.progress_line, s.log);
-    fs::path periodic_checkpoint;  // the last one the loop wrote, and its step
-    std::int64_t periodic_checkpoint_step = -1;
+    fs::path periodic_checkpoint;  // the last one the loop wrote (its step: settled.saved)
     // --profile's figures are per training step: an evaluation or checkpoint inside its window
     // pauses it, and the loop's end closes it (an early stop, a divergence, Ctrl-C included).
     auto* const profiler = dynamic_cast<ProfilingBackend*>(s.c.backend.get());
@@ -998,7 +997,6 @@ TrainSummary Trainer::run() {
           (s.position.step != e.run.steps || !e.checkpoint.write_final);
       if (checkpointed) {
         periodic_checkpoint = saved_by(settled, [&] { return save_checkpoint(); });
-        periodic_checkpoint_step = s.position.step;
       }
       // A stop asked for during this step's evaluation or checkpoint (seconds, where a step may be
       // milliseconds): stop here rather than after one more step, with this step's record (its
@@ -1030,7 +1028,7 @@ TrainSummary Trainer::run() {
     // A run that stops at a step the loop has just checkpointed (Ctrl-C during that write or, with
     // checkpoint.final = false, during the step) has its checkpoint already: nothing changed since.
     if (s.opt.write_outputs && e.checkpoint.write_final && !end.weights_not_finite)
-      last_checkpoint = periodic_checkpoint_step == s.position.step
+      last_checkpoint = settled.saved == s.position.step
                             ? periodic_checkpoint
                             : saved_by(settled, [&] { return save_checkpoint(); });
     summarize_run(s, sum, end, measured);

@@ -35,8 +35,7 @@ std::vector<std::uint8_t> pattern(int height, int width, int channels) {
 Bytes jpeg_bytes(const std::vector<std::uint8_t>& pixels, int height, int width, JpegPixels in,
                  JpegSampling sampling, int quality = 100,
                  const std::vector<jpeg_scan_info>* scans = nullptr) {
-  const auto bytes = test::jpeg_bytes(pixels.data(), width, height, in, sampling, quality, scans);
-  return Bytes(bytes.begin(), bytes.end());
+  return test::jpeg_bytes(pixels.data(), width, height, in, sampling, quality, scans);
 }
 
 void append_be32(Bytes& out, std::uint32_t v) {

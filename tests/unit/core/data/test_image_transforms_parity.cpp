@@ -43,7 +43,7 @@ void write_ycck(const fs::path& file) {
   const auto jpeg =
       jpeg_bytes(cmyk.data(), width, height, JpegPixels::cmyk, JpegSampling::s420, 90);
   ASSERT_FALSE(jpeg.empty());
-  write_file(file, Bytes(jpeg.begin(), jpeg.end()));
+  write_file(file, jpeg);
 }
 
 TEST(ImageTransformsParity, DecodeAndTransformsMatchTorchvisionBitForBit) {
